@@ -1,0 +1,32 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
+
+/** Connection facts of the running test host, as written by `scripts/test-host start`. */
+export interface TestHost {
+  stateDir: string;
+  netns: string;
+  /** The namespace's veth address, where sshd listens. */
+  address: string;
+  sshPort: number;
+  sshUser: string;
+  sshKeyPath: string;
+  knownHostsPath: string;
+  hostKeyPath: string;
+  /** libvirtd's socket, reachable from the root namespace. */
+  socketPath: string;
+  poolName: string;
+  poolPath: string;
+  logDir: string;
+}
+
+export const repoRoot = path.resolve(__dirname, "../..");
+
+export function testHost(): TestHost {
+  const dir = process.env.KVMP_TEST_HOST_DIR ?? path.join(repoRoot, ".state/test-host");
+  return JSON.parse(readFileSync(path.join(dir, "host.json"), "utf8")) as TestHost;
+}
+
+/** The URI libvirt's own client (virsh) uses to reach the same daemon, for cross-checks. */
+export function virshUri(host: TestHost, driver = "qemu:///system"): string {
+  return `${driver}?socket=${host.socketPath}`;
+}

@@ -16,6 +16,8 @@ export interface TestHost {
   socketPath: string;
   poolName: string;
   poolPath: string;
+  /** A NAT network with DHCP, inside the namespace. */
+  network: string;
   logDir: string;
 }
 

@@ -1,0 +1,407 @@
+// Command pulumi-language-nodejs is a minimal Node.js language host for the
+// Pulumi CLI, written for this project's offline test toolset.
+//
+// Why it exists: the Go module proxy reachable here does not serve the
+// official host (module github.com/pulumi/pulumi/sdk/nodejs/cmd/pulumi-language-nodejs/v3),
+// so we cannot build it. The engine only needs a few RPCs from a language
+// host to run a program (`pulumi preview/up/destroy/refresh`):
+//
+//   - GetPluginInfo: our version.
+//   - GetRequiredPackages: resource plugins named by top-level node_modules
+//     packages whose package.json says {"pulumi": {"resource": true}}.
+//   - Run: start `node <@pulumi/pulumi/cmd/run> --monitor ... <entry point>`
+//     in the program folder with the stack config in PULUMI_CONFIG.
+//   - Handshake, Cancel, About.
+//
+// Everything else (pulumi new/install/convert/package, policy packs, plugins
+// written in Node.js, synchronous invokes, debugger attach, the bun runtime)
+// answers Unimplemented. See docs/pulumi-cli.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/config"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/version"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+)
+
+// Exit code with which @pulumi/pulumi's run script says "the user already saw
+// an actionable message": the engine should stop without adding its own.
+const exitCodeAlreadyReported = 32
+
+func main() {
+	tracing := flag.String("tracing", "", "tracing endpoint, forwarded to the Node.js runtime")
+	runtime := flag.String("runtime", "nodejs", "only nodejs is supported")
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+
+	if *showVersion {
+		fmt.Println(version.Version)
+		return
+	}
+	if *runtime != "nodejs" {
+		fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: unsupported runtime %q (this minimal host runs node only)\n", *runtime)
+		os.Exit(1)
+	}
+
+	// The engine passes its own gRPC address as the only positional argument.
+	engineAddress := flag.Arg(0)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	stopServing := make(chan bool)
+	go func() {
+		<-ctx.Done()
+		close(stopServing)
+	}()
+
+	if engineAddress != "" {
+		// Exit when the engine goes away instead of lingering as an orphan.
+		if err := rpcutil.Healthcheck(ctx, engineAddress, 5*time.Minute, stop); err != nil {
+			fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: health check: %v\n", err)
+			os.Exit(1)
+		}
+	}
+
+	cancelCtx, cancelRuns := context.WithCancel(context.Background())
+	host := &languageHost{
+		engineAddress: engineAddress,
+		tracing:       *tracing,
+		cancelCtx:     cancelCtx,
+		cancelRuns:    cancelRuns,
+	}
+
+	handle, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
+		Cancel: stopServing,
+		Init: func(srv *grpc.Server) error {
+			pulumirpc.RegisterLanguageRuntimeServer(srv, host)
+			return nil
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: could not start the gRPC server: %v\n", err)
+		os.Exit(1)
+	}
+
+	// The engine reads the port from our first line of stdout.
+	fmt.Printf("%d\n", handle.Port)
+
+	if err := <-handle.Done; err != nil {
+		fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: gRPC server stopped: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type languageHost struct {
+	pulumirpc.UnimplementedLanguageRuntimeServer
+
+	mu            sync.Mutex
+	engineAddress string
+	tracing       string
+
+	cancelCtx  context.Context // done once Cancel was called
+	cancelRuns context.CancelFunc
+}
+
+func (h *languageHost) engine() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.engineAddress
+}
+
+func (h *languageHost) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
+	return &pulumirpc.PluginInfo{Version: version.Version}, nil
+}
+
+func (h *languageHost) Handshake(
+	_ context.Context, req *pulumirpc.LanguageHandshakeRequest,
+) (*pulumirpc.LanguageHandshakeResponse, error) {
+	h.mu.Lock()
+	h.engineAddress = req.GetEngineAddress()
+	h.mu.Unlock()
+	return &pulumirpc.LanguageHandshakeResponse{}, nil
+}
+
+func (h *languageHost) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+	h.cancelRuns()
+	return &emptypb.Empty{}, nil
+}
+
+func (h *languageHost) About(context.Context, *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
+	nodeBin, err := exec.LookPath("node")
+	if err != nil {
+		return nil, fmt.Errorf("could not find node on the PATH: %w", err)
+	}
+	resp := &pulumirpc.AboutResponse{Executable: nodeBin}
+	if out, err := exec.Command(nodeBin, "--version").Output(); err == nil {
+		resp.Version = strings.TrimSpace(string(out))
+	}
+	return resp, nil
+}
+
+// packageJSON holds the package.json fields that name a Pulumi resource plugin.
+type packageJSON struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Pulumi  struct {
+		Resource bool   `json:"resource"`
+		Name     string `json:"name"`
+		Version  string `json:"version"`
+		Server   string `json:"server"`
+	} `json:"pulumi"`
+}
+
+// GetRequiredPackages reports the resource plugins of the top-level packages
+// (and scoped packages) under <program>/node_modules. Dynamic providers need
+// none: their plugin, pulumi-resource-pulumi-nodejs, is bundled with the CLI.
+func (h *languageHost) GetRequiredPackages(
+	_ context.Context, req *pulumirpc.GetRequiredPackagesRequest,
+) (*pulumirpc.GetRequiredPackagesResponse, error) {
+	root := filepath.Join(req.GetInfo().GetProgramDirectory(), "node_modules")
+	var dirs []string
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, "."):
+		case strings.HasPrefix(name, "@"):
+			scoped, _ := os.ReadDir(filepath.Join(root, name))
+			for _, s := range scoped {
+				dirs = append(dirs, filepath.Join(root, name, s.Name()))
+			}
+		default:
+			dirs = append(dirs, filepath.Join(root, name))
+		}
+	}
+
+	var packages []*pulumirpc.PackageDependency
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "package.json"))
+		if err != nil {
+			continue
+		}
+		var info packageJSON
+		if json.Unmarshal(data, &info) != nil || !info.Pulumi.Resource {
+			continue
+		}
+		name := info.Pulumi.Name
+		if name == "" {
+			name = strings.TrimPrefix(strings.TrimPrefix(info.Name, "@pulumi/"), "@")
+		}
+		ver := info.Pulumi.Version
+		if ver == "" {
+			ver = info.Version
+		}
+		if name == "" || ver == "" {
+			continue
+		}
+		if !strings.HasPrefix(ver, "v") {
+			ver = "v" + ver
+		}
+		packages = append(packages, &pulumirpc.PackageDependency{
+			Name:    name,
+			Kind:    "resource",
+			Version: ver,
+			Server:  info.Pulumi.Server,
+		})
+	}
+	return &pulumirpc.GetRequiredPackagesResponse{Packages: packages}, nil
+}
+
+// resolveModule asks node where `mod` resolves from dir (the program folder),
+// so the program's own @pulumi/pulumi is used.
+func resolveModule(nodeBin, dir, mod string) (string, error) {
+	cmd := exec.Command(nodeBin, "-e", "console.log(require.resolve(process.argv[1]))", mod)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return "", fmt.Errorf("could not resolve %s from %s (is @pulumi/pulumi installed there?): %s",
+				mod, dir, strings.TrimSpace(string(exitErr.Stderr)))
+		}
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// runOptions are the Pulumi.yaml `runtime.options` this host understands.
+type runOptions struct {
+	typescript bool
+	tsconfig   string
+	nodeargs   []string
+}
+
+func parseRunOptions(m map[string]any) (runOptions, error) {
+	opts := runOptions{typescript: true}
+	if v, ok := m["typescript"]; ok {
+		b, ok := v.(bool)
+		if !ok {
+			return opts, errors.New("runtime option typescript must be a boolean")
+		}
+		opts.typescript = b
+	}
+	if v, ok := m["tsconfig"]; ok {
+		s, ok := v.(string)
+		if !ok {
+			return opts, errors.New("runtime option tsconfig must be a string")
+		}
+		opts.tsconfig = s
+	}
+	if v, ok := m["nodeargs"]; ok {
+		s, ok := v.(string)
+		if !ok {
+			return opts, errors.New("runtime option nodeargs must be a string")
+		}
+		// Plain whitespace splitting: quoted arguments are not supported.
+		opts.nodeargs = strings.Fields(s)
+	}
+	return opts, nil
+}
+
+func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {
+	fail := func(err error) (*pulumirpc.RunResponse, error) {
+		return &pulumirpc.RunResponse{Error: err.Error()}, nil
+	}
+	if req.GetAttachDebugger() {
+		return fail(errors.New("this minimal language host cannot attach a debugger"))
+	}
+
+	programDir := req.GetInfo().GetProgramDirectory()
+	if programDir == "" {
+		programDir = req.GetPwd()
+	}
+	entryPoint := req.GetInfo().GetEntryPoint()
+	if entryPoint == "" {
+		entryPoint = "."
+	}
+
+	opts, err := parseRunOptions(req.GetInfo().GetOptions().AsMap())
+	if err != nil {
+		return fail(err)
+	}
+
+	nodeBin, err := exec.LookPath("node")
+	if err != nil {
+		return fail(fmt.Errorf("could not find node on the PATH: %w", err))
+	}
+	runModule := os.Getenv("PULUMI_LANGUAGE_NODEJS_RUN_PATH")
+	if runModule == "" {
+		runModule = "@pulumi/pulumi/cmd/run"
+	}
+	runScript, err := resolveModule(nodeBin, programDir, runModule)
+	if err != nil {
+		return fail(err)
+	}
+
+	// Config keys go to the SDK in the "<namespace>:config:<name>" form, which
+	// every @pulumi/pulumi version reads.
+	cfg := make(map[string]string, len(req.GetConfig()))
+	for k, v := range req.GetConfig() {
+		key, err := config.ParseKey(k)
+		if err != nil {
+			return fail(err)
+		}
+		cfg[key.Namespace()+":config:"+key.Name()] = v
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	secretKeys := req.GetConfigSecretKeys()
+	if secretKeys == nil {
+		secretKeys = []string{}
+	}
+	secretKeysJSON, err := json.Marshal(secretKeys)
+	if err != nil {
+		return fail(err)
+	}
+
+	args := append([]string{}, opts.nodeargs...)
+	args = append(args, runScript)
+	flagIf := func(name, value string) {
+		if value != "" {
+			args = append(args, "--"+name, value)
+		}
+	}
+	// The SDK talks to the engine's resource monitor directly (the official
+	// host puts a forwarding proxy in between, needed only for synchronous
+	// invokes, which this host does not offer).
+	flagIf("monitor", req.GetMonitorAddress())
+	flagIf("engine", h.engine())
+	flagIf("organization", req.GetOrganization())
+	flagIf("project", req.GetProject())
+	flagIf("root-directory", req.GetInfo().GetRootDirectory())
+	flagIf("stack", req.GetStack())
+	flagIf("pwd", programDir)
+	if req.GetDryRun() {
+		args = append(args, "--dry-run")
+	}
+	flagIf("parallel", strconv.Itoa(int(req.GetParallel())))
+	flagIf("tracing", h.tracing)
+	args = append(args, entryPoint)
+	args = append(args, req.GetArgs()...)
+
+	env := append(os.Environ(),
+		"PULUMI_CONFIG="+string(cfgJSON),
+		"PULUMI_CONFIG_SECRET_KEYS="+string(secretKeysJSON),
+	)
+	if opts.typescript {
+		env = append(env, "PULUMI_NODEJS_TYPESCRIPT=true")
+	}
+	if opts.tsconfig != "" {
+		env = append(env, "PULUMI_NODEJS_TSCONFIG_PATH="+opts.tsconfig)
+	}
+
+	// Stop node when the engine cancels us or the RPC goes away: interrupt
+	// first, kill after a grace period.
+	runCtx, cancel := context.WithCancel(h.cancelCtx)
+	defer cancel()
+	stopWatch := context.AfterFunc(ctx, cancel)
+	defer stopWatch()
+
+	cmd := exec.CommandContext(runCtx, nodeBin, args...)
+	cmd.Dir = programDir
+	cmd.Env = env
+	// Hand node pipes (wrapped writers make exec copy through a pipe) rather
+	// than our own stdout/stderr: node may switch its stdio file descriptors
+	// to non-blocking mode, which would then affect this process too.
+	cmd.Stdout = struct{ io.Writer }{os.Stdout}
+	cmd.Stderr = struct{ io.Writer }{os.Stderr}
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 5 * time.Second
+
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			switch code := exitErr.ExitCode(); code {
+			case exitCodeAlreadyReported:
+				return &pulumirpc.RunResponse{Bail: true}, nil
+			case 0:
+				return fail(fmt.Errorf("program exited unexpectedly: %w", err))
+			default:
+				return fail(fmt.Errorf("Program exited with non-zero exit code: %d", code))
+			}
+		}
+		return fail(fmt.Errorf("could not run the Node.js program: %w", err))
+	}
+	return &pulumirpc.RunResponse{}, nil
+}

@@ -1,0 +1,424 @@
+/**
+ * Domain XML for a proxy VM, and the parser `read` uses on what libvirt
+ * returns.
+ *
+ * Disks are always `<disk type='file'>` with the paths libvirt reported for
+ * the volumes (virStorageVolGetPath), never `<disk type='volume'>`: libvirt's
+ * virt-aa-helper only grants QEMU AppArmor access to disk sources that carry
+ * a path, so pool/volume references fail with "Could not open base image:
+ * Permission denied" on every stock Debian/Ubuntu host.
+ */
+import { DOMAIN_TYPES, type DomainType, FIRMWARES, type Firmware, type NicAttachment } from "./config";
+import { buildMetadataElement, checkMetadata, findMetadata, type ProxyMetadata } from "./metadata";
+import { domainNameProblem } from "./names";
+import { Failures } from "./validation";
+import {
+  attribute,
+  childElement,
+  childElements,
+  descend,
+  el,
+  forbiddenXmlCharacter,
+  parseXml,
+  serializeXml,
+  textContent,
+  type XmlElement,
+  XmlError,
+  type XmlNode,
+} from "./xml";
+
+/** The name of the virtio-serial channel qemu-guest-agent listens on. */
+export const GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0";
+/** Machine type requested; libvirt expands it to the newest versioned q35 (e.g. `pc-q35-7.2`). */
+export const MACHINE_TYPE = "q35";
+/** Target device of the root disk (virtio). */
+export const ROOT_DISK_TARGET = "vda";
+/** Target device of the seed CD-ROM (SATA). */
+export const SEED_TARGET = "sda";
+
+/** Smallest and largest memory accepted, MiB. */
+export const MIN_MEMORY_MIB = 128;
+export const MAX_MEMORY_MIB = 1024 * 1024;
+/** Most vCPUs accepted. */
+export const MAX_VCPUS = 256;
+
+/** Everything {@link buildDomainXml} needs. Paths are already resolved by the caller. */
+export interface DomainSpec {
+  name: string;
+  /** From the host configuration: `kvm`, or `qemu` (TCG) on hosts without hardware virtualisation. */
+  domainType: DomainType;
+  memoryMiB: number;
+  vcpus: number;
+  firmware: Firmware;
+  /** Absolute path of the per-VM qcow2 overlay, as virStorageVolGetPath reported it. */
+  diskPath: string;
+  /** Absolute path of the NoCloud seed ISO volume. */
+  seedPath: string;
+  nic: NicAttachment;
+  /** A fixed MAC address (unicast, `52:54:00:...` style); libvirt generates one when omitted. */
+  mac?: string;
+  metadata: ProxyMetadata;
+}
+
+/**
+ * Why `mac` is not an acceptable fixed MAC address, or undefined: six
+ * colon-separated hex octets, unicast (libvirt rejects multicast) and not all zero.
+ */
+export function macAddressProblem(mac: unknown): string | undefined {
+  if (typeof mac !== "string" || !/^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}$/.test(mac)) {
+    return "must be six colon-separated hex octets, e.g. 52:54:00:12:34:56";
+  }
+  const first = Number.parseInt(mac.slice(0, 2), 16);
+  if ((first & 1) === 1) return "must be a unicast address (the first octet's lowest bit must be 0)";
+  if (/^00(?::00){5}$/.test(mac)) return "must not be all zero";
+  return undefined;
+}
+
+/** Normalises a MAC address to lower case (libvirt reports lower case). */
+export function normaliseMac(mac: string): string {
+  return mac.toLowerCase();
+}
+
+function pathProblem(path: unknown): string | undefined {
+  if (typeof path !== "string" || !path.startsWith("/") || path === "/")
+    return "must be an absolute file path";
+  const bad = forbiddenXmlCharacter(path);
+  return bad === undefined ? undefined : `contains ${bad}, which XML cannot carry`;
+}
+
+/**
+ * Checks a spec, recording every failure under `f` (paths `name`,
+ * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `mac`, `nic.network`,
+ * metadata fields such as `proxyPort` and `tags.<key>`).
+ */
+export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()): Failures {
+  const nameProblem = domainNameProblem(spec.name);
+  if (nameProblem !== undefined) f.fail("name", nameProblem);
+  if (!DOMAIN_TYPES.includes(spec.domainType))
+    f.fail("domainType", `must be one of ${DOMAIN_TYPES.join(", ")}`);
+  if (!FIRMWARES.includes(spec.firmware)) f.fail("firmware", `must be one of ${FIRMWARES.join(", ")}`);
+  if (
+    !Number.isInteger(spec.memoryMiB) ||
+    spec.memoryMiB < MIN_MEMORY_MIB ||
+    spec.memoryMiB > MAX_MEMORY_MIB
+  ) {
+    f.fail("memoryMiB", `must be an integer from ${MIN_MEMORY_MIB} to ${MAX_MEMORY_MIB}`);
+  }
+  if (!Number.isInteger(spec.vcpus) || spec.vcpus < 1 || spec.vcpus > MAX_VCPUS) {
+    f.fail("vcpus", `must be an integer from 1 to ${MAX_VCPUS}`);
+  }
+  const diskProblem = pathProblem(spec.diskPath);
+  if (diskProblem !== undefined) f.fail("diskPath", diskProblem);
+  const seedProblem = pathProblem(spec.seedPath);
+  if (seedProblem !== undefined) f.fail("seedPath", seedProblem);
+  if (spec.diskPath === spec.seedPath && diskProblem === undefined)
+    f.fail("seedPath", "must differ from diskPath");
+  if (spec.mac !== undefined) {
+    const macProblem = macAddressProblem(spec.mac);
+    if (macProblem !== undefined) f.fail("mac", macProblem);
+  }
+  const nic = spec.nic as NicAttachment | undefined;
+  if (nic?.kind === "network") {
+    if (typeof nic.network !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}$/.test(nic.network)) {
+      f.fail("nic.network", "must be a libvirt network name");
+    }
+  } else if (nic?.kind === "bridge") {
+    if (typeof nic.bridge !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$/.test(nic.bridge)) {
+      f.fail("nic.bridge", "must be a Linux interface name of 1-15 characters");
+    }
+  } else {
+    f.fail("nic", "must attach to a network or a bridge");
+  }
+  if (spec.metadata === undefined) f.fail("metadata", "is required");
+  else checkMetadata(spec.metadata, f);
+  return f;
+}
+
+/**
+ * The domain XML as an element tree (see {@link buildDomainXml}). Throws
+ * ValidationError listing every problem in the spec.
+ */
+export function buildDomainElement(spec: DomainSpec): XmlElement {
+  checkDomainSpec(spec).throwIfAny("invalid VM spec");
+  const uefi = spec.firmware === "uefi";
+  // host-passthrough needs KVM; under TCG, "maximum" asks QEMU for every
+  // feature it can emulate (x86-64-v2 and beyond, which current distributions
+  // need), where the default qemu64 model lacks SSE4.2/POPCNT.
+  const cpu =
+    spec.domainType === "kvm"
+      ? el("cpu", { mode: "host-passthrough", check: "none" })
+      : el("cpu", { mode: "maximum" });
+  const nic = spec.nic;
+  return el(
+    "domain",
+    { type: spec.domainType },
+    el("name", {}, spec.name),
+    el("metadata", {}, buildMetadataElement(spec.metadata)),
+    el("memory", { unit: "MiB" }, spec.memoryMiB),
+    el("vcpu", { placement: "static" }, spec.vcpus),
+    el(
+      "os",
+      // firmware='efi' lets libvirt pick the OVMF binary matching the
+      // machine and create/manage the NVRAM file (removed by undefine with
+      // the NVRAM flag). No explicit <loader>/<nvram>.
+      uefi ? { firmware: "efi" } : {},
+      el("type", { arch: "x86_64", machine: MACHINE_TYPE }, "hvm"),
+      uefi && el("firmware", {}, el("feature", { enabled: "no", name: "secure-boot" })),
+      el("boot", { dev: "hd" }),
+    ),
+    el("features", {}, el("acpi"), el("apic")),
+    cpu,
+    el("clock", { offset: "utc" }),
+    el("on_poweroff", {}, "destroy"),
+    el("on_reboot", {}, "restart"),
+    // A crashed guest stays down and visible as such, rather than looping.
+    el("on_crash", {}, "destroy"),
+    el(
+      "devices",
+      {},
+      el(
+        "disk",
+        { type: "file", device: "disk" },
+        el("driver", { name: "qemu", type: "qcow2", discard: "unmap" }),
+        el("source", { file: spec.diskPath }),
+        el("target", { dev: ROOT_DISK_TARGET, bus: "virtio" }),
+      ),
+      el(
+        "disk",
+        { type: "file", device: "cdrom" },
+        el("driver", { name: "qemu", type: "raw" }),
+        el("source", { file: spec.seedPath }),
+        el("target", { dev: SEED_TARGET, bus: "sata" }),
+        el("readonly"),
+      ),
+      el(
+        "interface",
+        { type: nic.kind },
+        spec.mac !== undefined && el("mac", { address: normaliseMac(spec.mac) }),
+        nic.kind === "network"
+          ? el("source", { network: nic.network })
+          : el("source", { bridge: nic.bridge }),
+        el("model", { type: "virtio" }),
+      ),
+      el(
+        "channel",
+        { type: "unix" },
+        // No path: libvirt generates one per domain.
+        el("source", { mode: "bind" }),
+        el("target", { type: "virtio", name: GUEST_AGENT_CHANNEL }),
+      ),
+      el("serial", { type: "pty" }, el("target", { port: 0 })),
+      el("console", { type: "pty" }, el("target", { type: "serial", port: 0 })),
+      el("rng", { model: "virtio" }, el("backend", { model: "random" }, "/dev/urandom")),
+    ),
+  );
+}
+
+/**
+ * Builds the domain XML libvirt's virDomainDefineXML takes: a q35 machine of
+ * the host's domain type (`kvm` or `qemu`); memory in MiB and static vCPUs;
+ * the overlay as a virtio qcow2 disk and the seed as a read-only SATA CD-ROM,
+ * both `type='file'` with exactly the given paths; one virtio NIC on a
+ * libvirt network or a bridge, with an optional fixed MAC; the guest-agent
+ * channel `org.qemu.guest_agent.0`; a pty serial console; a virtio RNG fed
+ * from /dev/urandom; UEFI via `<os firmware='efi'>` with secure boot off (no
+ * explicit loader or NVRAM) or BIOS; our metadata element; power-off and
+ * crash destroy, reboot restarts. CPU: host-passthrough under KVM, `maximum`
+ * under TCG.
+ *
+ * Pure; every value is escaped by the serializer. Throws ValidationError
+ * listing every problem in the spec.
+ */
+export function buildDomainXml(spec: DomainSpec): string {
+  return serializeXml(buildDomainElement(spec));
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------
+
+/** One `<disk>` of a parsed domain. */
+export interface ParsedDisk {
+  /** `file`, `block`, `volume`, `network`... as libvirt reports it. */
+  type: string;
+  /** `disk`, `cdrom`... */
+  device: string;
+  /** source file (type file) or dev (type block). */
+  source?: string;
+  /** For `type='volume'` disks (never ours): the pool and volume named. */
+  pool?: string;
+  volume?: string;
+  driverType?: string;
+  targetDev?: string;
+  targetBus?: string;
+  readonly: boolean;
+}
+
+/** One `<interface>` of a parsed domain. */
+export interface ParsedInterface {
+  /** `network`, `bridge`, `user`... */
+  type: string;
+  mac?: string;
+  network?: string;
+  bridge?: string;
+  model?: string;
+}
+
+/** What `read` needs from a domain XML. */
+export interface ParsedDomain {
+  name: string;
+  uuid?: string;
+  /** The domain type as libvirt reports it (`kvm`, `qemu`, or another driver's). */
+  domainType: string;
+  /** Machine as libvirt expanded it, e.g. `pc-q35-7.2`. */
+  machine?: string;
+  /** Maximum memory in MiB (may be fractional if the domain was not defined in whole MiB). */
+  memoryMiB: number;
+  vcpus: number;
+  firmware: Firmware;
+  disks: ParsedDisk[];
+  /** Source of the first `device='disk'` disk: our overlay. */
+  diskPath?: string;
+  /** Source of the first `device='cdrom'` disk: our seed. */
+  seedPath?: string;
+  interfaces: ParsedInterface[];
+  /** The first interface's MAC address, lower case. */
+  mac?: string;
+  /** The first interface's attachment, when it is a network or bridge. */
+  nic?: NicAttachment;
+  /** Our metadata; undefined for domains this provider does not manage. */
+  metadata?: ProxyMetadata;
+}
+
+const UNIT_BYTES: Record<string, number> = {
+  b: 1,
+  bytes: 1,
+  k: 1024,
+  kib: 1024,
+  kb: 1000,
+  m: 1024 ** 2,
+  mib: 1024 ** 2,
+  mb: 1000 ** 2,
+  g: 1024 ** 3,
+  gib: 1024 ** 3,
+  gb: 1000 ** 3,
+  t: 1024 ** 4,
+  tib: 1024 ** 4,
+  tb: 1000 ** 4,
+};
+
+/**
+ * Converts a libvirt scaled integer (`<memory unit='KiB'>262144</memory>`;
+ * the unit defaults to `defaultUnit`) to bytes. Throws XmlError on a bad value or unit.
+ */
+export function scaledToBytes(value: string, unit: string | undefined, defaultUnit = "KiB"): number {
+  const factor = UNIT_BYTES[(unit ?? defaultUnit).toLowerCase()];
+  if (factor === undefined) throw new XmlError(`unknown unit ${JSON.stringify(unit)}`);
+  const v = value.trim();
+  if (!/^[0-9]{1,20}$/.test(v)) throw new XmlError(`not a non-negative integer: ${JSON.stringify(value)}`);
+  return Number(v) * factor;
+}
+
+/**
+ * Parses a domain XML as libvirt returns it (virDomainGetXMLDesc) into what
+ * `read` needs: name, UUID, domain type, memory, vCPUs, disks and their
+ * sources, NIC MAC and network/bridge, firmware, and our metadata.
+ *
+ * Firmware is `uefi` when `<os firmware='efi'>` or a pflash `<loader>` is
+ * present, else `bios`. Throws XmlError for malformed XML or a document that
+ * is not a domain, and MetadataError when our metadata element is present
+ * but invalid; other tools' metadata is ignored.
+ */
+export function parseDomainXml(xml: string): ParsedDomain {
+  const root = parseXml(xml);
+  if (root.localName !== "domain" || root.namespace !== "")
+    throw new XmlError(`expected <domain>, got <${root.name}>`);
+  const name = textContent(childElement(root, "name")).trim();
+  if (name === "") throw new XmlError("domain XML lacks <name>");
+  const domainType = attribute(root, "type");
+  if (domainType === undefined) throw new XmlError("domain XML lacks the type attribute");
+
+  const memory = childElement(root, "memory");
+  if (memory === undefined) throw new XmlError("domain XML lacks <memory>");
+  const memoryMiB = scaledToBytes(textContent(memory), attribute(memory, "unit")) / 1024 ** 2;
+  const vcpuText = textContent(childElement(root, "vcpu")).trim();
+  if (!/^[0-9]+$/.test(vcpuText))
+    throw new XmlError(`domain XML has a bad <vcpu>: ${JSON.stringify(vcpuText)}`);
+
+  const os = childElement(root, "os");
+  const loader = descend(os, "loader");
+  const uefi =
+    attribute(os, "firmware") === "efi" ||
+    attribute(loader, "type") === "pflash" ||
+    /ovmf|edk2|efi/i.test(textContent(loader));
+
+  const devices = childElement(root, "devices");
+  const disks: ParsedDisk[] = devices === undefined ? [] : childElements(devices, "disk").map(parseDisk);
+  const interfaces: ParsedInterface[] =
+    devices === undefined ? [] : childElements(devices, "interface").map(parseInterface);
+
+  const parsed: ParsedDomain = {
+    name,
+    domainType,
+    memoryMiB,
+    vcpus: Number(vcpuText),
+    firmware: uefi ? "uefi" : "bios",
+    disks,
+    interfaces,
+  };
+  const uuid = textContent(childElement(root, "uuid")).trim();
+  if (uuid !== "") parsed.uuid = uuid;
+  const machine = attribute(descend(os, "type"), "machine");
+  if (machine !== undefined) parsed.machine = machine;
+  const root0 = disks.find((d) => d.device === "disk");
+  if (root0?.source !== undefined) parsed.diskPath = root0.source;
+  const seed = disks.find((d) => d.device === "cdrom");
+  if (seed?.source !== undefined) parsed.seedPath = seed.source;
+  const first = interfaces[0];
+  if (first?.mac !== undefined) parsed.mac = first.mac;
+  if (first?.type === "network" && first.network !== undefined)
+    parsed.nic = { kind: "network", network: first.network };
+  if (first?.type === "bridge" && first.bridge !== undefined)
+    parsed.nic = { kind: "bridge", bridge: first.bridge };
+  const metadata = findMetadata(root);
+  if (metadata !== undefined) parsed.metadata = metadata;
+  return parsed;
+}
+
+function parseDisk(disk: XmlNode): ParsedDisk {
+  const source = childElement(disk, "source");
+  const driver = childElement(disk, "driver");
+  const target = childElement(disk, "target");
+  const out: ParsedDisk = {
+    type: attribute(disk, "type") ?? "file",
+    device: attribute(disk, "device") ?? "disk",
+    readonly: childElement(disk, "readonly") !== undefined,
+  };
+  const src = attribute(source, "file") ?? attribute(source, "dev");
+  if (src !== undefined) out.source = src;
+  const pool = attribute(source, "pool");
+  if (pool !== undefined) out.pool = pool;
+  const volume = attribute(source, "volume");
+  if (volume !== undefined) out.volume = volume;
+  const driverType = attribute(driver, "type");
+  if (driverType !== undefined) out.driverType = driverType;
+  const dev = attribute(target, "dev");
+  if (dev !== undefined) out.targetDev = dev;
+  const bus = attribute(target, "bus");
+  if (bus !== undefined) out.targetBus = bus;
+  return out;
+}
+
+function parseInterface(iface: XmlNode): ParsedInterface {
+  const source = childElement(iface, "source");
+  const out: ParsedInterface = { type: attribute(iface, "type") ?? "" };
+  const mac = attribute(childElement(iface, "mac"), "address");
+  if (mac !== undefined) out.mac = normaliseMac(mac);
+  const network = attribute(source, "network");
+  if (network !== undefined) out.network = network;
+  const bridge = attribute(source, "bridge");
+  if (bridge !== undefined) out.bridge = bridge;
+  const model = attribute(childElement(iface, "model"), "type");
+  if (model !== undefined) out.model = model;
+  return out;
+}

@@ -1,0 +1,277 @@
+/**
+ * The ownership contract stored in each VM's domain XML: a `<metadata>` child
+ * element in a namespace of our own. It marks the domain as managed by this
+ * provider, names its owner (Pulumi project, stack, resource URN) and keeps
+ * the few spec fields `read` cannot recover from libvirt itself.
+ *
+ * Format (every value an attribute, so libvirt's re-serialisation cannot
+ * alter whitespace in values):
+ *
+ * ```xml
+ * <kvmp:proxy xmlns:kvmp="https://pulumi-kvm-proxy.dev/xmlns/proxy/v1"
+ *             version="1" managedBy="pulumi-kvm-proxy" createdAt="2026-01-02T03:04:05.000Z">
+ *   <kvmp:owner project="infra" stack="prod" urn="urn:pulumi:prod::infra::kvm:Proxy::web"/>
+ *   <kvmp:image ref="debian" url="https://..." format="qcow2" sha256="..."/>
+ *   <kvmp:spec hash="<sha256 hex>" proxyPort="3128" diskGiB="10"/>
+ *   <kvmp:tag key="team" value="crawl"/>
+ * </kvmp:proxy>
+ * ```
+ *
+ * Memory, vCPUs, firmware, MAC and network are read from the domain XML
+ * itself; the host and name from the provider ID.
+ */
+import { createHash } from "node:crypto";
+import { ProviderError } from "../errors";
+import { IMAGE_FORMATS, type ImageFormat } from "./config";
+import { Failures } from "./validation";
+import { attribute, childElements, el, parseXml, serializeXml, type XmlElement, type XmlNode } from "./xml";
+
+/** The namespace URI of our metadata element (also the `uri` argument of virDomainSetMetadata/GetMetadata). */
+export const METADATA_NAMESPACE = "https://pulumi-kvm-proxy.dev/xmlns/proxy/v1";
+/** The prefix we write (the `key` argument of virDomainSetMetadata). Readers must not rely on it. */
+export const METADATA_PREFIX = "kvmp";
+/** Local name of the metadata root element. */
+export const METADATA_ROOT = "proxy";
+/** Value of the managed-by marker. */
+export const MANAGED_BY = "pulumi-kvm-proxy";
+/** Format version written; other versions are rejected by {@link parseMetadata}. */
+export const METADATA_VERSION = "1";
+
+/** Who owns a VM. */
+export interface MetadataOwner {
+  project: string;
+  stack: string;
+  urn: string;
+}
+
+/** The image a VM was created from. */
+export interface MetadataImage {
+  /** The reference as the resource gave it: an image key or a direct URL. */
+  ref: string;
+  /** Canonical URL of the image. */
+  url: string;
+  format: ImageFormat;
+  sha256?: string;
+}
+
+/** Everything stored in a VM's metadata element. */
+export interface ProxyMetadata {
+  owner: MetadataOwner;
+  image: MetadataImage;
+  /** SHA-256 hex of the canonical spec (see {@link hashSpec}): tells whether the live VM matches the inputs. */
+  specHash: string;
+  /** Creation time, ISO 8601 (as from `Date.prototype.toISOString`). */
+  createdAt: string;
+  proxyPort: number;
+  /** The requested root disk size (the overlay may be larger: at least the image's virtual size). */
+  diskGiB: number;
+  tags: Record<string, string>;
+}
+
+/** Our own metadata element exists but is not valid. Always permanent. */
+export class MetadataError extends ProviderError {
+  constructor(reason: string) {
+    super("permanent", `invalid ${MANAGED_BY} metadata: ${reason}`);
+  }
+}
+
+const HEX64 = /^[0-9a-f]{64}$/;
+const ISO8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/;
+/** Most tags a VM may carry. */
+export const MAX_TAGS = 64;
+const MAX_TAG_KEY = 128;
+const MAX_TAG_VALUE = 256;
+
+/**
+ * Checks metadata before it is written, recording failures under `f` with
+ * paths named after the resource inputs (`proxyPort`, `tags.<key>`, `owner.urn`).
+ */
+export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): Failures {
+  const str = (v: unknown, path: string) => {
+    if (typeof v !== "string" || v === "") f.fail(path, "must be a non-empty string");
+  };
+  str(m.owner?.project, "owner.project");
+  str(m.owner?.stack, "owner.stack");
+  str(m.owner?.urn, "owner.urn");
+  str(m.image?.ref, "image");
+  str(m.image?.url, "image.url");
+  if (!IMAGE_FORMATS.includes(m.image?.format)) f.fail("image.format", "must be qcow2 or raw");
+  if (m.image?.sha256 !== undefined && !HEX64.test(m.image.sha256)) {
+    f.fail("image.sha256", "must be 64 lower-case hexadecimal characters");
+  }
+  if (typeof m.specHash !== "string" || !HEX64.test(m.specHash)) {
+    f.fail("specHash", "must be 64 lower-case hexadecimal characters");
+  }
+  if (!isIsoTime(m.createdAt)) f.fail("createdAt", "must be an ISO 8601 date-time");
+  if (!Number.isInteger(m.proxyPort) || m.proxyPort < 1 || m.proxyPort > 65535) {
+    f.fail("proxyPort", "must be an integer from 1 to 65535");
+  }
+  if (!Number.isInteger(m.diskGiB) || m.diskGiB < 1) f.fail("diskGiB", "must be a positive integer");
+  const tags = m.tags ?? {};
+  if (typeof tags !== "object" || tags === null) f.fail("tags", "must be an object");
+  else {
+    const entries = Object.entries(tags);
+    if (entries.length > MAX_TAGS) f.fail("tags", `at most ${MAX_TAGS} tags`);
+    for (const [k, v] of entries) {
+      if (k === "" || k.length > MAX_TAG_KEY) f.fail(`tags.${k}`, `key must be 1-${MAX_TAG_KEY} characters`);
+      if (typeof v !== "string") f.fail(`tags.${k}`, "value must be a string");
+      else if (v.length > MAX_TAG_VALUE)
+        f.fail(`tags.${k}`, `value must be at most ${MAX_TAG_VALUE} characters`);
+    }
+  }
+  return f;
+}
+
+function isIsoTime(v: unknown): v is string {
+  return typeof v === "string" && ISO8601.test(v) && !Number.isNaN(Date.parse(v));
+}
+
+/**
+ * The metadata element as a tree, for embedding in the domain XML's
+ * `<metadata>`. Throws ValidationError when {@link checkMetadata} finds failures.
+ */
+export function buildMetadataElement(m: ProxyMetadata): XmlElement {
+  checkMetadata(m).throwIfAny("invalid VM metadata");
+  const p = (name: string) => `${METADATA_PREFIX}:${name}`;
+  return el(
+    p(METADATA_ROOT),
+    {
+      [`xmlns:${METADATA_PREFIX}`]: METADATA_NAMESPACE,
+      version: METADATA_VERSION,
+      managedBy: MANAGED_BY,
+      createdAt: m.createdAt,
+    },
+    el(p("owner"), { project: m.owner.project, stack: m.owner.stack, urn: m.owner.urn }),
+    el(p("image"), { ref: m.image.ref, url: m.image.url, format: m.image.format, sha256: m.image.sha256 }),
+    el(p("spec"), { hash: m.specHash, proxyPort: m.proxyPort, diskGiB: m.diskGiB }),
+    ...Object.entries(m.tags ?? {}).map(([key, value]) => el(p("tag"), { key, value })),
+  );
+}
+
+/**
+ * The metadata fragment as a string: what virDomainSetMetadata takes (with
+ * key {@link METADATA_PREFIX} and uri {@link METADATA_NAMESPACE}) and what
+ * the domain XML embeds. Throws ValidationError on invalid metadata.
+ */
+export function buildMetadataXml(m: ProxyMetadata): string {
+  return serializeXml(buildMetadataElement(m));
+}
+
+/**
+ * Reads our metadata from XML, accepting:
+ * - the fragment as virDomainGetMetadata returns it — libvirt strips the
+ *   namespace, so the root is a bare `<proxy>` (a namespaced root in our
+ *   namespace, under any prefix, is accepted too);
+ * - a full domain XML (or a `<metadata>` element), where it is found by
+ *   namespace URI among `<metadata>`'s children whatever the prefix.
+ *
+ * Returns undefined when there is no element of ours: no metadata, or only
+ * other tools' metadata — those are never an error. Throws MetadataError
+ * (permanent) when our element is present but invalid (missing or bad fields,
+ * unknown version), and XmlError when the input is not well-formed XML.
+ */
+export function parseMetadata(xml: string): ProxyMetadata | undefined {
+  return findMetadata(parseXml(xml));
+}
+
+/** As {@link parseMetadata}, for an already parsed tree. */
+export function findMetadata(root: XmlNode): ProxyMetadata | undefined {
+  if (root.namespace === METADATA_NAMESPACE) {
+    if (root.localName !== METADATA_ROOT)
+      throw new MetadataError(`unexpected root element <${root.localName}>`);
+    return decode(root);
+  }
+  if (root.namespace !== "") return undefined;
+  if (root.localName === METADATA_ROOT) return decode(root);
+  let container: XmlNode | undefined;
+  if (root.localName === "metadata") container = root;
+  else if (root.localName === "domain") container = childElements(root, "metadata")[0];
+  if (container === undefined) return undefined;
+  const ours = childElements(container, undefined, METADATA_NAMESPACE);
+  if (ours.length === 0) return undefined;
+  if (ours.length > 1) throw new MetadataError("more than one element in our namespace");
+  const node = ours[0] as XmlNode;
+  if (node.localName !== METADATA_ROOT)
+    throw new MetadataError(`unexpected root element <${node.localName}>`);
+  return decode(node);
+}
+
+function decode(root: XmlNode): ProxyMetadata {
+  const version = attribute(root, "version");
+  if (version !== METADATA_VERSION) {
+    throw new MetadataError(
+      `unsupported version ${JSON.stringify(version ?? null)} (this provider reads ${METADATA_VERSION})`,
+    );
+  }
+  const managedBy = attribute(root, "managedBy");
+  if (managedBy !== MANAGED_BY) throw new MetadataError(`managedBy is ${JSON.stringify(managedBy ?? null)}`);
+  const one = (name: string): XmlNode => {
+    const found = childElements(root, name);
+    if (found.length !== 1) throw new MetadataError(`expected exactly one <${name}>, found ${found.length}`);
+    return found[0] as XmlNode;
+  };
+  const need = (node: XmlNode, name: string): string => {
+    const v = attribute(node, name);
+    if (v === undefined) throw new MetadataError(`<${node.localName}> lacks ${name}`);
+    return v;
+  };
+  const int = (node: XmlNode, name: string): number => {
+    const raw = need(node, name);
+    if (!/^[0-9]{1,15}$/.test(raw))
+      throw new MetadataError(`<${node.localName}> ${name} is not an integer: ${raw}`);
+    return Number(raw);
+  };
+  const owner = one("owner");
+  const image = one("image");
+  const spec = one("spec");
+  const tags: Record<string, string> = {};
+  for (const tag of childElements(root, "tag")) {
+    const key = need(tag, "key");
+    if (Object.hasOwn(tags, key)) throw new MetadataError(`duplicate tag ${JSON.stringify(key)}`);
+    tags[key] = need(tag, "value");
+  }
+  const m: ProxyMetadata = {
+    owner: { project: need(owner, "project"), stack: need(owner, "stack"), urn: need(owner, "urn") },
+    image: { ref: need(image, "ref"), url: need(image, "url"), format: need(image, "format") as ImageFormat },
+    specHash: need(spec, "hash"),
+    createdAt: need(root, "createdAt"),
+    proxyPort: int(spec, "proxyPort"),
+    diskGiB: int(spec, "diskGiB"),
+    tags,
+  };
+  const sha256 = attribute(image, "sha256");
+  if (sha256 !== undefined) m.image.sha256 = sha256;
+  const failures = checkMetadata(m);
+  if (!failures.empty) {
+    throw new MetadataError(failures.list.map((x) => `${x.property}: ${x.reason}`).join("; "));
+  }
+  return m;
+}
+
+/**
+ * SHA-256 hex of a canonical JSON rendering of `spec`: object keys sorted at
+ * every level, `undefined` members dropped, arrays kept in order. Equal specs
+ * hash equal regardless of key order.
+ */
+export function hashSpec(spec: unknown): string {
+  return createHash("sha256").update(canonicalJson(spec)).digest("hex");
+}
+
+/** The canonical JSON text {@link hashSpec} hashes. Throws on values JSON cannot represent. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value === "boolean" || typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "number") {
+    if (!Number.isFinite(value))
+      throw new ProviderError("permanent", `cannot hash non-finite number ${value}`);
+    return JSON.stringify(value);
+  }
+  if (Array.isArray(value))
+    return `[${value.map((v) => (v === undefined ? "null" : canonicalJson(v))).join(",")}]`;
+  if (typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  throw new ProviderError("permanent", `cannot hash a value of type ${typeof value}`);
+}

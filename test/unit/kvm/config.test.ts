@@ -1,0 +1,327 @@
+import { describe, expect, it } from "vitest";
+import {
+  configKeyProblem,
+  DEFAULT_KNOWN_HOSTS_PATH,
+  DEFAULT_REMOTE_SOCKET,
+  type HostConfig,
+  parseConfig,
+  resolveImage,
+  validateConfig,
+} from "../../../provider/kvm/config";
+import { ValidationError } from "../../../provider/kvm/validation";
+
+const KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n";
+const SHA = "0123456789abcdef".repeat(4);
+
+function host(input: Record<string, unknown>): HostConfig {
+  return parseConfig({ hosts: { edge: input } }).hosts.edge as HostConfig;
+}
+
+function failures(input: unknown) {
+  const result = validateConfig(input);
+  if (result.ok) throw new Error("expected failures");
+  return result.failures;
+}
+
+describe("host configuration", () => {
+  it("applies every default to a minimal ssh host", () => {
+    expect(host({ uri: "ssh://box.example.com", privateKeyPath: "/k" })).toEqual({
+      key: "edge",
+      uri: "ssh://box.example.com",
+      endpoint: {
+        kind: "ssh",
+        user: "root",
+        host: "box.example.com",
+        port: 22,
+        socketPath: DEFAULT_REMOTE_SOCKET,
+      },
+      driverUri: "qemu:///system",
+      domainType: "kvm",
+      pool: "default",
+      nic: { kind: "network", network: "default" },
+      ssh: { privateKeyPath: "/k", knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH },
+    });
+  });
+
+  it.each([
+    [
+      "ssh://admin@h:2222",
+      { kind: "ssh", user: "admin", host: "h", port: 2222, socketPath: DEFAULT_REMOTE_SOCKET },
+    ],
+    ["ssh://h:22/", { kind: "ssh", user: "root", host: "h", port: 22, socketPath: DEFAULT_REMOTE_SOCKET }],
+    [
+      "ssh://root@10.0.0.5",
+      { kind: "ssh", user: "root", host: "10.0.0.5", port: 22, socketPath: DEFAULT_REMOTE_SOCKET },
+    ],
+    [
+      "ssh://root@[fd00::1]:2200",
+      { kind: "ssh", user: "root", host: "fd00::1", port: 2200, socketPath: DEFAULT_REMOTE_SOCKET },
+    ],
+    [
+      "ssh://h?socket=/run/libvirt/virtqemud-sock",
+      { kind: "ssh", user: "root", host: "h", port: 22, socketPath: "/run/libvirt/virtqemud-sock" },
+    ],
+  ])("parses the ssh URI %s", (uri, endpoint) => {
+    expect(host({ uri, agentSocket: "/run/agent" }).endpoint).toEqual(endpoint);
+  });
+
+  it("parses a unix socket URI and needs no SSH material", () => {
+    const h = host({ uri: "unix:///var/run/libvirt/libvirt-sock" });
+    expect(h.endpoint).toEqual({ kind: "unix", socketPath: "/var/run/libvirt/libvirt-sock" });
+    expect(h.ssh).toBeUndefined();
+  });
+
+  it.each([
+    ["missing", undefined, "is required"],
+    ["not a URL", "box.example.com", "ssh://"],
+    ["a libvirt URI", "qemu+ssh://root@h/system", "driverUri"],
+    ["another scheme", "tcp://h:16509", "not supported"],
+    ["a password", "ssh://root:secret@h", "password"],
+    ["a path on an ssh URI", "ssh://h/system", "path"],
+    ["an unknown query parameter", "ssh://h?keyfile=/k", "keyfile"],
+    ["a relative socket", "ssh://h?socket=sock", "absolute"],
+    ["port 0", "ssh://h:0", "port"],
+    ["port out of range", "ssh://h:70000", "ssh://"],
+    ["a bad user", "ssh://bad%20user@h", "user"],
+    ["a unix URI with a host", "unix://h/var/run/sock", "empty host"],
+    ["a unix URI without a path", "unix:///", "absolute path"],
+    ["a fragment", "ssh://h#x", "fragment"],
+  ])("rejects a uri with %s, naming hosts.edge.uri", (_, uri, reason) => {
+    const f = failures({ hosts: { edge: { uri, agentSocket: "/a" } } });
+    expect(f).toContainEqual({ property: "hosts.edge.uri", reason: expect.stringContaining(reason) });
+  });
+
+  it.each([
+    ["kvm", "kvm"],
+    ["qemu", "qemu"],
+  ])("takes domainType %s per host (the TCG-only test host needs qemu)", (domainType, expected) => {
+    expect(host({ uri: "unix:///s", domainType }).domainType).toBe(expected);
+  });
+
+  it("rejects an unknown domainType", () => {
+    expect(failures({ hosts: { edge: { uri: "unix:///s", domainType: "xen" } } })).toEqual([
+      { property: "hosts.edge.domainType", reason: expect.stringContaining('"kvm", "qemu"') },
+    ]);
+  });
+
+  it("attaches NICs to a bridge when one is given", () => {
+    expect(host({ uri: "unix:///s", bridge: "br0" }).nic).toEqual({ kind: "bridge", bridge: "br0" });
+  });
+
+  it("attaches NICs to a named network", () => {
+    expect(host({ uri: "unix:///s", network: "lan" }).nic).toEqual({ kind: "network", network: "lan" });
+  });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    ["both network and bridge", { network: "n", bridge: "br0" }, "hosts.edge.bridge"],
+    ["a bridge name over 15 characters", { bridge: "a-very-long-bridge" }, "hosts.edge.bridge"],
+    ["a pool with a slash", { pool: "a/b" }, "hosts.edge.pool"],
+    ["an empty pool", { pool: "" }, "hosts.edge.pool"],
+    ["a non-string network", { network: 5 }, "hosts.edge.network"],
+    ["a driverUri that is not a URI", { driverUri: "system" }, "hosts.edge.driverUri"],
+    ["an unknown property", { privatekey: KEY }, "hosts.edge.privatekey"],
+  ])("rejects %s", (_, extra, property) => {
+    const f = failures({ hosts: { edge: { uri: "unix:///s", ...extra } } });
+    expect(f.map((x) => x.property)).toContain(property);
+  });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    ["no key, key file or agent", {}, "hosts.edge.privateKey"],
+    [
+      "both privateKey and privateKeyPath",
+      { privateKey: KEY, privateKeyPath: "/k" },
+      "hosts.edge.privateKeyPath",
+    ],
+    ["a path given as privateKey", { privateKey: "~/.ssh/id_ed25519" }, "hosts.edge.privateKey"],
+    [
+      "both knownHosts and knownHostsPath",
+      { agentSocket: "/a", knownHosts: "h ssh-ed25519 AAAA", knownHostsPath: "/kh" },
+      "hosts.edge.knownHostsPath",
+    ],
+    [
+      "a path given as knownHosts",
+      { agentSocket: "/a", knownHosts: "/root/.ssh/known_hosts" },
+      "hosts.edge.knownHosts",
+    ],
+    ["a passphrase without a key", { agentSocket: "/a", passphrase: "x" }, "hosts.edge.passphrase"],
+  ])("rejects an ssh host with %s", (_, extra, property) => {
+    const f = failures({ hosts: { edge: { uri: "ssh://h", ...extra } } });
+    expect(f.map((x) => x.property)).toContain(property);
+  });
+
+  it("rejects SSH material on a unix host", () => {
+    const f = failures({
+      hosts: { edge: { uri: "unix:///s", privateKeyPath: "/k", knownHostsPath: "/kh" } },
+    });
+    expect(f.map((x) => x.property).sort()).toEqual([
+      "hosts.edge.knownHostsPath",
+      "hosts.edge.privateKeyPath",
+    ]);
+  });
+
+  it("keeps known_hosts content and key content as given", () => {
+    const h = host({ uri: "ssh://h", privateKey: KEY, passphrase: "pw", knownHosts: "h ssh-ed25519 AAAA" });
+    expect(h.ssh).toEqual({ privateKey: KEY, passphrase: "pw", knownHosts: "h ssh-ed25519 AAAA" });
+  });
+
+  // History: a missing kvm-ssh Secret aborted the whole provider set at
+  // startup because keys were read eagerly. Config validation never touches
+  // the files, so a key created later heals on the next connection.
+  it("does not read key or known_hosts files while validating", () => {
+    const h = host({ uri: "ssh://h", privateKeyPath: "/nonexistent/id", knownHostsPath: "/nonexistent/kh" });
+    expect(h.ssh).toEqual({ privateKeyPath: "/nonexistent/id", knownHostsPath: "/nonexistent/kh" });
+  });
+});
+
+describe("image configuration", () => {
+  it("defaults to qcow2 and UEFI (Debian 13 hangs after GRUB under SeaBIOS)", () => {
+    const image = parseConfig({ images: { debian: { url: "https://example.com/d.qcow2" } } }).images.debian;
+    expect(image).toEqual({
+      key: "debian",
+      url: "https://example.com/d.qcow2",
+      source: { kind: "http", url: "https://example.com/d.qcow2" },
+      format: "qcow2",
+      firmware: "uefi",
+    });
+  });
+
+  it("takes format raw, firmware bios and a pinned checksum (lower-cased)", () => {
+    const image = parseConfig({
+      images: {
+        old: { url: "http://example.com/o.img", format: "raw", firmware: "bios", sha256: SHA.toUpperCase() },
+      },
+    }).images.old;
+    expect(image).toMatchObject({ format: "raw", firmware: "bios", sha256: SHA });
+  });
+
+  it.each([
+    [
+      "https://example.com/a b.qcow2",
+      "https://example.com/a%20b.qcow2",
+      { kind: "http", url: "https://example.com/a%20b.qcow2" },
+    ],
+    ["HTTPS://Example.COM/x", "https://example.com/x", { kind: "http", url: "https://example.com/x" }],
+    ["/srv/images/d.qcow2", "file:///srv/images/d.qcow2", { kind: "file", path: "/srv/images/d.qcow2" }],
+    [
+      "file:///srv/images/d.qcow2",
+      "file:///srv/images/d.qcow2",
+      { kind: "file", path: "/srv/images/d.qcow2" },
+    ],
+    ["file://localhost/srv/d.qcow2", "file:///srv/d.qcow2", { kind: "file", path: "/srv/d.qcow2" }],
+  ])("canonicalises %s", (url, canonical, source) => {
+    const image = parseConfig({ images: { i: { url } } }).images.i;
+    expect(image?.url).toBe(canonical);
+    expect(image?.source).toEqual(source);
+  });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    ["a missing url", {}, "images.debian.url"],
+    ["an ftp url", { url: "ftp://example.com/x" }, "images.debian.url"],
+    ["a relative path", { url: "images/x.qcow2" }, "images.debian.url"],
+    ["credentials in the url", { url: "https://u:p@example.com/x" }, "images.debian.url"],
+    ["a file URL on another host", { url: "file://nas/x" }, "images.debian.url"],
+    ["format vmdk", { url: "/x", format: "vmdk" }, "images.debian.format"],
+    ["firmware efi (the value is uefi)", { url: "/x", firmware: "efi" }, "images.debian.firmware"],
+    ["a short sha256", { url: "/x", sha256: "abc" }, "images.debian.sha256"],
+    ["a non-hex sha256", { url: "/x", sha256: "g".repeat(64) }, "images.debian.sha256"],
+    ["an unknown property", { url: "/x", checksum: SHA }, "images.debian.checksum"],
+  ])("rejects %s", (_, input, property) => {
+    expect(failures({ images: { debian: input } }).map((x) => x.property)).toContain(property);
+  });
+});
+
+describe("configuration as a whole", () => {
+  it("accepts an empty configuration", () => {
+    expect(parseConfig(undefined)).toEqual({ hosts: {}, images: {} });
+  });
+
+  it("collects every failure instead of stopping at the first", () => {
+    const f = failures({
+      hosts: { a: { uri: "tcp://x" }, b: { uri: "unix:///s", domainType: "xen" } },
+      images: { c: { url: "ftp://x", sha256: "no" } },
+    });
+    expect(f.map((x) => x.property).sort()).toEqual([
+      "hosts.a.uri",
+      "hosts.b.domainType",
+      "images.c.sha256",
+      "images.c.url",
+    ]);
+  });
+
+  it("throws a permanent ValidationError carrying the failures", () => {
+    try {
+      parseConfig({ hosts: { a: {} } });
+      expect.unreachable();
+    } catch (err) {
+      expect(err).toBeInstanceOf(ValidationError);
+      expect((err as ValidationError).kind).toBe("permanent");
+      expect((err as ValidationError).failures).toEqual([{ property: "hosts.a.uri", reason: "is required" }]);
+      expect((err as ValidationError).message).toContain("hosts.a.uri: is required");
+    }
+  });
+
+  it.each([
+    [[], ""],
+    ["x", ""],
+    [{ hosts: [] }, "hosts"],
+    [{ hosts: { a: "unix:///s" } }, "hosts.a"],
+    [{ hostz: {} }, "hostz"],
+  ])("rejects the shape %j at %j", (input, property) => {
+    expect(failures(input).map((x) => x.property)).toContain(property);
+  });
+
+  it.each(["Edge", "edge.1", "-edge", "edge-", "ed ge", "é", "a".repeat(64), "x/y", ""])(
+    "rejects the host key %j (host keys go into provider IDs)",
+    (key) => {
+      expect(configKeyProblem(key)).toBeDefined();
+      const property = key === "" ? "hosts" : `hosts.${key}`;
+      expect(failures({ hosts: { [key]: { uri: "unix:///s" } } })[0]?.property).toBe(property);
+    },
+  );
+
+  it.each(["edge", "e", "edge-1", "lab_2", "0", "a".repeat(63)])("accepts the key %j", (key) => {
+    expect(configKeyProblem(key)).toBeUndefined();
+  });
+});
+
+describe("resolveImage", () => {
+  const images = parseConfig({
+    images: { debian: { url: "https://example.com/d.qcow2", sha256: SHA, firmware: "bios" } },
+  }).images;
+
+  it("returns the configured image for a key", () => {
+    expect(resolveImage("debian", images)).toMatchObject({ key: "debian", sha256: SHA, firmware: "bios" });
+  });
+
+  it.each([
+    ["https://example.com/x.qcow2", "https://example.com/x.qcow2"],
+    ["http://example.com/x.qcow2", "http://example.com/x.qcow2"],
+    ["file:///srv/x.qcow2", "file:///srv/x.qcow2"],
+    ["/srv/x.qcow2", "file:///srv/x.qcow2"],
+  ])("takes the direct location %s with the image defaults (UEFI too)", (ref, url) => {
+    expect(resolveImage(ref, images)).toEqual(
+      expect.objectContaining({ url, format: "qcow2", firmware: "uefi" }),
+    );
+    expect(resolveImage(ref, images).key).toBeUndefined();
+  });
+
+  it.each([
+    ["an unknown key", "ubuntu", "unknown image key"],
+    ["an unsupported scheme", "ftp://example.com/x", "not supported"],
+    ["an empty reference", "", "image key or an image URL"],
+    ["an inherited property name", "constructor", "unknown image key"],
+  ])("rejects %s at the image property", (_, ref, reason) => {
+    try {
+      resolveImage(ref, images);
+      expect.unreachable();
+    } catch (err) {
+      expect((err as ValidationError).failures).toEqual([
+        { property: "image", reason: expect.stringContaining(reason) },
+      ]);
+    }
+  });
+
+  it("reports under a caller-chosen property", () => {
+    expect(() => resolveImage("nope", images, "spec.image")).toThrow(/spec\.image/);
+  });
+});

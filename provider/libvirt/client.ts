@@ -1,0 +1,406 @@
+import type { Duplex } from "node:stream";
+import { ProviderError, TimeoutError } from "../errors";
+import { readRemoteError } from "./codec";
+import { PacketStatus, PacketType } from "./constants";
+import { ConnectionClosedError, LibvirtError, ProtocolError } from "./errors";
+import { encodeHeader, encodePacket, type Packet, PacketDecoder } from "./packet";
+import { XdrReader } from "./xdr";
+
+/** One call as the RPC layer sees it: numbers, encoded args, and a name for errors. */
+export interface CallRequest {
+  program: number;
+  version: number;
+  proc: number;
+  /** Encoded args (XDR). */
+  body: Buffer;
+  /** Public libvirt name, used in errors and timeouts, e.g. 'virDomainLookupByName'. */
+  call: string;
+  /** Deadline for the reply; defaults to the client's defaultTimeoutMs. 0 disables it. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface RpcClientOptions {
+  /** Default per-call deadline in ms (default 60 s). */
+  defaultTimeoutMs?: number;
+}
+
+interface Pending {
+  call: string;
+  program: number;
+  resolve: (body: Buffer) => void;
+  reject: (err: Error) => void;
+  /** Set for stream calls: packets for this serial after the reply go to it. */
+  stream?: OutgoingStream;
+}
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+const U32_MAX = 0xffff_ffff;
+
+/**
+ * Speaks libvirt's RPC framing over one byte stream: many calls in flight,
+ * replies matched by serial. It knows nothing about procedures beyond numbers
+ * and a name; typing lives in procedures.ts.
+ *
+ * When the stream ends or fails every pending call is rejected at once with a
+ * transient ConnectionClosedError; the client is then dead (callers make a new
+ * one). close() sends nothing: ending a libvirt connection politely is the
+ * connect_close procedure, which is the caller's business.
+ */
+export class RpcClient {
+  private readonly decoder = new PacketDecoder();
+  private readonly pending = new Map<number, Pending>();
+  private readonly closeListeners: ((err: Error) => void)[] = [];
+  private nextSerial = 1;
+  private failure: Error | null = null;
+  private readonly defaultTimeoutMs: number;
+
+  constructor(
+    private readonly stream: Duplex,
+    options: RpcClientOptions = {},
+  ) {
+    this.defaultTimeoutMs = options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+    stream.on("data", (chunk: Buffer) => this.onData(chunk));
+    stream.on("error", (err: Error) =>
+      this.fail(new ConnectionClosedError(`connection to libvirtd failed: ${err.message}`, { cause: err })),
+    );
+    stream.on("end", () => this.fail(new ConnectionClosedError("connection to libvirtd closed by the peer")));
+    stream.on("close", () => this.fail(new ConnectionClosedError("connection to libvirtd closed")));
+  }
+
+  /** True once the stream has ended or close() was called. */
+  get closed(): boolean {
+    return this.failure !== null;
+  }
+
+  /** Number of calls and streams awaiting the server. */
+  get inFlight(): number {
+    return this.pending.size;
+  }
+
+  /** Runs `listener` once when the client dies, with the error pending calls were rejected with. */
+  onClose(listener: (err: Error) => void): void {
+    if (this.failure) listener(this.failure);
+    else this.closeListeners.push(listener);
+  }
+
+  /** Sends a CALL and resolves with the REPLY body; rejects with LibvirtError, TimeoutError or ConnectionClosedError. */
+  call(req: CallRequest): Promise<Buffer> {
+    return this.send(req);
+  }
+
+  /**
+   * Starts a call that opens an upload stream (e.g. storage_vol_upload): sends
+   * the CALL, waits for its REPLY, and returns the stream to write data into.
+   */
+  async startUpload(req: CallRequest): Promise<OutgoingStream> {
+    const stream = new OutgoingStream(this, req);
+    await this.send(req, stream);
+    return stream;
+  }
+
+  /** Destroys the stream; pending calls reject with ConnectionClosedError. Sends nothing. */
+  close(): void {
+    this.fail(new ConnectionClosedError("connection to libvirtd closed by the client"));
+  }
+
+  private send(req: CallRequest, stream?: OutgoingStream): Promise<Buffer> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (req.signal?.aborted) return Promise.reject(abortError(req.signal, req.call));
+    const serial = this.allocateSerial();
+    const timeoutMs = req.timeoutMs ?? this.defaultTimeoutMs;
+    return new Promise<Buffer>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const onAbort = (): void => {
+        this.pending.delete(serial);
+        settle(() => reject(abortError(req.signal as AbortSignal, req.call)));
+      };
+      const settle = (fn: () => void): void => {
+        if (timer) clearTimeout(timer);
+        req.signal?.removeEventListener("abort", onAbort);
+        fn();
+      };
+      const entry: Pending = {
+        call: req.call,
+        program: req.program,
+        resolve: (body) => settle(() => resolve(body)),
+        reject: (err) => settle(() => reject(err)),
+      };
+      if (stream) {
+        entry.stream = stream;
+        stream.attach(serial);
+      }
+      this.pending.set(serial, entry);
+      if (timeoutMs > 0) {
+        timer = setTimeout(() => {
+          // A late reply finds no entry and is dropped.
+          this.pending.delete(serial);
+          entry.reject(new TimeoutError(`reply to ${req.call}`, timeoutMs));
+        }, timeoutMs);
+      }
+      req.signal?.addEventListener("abort", onAbort, { once: true });
+      try {
+        this.stream.write(
+          encodePacket(
+            {
+              prog: req.program,
+              vers: req.version,
+              proc: req.proc,
+              type: PacketType.CALL,
+              serial,
+              status: PacketStatus.OK,
+            },
+            req.body,
+          ),
+        );
+      } catch (err) {
+        this.pending.delete(serial);
+        entry.reject(err instanceof Error ? err : new ProviderError("permanent", String(err)));
+      }
+    });
+  }
+
+  private allocateSerial(): number {
+    // Serials are uint32; skip any still in use after a wrap.
+    for (;;) {
+      const s = this.nextSerial;
+      this.nextSerial = s >= U32_MAX ? 1 : s + 1;
+      if (!this.pending.has(s)) return s;
+    }
+  }
+
+  /** @internal Writes one packet made of header + pieces; resolves when the transport can take more. */
+  writePacket(header: Parameters<typeof encodeHeader>[0], pieces: readonly Buffer[]): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    let len = 0;
+    for (const p of pieces) len += p.length;
+    // Header and pieces go out in one synchronous run, so no other packet can interleave.
+    let ok = this.stream.write(encodeHeader(header, len));
+    for (const p of pieces) ok = this.stream.write(p);
+    if (ok) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const done = (err?: Error): void => {
+        this.stream.off("drain", onDrain);
+        this.stream.off("close", onClose);
+        if (err) reject(err);
+        else resolve();
+      };
+      const onDrain = (): void => done();
+      const onClose = (): void =>
+        done(this.failure ?? new ConnectionClosedError("connection to libvirtd closed"));
+      this.stream.on("drain", onDrain);
+      this.stream.on("close", onClose);
+    });
+  }
+
+  /** @internal Stops routing packets for a finished stream. */
+  release(serial: number): void {
+    this.pending.delete(serial);
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.failure) return;
+    let packets: Packet[];
+    try {
+      packets = this.decoder.push(chunk);
+    } catch (err) {
+      // Framing is lost: nothing later on this stream can be trusted.
+      this.fail(err as Error);
+      return;
+    }
+    for (const p of packets) this.dispatch(p);
+  }
+
+  private dispatch(p: Packet): void {
+    const { header } = p;
+    // Events (MESSAGE) and anything we did not ask for are ignored; a reply
+    // whose call already timed out lands here too.
+    if (header.type === PacketType.MESSAGE) return;
+    const entry = this.pending.get(header.serial);
+    if (!entry) return;
+    if (entry.stream?.started) {
+      entry.stream.onPacket(p);
+      return;
+    }
+    if (header.type !== PacketType.REPLY && header.type !== PacketType.REPLY_WITH_FDS) return;
+    if (header.prog !== entry.program) {
+      this.pending.delete(header.serial);
+      entry.reject(new ProtocolError(`reply to ${entry.call} carries program 0x${header.prog.toString(16)}`));
+      return;
+    }
+    if (header.status === PacketStatus.OK) {
+      // Stream calls keep their serial: stream packets follow.
+      if (entry.stream) entry.stream.started = true;
+      else this.pending.delete(header.serial);
+      entry.resolve(p.body);
+      return;
+    }
+    this.pending.delete(header.serial);
+    entry.reject(decodeError(p.body, entry.call));
+  }
+
+  private fail(err: Error): void {
+    if (this.failure) return;
+    this.failure = err;
+    const entries = [...this.pending.values()];
+    this.pending.clear();
+    for (const e of entries) {
+      if (e.stream?.started) e.stream.onConnectionLost(err);
+      else e.reject(err);
+    }
+    if (!this.stream.destroyed) this.stream.destroy();
+    for (const l of this.closeListeners.splice(0)) l(err);
+  }
+}
+
+/** Decodes a remote_error body into a LibvirtError; a malformed body becomes a ProtocolError. */
+export function decodeError(body: Buffer, call: string): Error {
+  try {
+    return new LibvirtError(readRemoteError(new XdrReader(body)), call);
+  } catch (err) {
+    return err instanceof ProtocolError
+      ? new ProtocolError(`${call}: malformed error reply: ${err.message}`)
+      : (err as Error);
+  }
+}
+
+function abortError(signal: AbortSignal, call: string): Error {
+  const reason: unknown = signal.reason;
+  if (reason instanceof Error) return reason;
+  return new ProviderError("permanent", `${call} aborted`);
+}
+
+/**
+ * The client→server direction of a libvirt stream (STREAM packets carrying
+ * the call's serial). Data packets have status CONTINUE; finish() sends OK and
+ * waits for the server's confirmation; abort() sends ERROR.
+ *
+ * libvirtd reports a failed write either as a STREAM ERROR or as a REPLY
+ * ERROR for the serial (remote_daemon_stream.c uses both); either fails the
+ * stream with the decoded LibvirtError.
+ */
+export class OutgoingStream {
+  /** @internal True once the CALL's REPLY OK arrived. */
+  started = false;
+  private serial = 0;
+  private error: Error | null = null;
+  private ended = false;
+  private waiter: { resolve: () => void; reject: (e: Error) => void } | null = null;
+
+  constructor(
+    private readonly client: RpcClient,
+    private readonly req: CallRequest,
+  ) {}
+
+  /** @internal */
+  attach(serial: number): void {
+    this.serial = serial;
+  }
+
+  /** The server's or connection's error, once the stream has failed. */
+  get failure(): Error | null {
+    return this.error;
+  }
+
+  /** Sends one data packet made of `pieces` (total below the packet maximum). */
+  async write(pieces: readonly Buffer[]): Promise<void> {
+    if (this.error) throw this.error;
+    if (this.ended) throw new ProviderError("permanent", `${this.req.call}: write after the stream ended`);
+    await this.client.writePacket(this.header(PacketStatus.CONTINUE), pieces);
+    if (this.error) throw this.error;
+  }
+
+  /** Ends the stream and waits for the server to confirm everything was written. */
+  async finish(timeoutMs = this.req.timeoutMs ?? DEFAULT_TIMEOUT_MS): Promise<void> {
+    if (this.error) throw this.error;
+    this.ended = true;
+    const confirmed = this.waitForConfirmation(timeoutMs, `confirmation of ${this.req.call}`);
+    await this.client.writePacket(this.header(PacketStatus.OK), []);
+    await confirmed;
+  }
+
+  /** Tells the server to discard the stream; waits briefly for its acknowledgement, never throws. */
+  async abort(timeoutMs = 5_000): Promise<void> {
+    // After a server-side error the server has already dropped the stream.
+    if (this.ended || this.error || this.client.closed) {
+      this.client.release(this.serial);
+      return;
+    }
+    this.ended = true;
+    const acknowledged = this.waitForConfirmation(timeoutMs, `abort of ${this.req.call}`).catch(() => {});
+    try {
+      await this.client.writePacket(this.header(PacketStatus.ERROR), []);
+      await acknowledged;
+    } catch {
+      // The connection is gone; there is nothing left to abort.
+    } finally {
+      this.client.release(this.serial);
+    }
+  }
+
+  /** @internal */
+  onPacket(p: Packet): void {
+    const { type, status } = p.header;
+    if (status === PacketStatus.ERROR && (type === PacketType.STREAM || type === PacketType.REPLY)) {
+      this.settle(decodeError(p.body, this.req.call));
+      return;
+    }
+    // STREAM OK (or an empty CONTINUE) is the server closing its side.
+    if (type === PacketType.STREAM && (status === PacketStatus.OK || p.body.length === 0)) {
+      if (this.ended) this.settle(null);
+      else
+        this.settle(
+          new ProtocolError(`${this.req.call}: server ended the stream before the upload finished`),
+        );
+    }
+    // Data packets (download direction) are not expected on an upload; ignored.
+  }
+
+  /** @internal */
+  onConnectionLost(err: Error): void {
+    this.settle(err);
+  }
+
+  private settle(err: Error | null): void {
+    this.client.release(this.serial);
+    if (err && !this.error) this.error = err;
+    const w = this.waiter;
+    this.waiter = null;
+    if (!w) return;
+    if (err) w.reject(err);
+    else w.resolve();
+  }
+
+  private waitForConfirmation(timeoutMs: number, what: string): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      if (timeoutMs > 0) {
+        timer = setTimeout(() => {
+          this.waiter = null;
+          reject(new TimeoutError(what, timeoutMs));
+        }, timeoutMs);
+      }
+      this.waiter = {
+        resolve: () => {
+          if (timer) clearTimeout(timer);
+          resolve();
+        },
+        reject: (e) => {
+          if (timer) clearTimeout(timer);
+          reject(e);
+        },
+      };
+    });
+  }
+
+  private header(status: PacketStatus) {
+    return {
+      prog: this.req.program,
+      vers: this.req.version,
+      proc: this.req.proc,
+      type: PacketType.STREAM,
+      serial: this.serial,
+      status,
+    };
+  }
+}

@@ -1,0 +1,104 @@
+import type { RemoteErrorFields } from "./errors";
+import { ProtocolError } from "./errors";
+import type { Domain, StoragePool, StorageVol } from "./types";
+import { UUID_LEN, type XdrReader, type XdrWriter } from "./xdr";
+
+/** Encoders and decoders for the structs shared by many procedures. */
+
+const UUID_RE = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$/i;
+
+export function uuidToBytes(uuid: string): Buffer {
+  if (!UUID_RE.test(uuid)) throw new ProtocolError(`not a UUID: ${JSON.stringify(uuid)}`);
+  return Buffer.from(uuid.replace(/-/g, ""), "hex");
+}
+
+export function uuidFromBytes(b: Buffer): string {
+  const h = b.toString("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+export function writeUuid(w: XdrWriter, uuid: string): void {
+  w.fixedOpaque(uuidToBytes(uuid), UUID_LEN);
+}
+
+export function readUuid(r: XdrReader): string {
+  return uuidFromBytes(r.fixedOpaque(UUID_LEN));
+}
+
+/** remote_string: an optional string. */
+export function writeOptString(w: XdrWriter, s: string | null | undefined): void {
+  w.optional(s, (w2, v) => w2.string(v));
+}
+
+export function readOptString(r: XdrReader): string | null {
+  return r.optional((r2) => r2.string());
+}
+
+export function writeDomain(w: XdrWriter, d: Domain): void {
+  w.string(d.name);
+  writeUuid(w, d.uuid);
+  w.int(d.id);
+}
+
+export function readDomain(r: XdrReader): Domain {
+  return { name: r.string(), uuid: readUuid(r), id: r.int() };
+}
+
+export function writeStoragePool(w: XdrWriter, p: StoragePool): void {
+  w.string(p.name);
+  writeUuid(w, p.uuid);
+}
+
+export function readStoragePool(r: XdrReader): StoragePool {
+  return { name: r.string(), uuid: readUuid(r) };
+}
+
+export function writeStorageVol(w: XdrWriter, v: StorageVol): void {
+  w.string(v.pool);
+  w.string(v.name);
+  w.string(v.key);
+}
+
+export function readStorageVol(r: XdrReader): StorageVol {
+  return { pool: r.string(), name: r.string(), key: r.string() };
+}
+
+/** remote_error. The dom and net members are decoded and dropped (deprecated, unused). */
+export function readRemoteError(r: XdrReader): RemoteErrorFields {
+  const code = r.int();
+  const domain = r.int();
+  const message = readOptString(r);
+  const level = r.int();
+  r.optional(readDomain);
+  const str1 = readOptString(r);
+  const str2 = readOptString(r);
+  const str3 = readOptString(r);
+  const int1 = r.int();
+  const int2 = r.int();
+  r.optional((r2) => {
+    r2.string();
+    return r2.fixedOpaque(UUID_LEN);
+  });
+  return { code, domain, message, level, str1, str2, str3, int1, int2 };
+}
+
+/** Encodes a remote_error (for tests and in-process fakes speaking the real protocol). */
+export function writeRemoteError(
+  w: XdrWriter,
+  e: RemoteErrorFields & { dom?: Domain | null; net?: { name: string; uuid: string } | null },
+): void {
+  w.int(e.code);
+  w.int(e.domain);
+  writeOptString(w, e.message);
+  w.int(e.level);
+  w.optional(e.dom, writeDomain);
+  writeOptString(w, e.str1);
+  writeOptString(w, e.str2);
+  writeOptString(w, e.str3);
+  w.int(e.int1);
+  w.int(e.int2);
+  w.optional(e.net, (w2, n) => {
+    w2.string(n.name);
+    writeUuid(w2, n.uuid);
+  });
+}

@@ -1,0 +1,207 @@
+import type { CallOptions, RpcCaller } from "./connection";
+import { DomainMetadataType, type InterfaceAddressSource, QemuAgentCommandTimeout } from "./constants";
+import { Procedures } from "./procedures";
+import type {
+  Domain,
+  DomainInterface,
+  DomainStateInfo,
+  StoragePool,
+  StorageVol,
+  StorageVolInfo,
+} from "./types";
+import type { UploadOptions, UploadSource } from "./upload";
+
+/**
+ * Typed libvirt API: one method per procedure, named like libvirt's public
+ * function without the 'vir' prefix. Flags default to 0. Over a
+ * LibvirtConnection the handshake (authList, connectOpen) and connectClose are
+ * done by the connection; they are here for callers driving a raw caller.
+ */
+export class Libvirt {
+  constructor(private readonly rpc: RpcCaller) {}
+
+  // ---- connection ----
+
+  authList(opts?: CallOptions): Promise<number[]> {
+    return this.rpc.call(Procedures.authList, undefined, opts);
+  }
+
+  connectOpen(name: string | null, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.connectOpen, { name, flags }, opts);
+  }
+
+  connectClose(opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.connectClose, undefined, opts);
+  }
+
+  /** The driver name, e.g. 'QEMU' or 'TEST'. */
+  connectGetType(opts?: CallOptions): Promise<string> {
+    return this.rpc.call(Procedures.connectGetType, undefined, opts);
+  }
+
+  /** libvirt version of the daemon as major * 1,000,000 + minor * 1,000 + release. */
+  connectGetLibVersion(opts?: CallOptions): Promise<number> {
+    return this.rpc.call(Procedures.connectGetLibVersion, undefined, opts);
+  }
+
+  connectSupportsFeature(feature: number, opts?: CallOptions): Promise<boolean> {
+    return this.rpc.call(Procedures.connectSupportsFeature, { feature }, opts);
+  }
+
+  /** All domains matching ListAllDomainsFlags (0 = all). */
+  connectListAllDomains(flags = 0, opts?: CallOptions): Promise<Domain[]> {
+    return this.rpc.call(Procedures.connectListAllDomains, { needResults: true, flags }, opts);
+  }
+
+  // ---- domains ----
+
+  domainLookupByName(name: string, opts?: CallOptions): Promise<Domain> {
+    return this.rpc.call(Procedures.domainLookupByName, { name }, opts);
+  }
+
+  domainLookupByUuid(uuid: string, opts?: CallOptions): Promise<Domain> {
+    return this.rpc.call(Procedures.domainLookupByUuid, { uuid }, opts);
+  }
+
+  domainDefineXml(xml: string, opts?: CallOptions): Promise<Domain> {
+    return this.rpc.call(Procedures.domainDefineXml, { xml }, opts);
+  }
+
+  domainDefineXmlFlags(xml: string, flags = 0, opts?: CallOptions): Promise<Domain> {
+    return this.rpc.call(Procedures.domainDefineXmlFlags, { xml, flags }, opts);
+  }
+
+  domainCreate(dom: Domain, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.domainCreate, { dom }, opts);
+  }
+
+  /** Starts a defined domain; returns it with its new id. */
+  domainCreateWithFlags(dom: Domain, flags = 0, opts?: CallOptions): Promise<Domain> {
+    return this.rpc.call(Procedures.domainCreateWithFlags, { dom, flags }, opts);
+  }
+
+  domainDestroy(dom: Domain, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.domainDestroy, { dom }, opts);
+  }
+
+  domainDestroyFlags(dom: Domain, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.domainDestroyFlags, { dom, flags }, opts);
+  }
+
+  domainShutdown(dom: Domain, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.domainShutdown, { dom }, opts);
+  }
+
+  domainUndefineFlags(dom: Domain, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.domainUndefineFlags, { dom, flags }, opts);
+  }
+
+  domainGetState(dom: Domain, flags = 0, opts?: CallOptions): Promise<DomainStateInfo> {
+    return this.rpc.call(Procedures.domainGetState, { dom, flags }, opts);
+  }
+
+  domainGetXmlDesc(dom: Domain, flags = 0, opts?: CallOptions): Promise<string> {
+    return this.rpc.call(Procedures.domainGetXmlDesc, { dom, flags }, opts);
+  }
+
+  /** For DomainMetadataType.ELEMENT pass the namespace URI; for title/description pass null. */
+  domainGetMetadata(
+    dom: Domain,
+    type: number,
+    uri: string | null,
+    flags = 0,
+    opts?: CallOptions,
+  ): Promise<string> {
+    return this.rpc.call(Procedures.domainGetMetadata, { dom, type, uri, flags }, opts);
+  }
+
+  /** Sets (or with metadata null removes) a metadata item. For ELEMENT, key is the namespace prefix. */
+  domainSetMetadata(
+    dom: Domain,
+    type: number,
+    metadata: string | null,
+    key: string | null,
+    uri: string | null,
+    flags = 0,
+    opts?: CallOptions,
+  ): Promise<void> {
+    return this.rpc.call(Procedures.domainSetMetadata, { dom, type, metadata, key, uri, flags }, opts);
+  }
+
+  /** Convenience for the common custom-namespace element case. */
+  domainSetMetadataElement(
+    dom: Domain,
+    uri: string,
+    key: string,
+    xml: string | null,
+    flags = 0,
+    opts?: CallOptions,
+  ): Promise<void> {
+    return this.domainSetMetadata(dom, DomainMetadataType.ELEMENT, xml, key, uri, flags, opts);
+  }
+
+  domainInterfaceAddresses(
+    dom: Domain,
+    source: InterfaceAddressSource,
+    flags = 0,
+    opts?: CallOptions,
+  ): Promise<DomainInterface[]> {
+    return this.rpc.call(Procedures.domainInterfaceAddresses, { dom, source, flags }, opts);
+  }
+
+  /**
+   * virDomainQemuAgentCommand: sends a guest agent JSON command; returns the
+   * agent's JSON reply (null when the agent sends none). `timeout` is seconds
+   * or a QemuAgentCommandTimeout sentinel.
+   */
+  domainQemuAgentCommand(
+    dom: Domain,
+    cmd: string,
+    timeout: number = QemuAgentCommandTimeout.DEFAULT,
+    flags = 0,
+    opts?: CallOptions,
+  ): Promise<string | null> {
+    return this.rpc.call(Procedures.domainAgentCommand, { dom, cmd, timeout, flags }, opts);
+  }
+
+  // ---- storage ----
+
+  storagePoolLookupByName(name: string, opts?: CallOptions): Promise<StoragePool> {
+    return this.rpc.call(Procedures.storagePoolLookupByName, { name }, opts);
+  }
+
+  storagePoolRefresh(pool: StoragePool, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.storagePoolRefresh, { pool, flags }, opts);
+  }
+
+  /** Every volume of an active pool (flags must be 0). */
+  storagePoolListAllVolumes(pool: StoragePool, flags = 0, opts?: CallOptions): Promise<StorageVol[]> {
+    return this.rpc.call(Procedures.storagePoolListAllVolumes, { pool, needResults: true, flags }, opts);
+  }
+
+  storageVolCreateXml(pool: StoragePool, xml: string, flags = 0, opts?: CallOptions): Promise<StorageVol> {
+    return this.rpc.call(Procedures.storageVolCreateXml, { pool, xml, flags }, opts);
+  }
+
+  storageVolLookupByName(pool: StoragePool, name: string, opts?: CallOptions): Promise<StorageVol> {
+    return this.rpc.call(Procedures.storageVolLookupByName, { pool, name }, opts);
+  }
+
+  storageVolGetInfo(vol: StorageVol, opts?: CallOptions): Promise<StorageVolInfo> {
+    return this.rpc.call(Procedures.storageVolGetInfo, { vol }, opts);
+  }
+
+  storageVolGetPath(vol: StorageVol, opts?: CallOptions): Promise<string> {
+    return this.rpc.call(Procedures.storageVolGetPath, { vol }, opts);
+  }
+
+  storageVolDelete(vol: StorageVol, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.storageVolDelete, { vol, flags }, opts);
+  }
+
+  /** Streams `source` into the volume without buffering it whole; resolves with bytes sent. */
+  storageVolUpload(vol: StorageVol, source: UploadSource, options: UploadOptions = {}): Promise<number> {
+    const args = { vol, offset: options.offset ?? 0, length: options.length ?? 0, flags: options.flags ?? 0 };
+    return this.rpc.upload(Procedures.storageVolUpload, args, source, options);
+  }
+}

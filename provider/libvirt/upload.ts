@@ -1,0 +1,117 @@
+import { Readable } from "node:stream";
+import { ProviderError } from "../errors";
+import type { CallRequest, OutgoingStream, RpcClient } from "./client";
+import { MAX_MESSAGE_SIZE } from "./constants";
+
+/**
+ * Bytes per STREAM packet. 256 KiB is what libvirt's own client sends; measured
+ * here it ran about twice as fast as 1 MiB packets over the unix socket
+ * (libvirtd queues at most a few packets per client, so smaller ones overlap
+ * its disk writes with our sends better).
+ */
+export const DEFAULT_UPLOAD_CHUNK = 256 * 1024;
+const MAX_CHUNK = MAX_MESSAGE_SIZE - 24;
+
+/** A Readable, an async generator, or an in-memory list of buffers (for small uploads). */
+export type UploadSource = Readable | AsyncIterable<Uint8Array | string> | Iterable<Uint8Array>;
+
+export interface UploadOptions {
+  /** Byte offset in the volume where the data starts (default 0). */
+  offset?: number | bigint;
+  /** Bytes to write; 0 (default) means until the source ends. */
+  length?: number | bigint;
+  /** virStorageVolUploadFlags (default 0). */
+  flags?: number;
+  /** Aborts the upload: the stream is aborted on the server and the promise rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** Bytes per STREAM packet (default 256 KiB). */
+  chunkSize?: number;
+  /** Deadline for the initial reply and for the final confirmation (ms). Data flow itself has none. */
+  timeoutMs?: number;
+  /** Called after each packet with the total bytes sent so far. */
+  onProgress?: (bytesSent: number) => void;
+}
+
+function toBuffer(chunk: Uint8Array | string): Buffer {
+  if (typeof chunk === "string") return Buffer.from(chunk, "utf8");
+  return Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+}
+
+function abortReason(signal: AbortSignal): Error {
+  const r: unknown = signal.reason;
+  return r instanceof Error ? r : new ProviderError("permanent", "upload aborted");
+}
+
+/**
+ * Streams `source` into the stream opened by `start` (a storage_vol_upload
+ * call). Memory stays bounded: at most one packet's worth of the source is
+ * held, and the next chunk is read only after the transport has drained, so a
+ * slow server slows the reader instead of filling the heap.
+ *
+ * Resolves with the number of bytes sent once libvirtd confirms the stream.
+ * A source error aborts the stream (STREAM ERROR) and rejects with that
+ * error; a server error rejects with the decoded LibvirtError.
+ */
+export async function uploadStream(
+  client: RpcClient,
+  start: CallRequest,
+  source: UploadSource,
+  options: UploadOptions = {},
+): Promise<number> {
+  const chunkSize = options.chunkSize ?? DEFAULT_UPLOAD_CHUNK;
+  if (!Number.isInteger(chunkSize) || chunkSize < 1 || chunkSize > MAX_CHUNK) {
+    throw new ProviderError("permanent", `upload chunk size must be 1..${MAX_CHUNK} bytes, got ${chunkSize}`);
+  }
+  const { signal } = options;
+  if (signal?.aborted) throw abortReason(signal);
+
+  const stream = await client.startUpload({ ...start, timeoutMs: options.timeoutMs ?? start.timeoutMs });
+  // A Readable blocked in read() would ignore the signal; destroying it ends the loop below.
+  const onAbort = (): void => {
+    if (source instanceof Readable) source.destroy(abortReason(signal as AbortSignal));
+  };
+  signal?.addEventListener("abort", onAbort, { once: true });
+
+  let pieces: Buffer[] = [];
+  let pending = 0;
+  let sent = 0;
+  const flush = async (s: OutgoingStream): Promise<void> => {
+    const batch = pieces;
+    const n = pending;
+    pieces = [];
+    pending = 0;
+    await s.write(batch);
+    sent += n;
+    options.onProgress?.(sent);
+  };
+
+  let streamFailed = false;
+  try {
+    for await (const chunk of source) {
+      if (signal?.aborted) throw abortReason(signal);
+      let buf = toBuffer(chunk);
+      while (buf.length > 0) {
+        const take = Math.min(buf.length, chunkSize - pending);
+        pieces.push(take === buf.length ? buf : buf.subarray(0, take));
+        pending += take;
+        buf = buf.subarray(take);
+        if (pending === chunkSize) {
+          streamFailed = true;
+          await flush(stream);
+          streamFailed = false;
+        }
+      }
+    }
+    if (signal?.aborted) throw abortReason(signal);
+    streamFailed = true;
+    if (pending > 0) await flush(stream);
+    await stream.finish(options.timeoutMs ?? start.timeoutMs);
+    return sent;
+  } catch (err) {
+    await stream.abort();
+    // Prefer the server's explanation when the failure came from its side.
+    throw streamFailed ? (stream.failure ?? err) : signal?.aborted ? abortReason(signal) : err;
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
+}

@@ -1,0 +1,309 @@
+import { Readable } from "node:stream";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { isTransient, TimeoutError } from "../../../provider/errors";
+import {
+  ConnectionClosedError,
+  LibvirtError,
+  Procedures,
+  ProtocolError,
+  RpcClient,
+  uploadStream,
+  XdrReader,
+  XdrWriter,
+} from "../../../provider/libvirt";
+import type { CallRequest } from "../../../provider/libvirt/client";
+import { PacketStatus, PacketType, REMOTE_PROGRAM } from "../../../provider/libvirt/constants";
+import { duplexPair, errorBody, FakeDaemon } from "./fake-daemon";
+
+function setup() {
+  const [clientEnd, serverEnd] = duplexPair();
+  const client = new RpcClient(clientEnd, { defaultTimeoutMs: 0 });
+  const daemon = new FakeDaemon(serverEnd);
+  return { client, daemon, clientEnd, serverEnd };
+}
+
+function lookup(name: string, timeoutMs?: number): CallRequest {
+  const w = new XdrWriter();
+  Procedures.domainLookupByName.encodeArgs(w, { name });
+  return {
+    program: REMOTE_PROGRAM,
+    version: 1,
+    proc: 23,
+    body: w.finish(),
+    call: "virDomainLookupByName",
+    ...(timeoutMs === undefined ? {} : { timeoutMs }),
+  };
+}
+
+function nameArg(body: Buffer): string {
+  return new XdrReader(body).string();
+}
+
+function stringBody(s: string): Buffer {
+  return new XdrWriter().string(s).finish();
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("RpcClient calls", () => {
+  it("sends a CALL with a fresh serial and resolves with the REPLY body", async () => {
+    const { client, daemon } = setup();
+    const reply = client.call(lookup("a"));
+    const call = await daemon.next();
+    expect(call.header).toMatchObject({
+      prog: REMOTE_PROGRAM,
+      vers: 1,
+      proc: 23,
+      type: PacketType.CALL,
+      status: 0,
+    });
+    expect(nameArg(call.body)).toBe("a");
+    daemon.reply(call, stringBody("ok"));
+    expect(nameArg(await reply)).toBe("ok");
+    expect(client.inFlight).toBe(0);
+  });
+
+  it("matches out-of-order replies to their calls by serial", async () => {
+    const { client, daemon } = setup();
+    const names = Array.from({ length: 50 }, (_, i) => `d${i}`);
+    const replies = names.map((n) => client.call(lookup(n)));
+    const calls = await daemon.nextN(names.length);
+    expect(new Set(calls.map((c) => c.header.serial)).size).toBe(names.length);
+    // Answer in reverse, each with its own argument echoed back.
+    for (const c of [...calls].reverse()) daemon.reply(c, stringBody(`reply-to-${nameArg(c.body)}`));
+    const bodies = await Promise.all(replies);
+    expect(bodies.map(nameArg)).toEqual(names.map((n) => `reply-to-${n}`));
+  });
+
+  it("rejects with a LibvirtError decoded from an ERROR reply, naming the call", async () => {
+    const { client, daemon } = setup();
+    const reply = client.call(lookup("missing"));
+    const call = await daemon.next();
+    daemon.replyError(call, {
+      code: 42,
+      message: "Domain not found: no domain with matching name 'missing'",
+    });
+    const err = await reply.catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LibvirtError);
+    expect(err).toMatchObject({ code: 42, codeName: "VIR_ERR_NO_DOMAIN", call: "virDomainLookupByName" });
+  });
+
+  it("ignores event MESSAGE packets and replies nobody waits for", async () => {
+    const { client, daemon } = setup();
+    const reply = client.call(lookup("a"));
+    const call = await daemon.next();
+    daemon.send({ ...call.header, type: PacketType.MESSAGE, serial: 0, proc: 107 }, Buffer.from("garbage!"));
+    daemon.send({ ...call.header, type: PacketType.REPLY, serial: 999 }, stringBody("stray"));
+    daemon.reply(call, stringBody("mine"));
+    expect(nameArg(await reply)).toBe("mine");
+    expect(client.closed).toBe(false);
+  });
+
+  it("rejects a call whose deadline passes with a TimeoutError naming it, and drops its late reply", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const { client, daemon } = setup();
+    const slow = client.call(lookup("slow", 5_000));
+    const caught = slow.catch((e: unknown) => e);
+    const call = await daemon.next();
+    vi.advanceTimersByTime(5_000);
+    const err = await caught;
+    expect(err).toBeInstanceOf(TimeoutError);
+    expect((err as TimeoutError).waitingFor).toBe("reply to virDomainLookupByName");
+    expect(isTransient(err)).toBe(true);
+    // The late reply is dropped and the connection keeps working.
+    daemon.reply(call, stringBody("late"));
+    const next = client.call(lookup("next"));
+    daemon.reply(await daemon.next(), stringBody("fine"));
+    expect(nameArg(await next)).toBe("fine");
+  });
+
+  it("rejects every pending call at once with a transient error when the stream drops", async () => {
+    const { client, daemon } = setup();
+    const closed = new Promise<Error>((resolve) => client.onClose(resolve));
+    const replies = Array.from({ length: 10 }, (_, i) =>
+      client.call(lookup(`d${i}`)).catch((e: unknown) => e),
+    );
+    await daemon.nextN(10);
+    daemon.drop();
+    const errs = await Promise.all(replies);
+    for (const e of errs) {
+      expect(e).toBeInstanceOf(ConnectionClosedError);
+      expect(isTransient(e)).toBe(true);
+    }
+    expect(new Set(errs).size).toBe(1);
+    expect(await closed).toBe(errs[0]);
+    expect(client.closed).toBe(true);
+    await expect(client.call(lookup("after"))).rejects.toBeInstanceOf(ConnectionClosedError);
+  });
+
+  it("a malformed length from the peer fails pending calls with a permanent protocol error", async () => {
+    const { client, daemon } = setup();
+    const reply = client.call(lookup("a")).catch((e: unknown) => e);
+    await daemon.next();
+    daemon.socket.write(Buffer.from([0, 0, 0, 3]));
+    const err = await reply;
+    expect(err).toBeInstanceOf(ProtocolError);
+    expect(isTransient(err)).toBe(false);
+  });
+
+  it("close() sends nothing and rejects pending calls", async () => {
+    const { client, daemon } = setup();
+    const reply = client.call(lookup("a")).catch((e: unknown) => e);
+    await daemon.next();
+    client.close();
+    expect(await reply).toBeInstanceOf(ConnectionClosedError);
+    expect(daemon.received).toHaveLength(1);
+  });
+
+  it("an aborted signal rejects the call with the signal's reason", async () => {
+    const { client, daemon } = setup();
+    const ac = new AbortController();
+    const reply = client.call({ ...lookup("a"), signal: ac.signal }).catch((e: unknown) => e);
+    await daemon.next();
+    const reason = new Error("stop");
+    ac.abort(reason);
+    expect(await reply).toBe(reason);
+    expect(client.inFlight).toBe(0);
+  });
+});
+
+function uploadRequest(): CallRequest {
+  const w = new XdrWriter();
+  Procedures.storageVolUpload.encodeArgs(w, {
+    vol: { pool: "p", name: "v", key: "k" },
+    offset: 0,
+    length: 0,
+    flags: 0,
+  });
+  return { program: REMOTE_PROGRAM, version: 1, proc: 208, body: w.finish(), call: "virStorageVolUpload" };
+}
+
+/** Plays libvirtd's side of an upload: REPLY OK to the call, collect data, confirm the end. */
+async function serveUpload(daemon: FakeDaemon) {
+  const call = await daemon.next();
+  daemon.reply(call);
+  const data: Buffer[] = [];
+  const statuses: number[] = [];
+  for (;;) {
+    const p = await daemon.next();
+    expect(p.header).toMatchObject({ type: PacketType.STREAM, serial: call.header.serial, proc: 208 });
+    statuses.push(p.header.status);
+    if (p.header.status !== PacketStatus.CONTINUE) {
+      if (p.header.status === PacketStatus.OK) daemon.stream(call, PacketStatus.OK);
+      return { call, data: Buffer.concat(data), packets: data.map((d) => d.length), statuses };
+    }
+    data.push(p.body);
+  }
+}
+
+describe("upload streams", () => {
+  it("sends the data as STREAM packets of the call's serial, ends with OK and waits for confirmation", async () => {
+    const { client, daemon } = setup();
+    const source = Buffer.alloc(2_500_000);
+    for (let i = 0; i < source.length; i++) source[i] = (i * 7) & 0xff;
+    // Source chunks of odd sizes, re-cut into packets of exactly chunkSize.
+    const chunks = Array.from({ length: Math.ceil(source.length / 77_777) }, (_, i) =>
+      source.subarray(i * 77_777, (i + 1) * 77_777),
+    );
+    const served = serveUpload(daemon);
+    const sent = await uploadStream(client, uploadRequest(), Readable.from(chunks), { chunkSize: 1_000_000 });
+    const { data, packets, statuses } = await served;
+    expect(sent).toBe(source.length);
+    expect(data.equals(source)).toBe(true);
+    expect(packets).toEqual([1_000_000, 1_000_000, 500_000]);
+    expect(statuses.at(-1)).toBe(PacketStatus.OK);
+    expect(client.inFlight).toBe(0);
+  });
+
+  it("rejects with the server's LibvirtError when it reports a STREAM ERROR", async () => {
+    const { client, daemon } = setup();
+    async function* source() {
+      for (let i = 0; i < 100; i++) yield Buffer.alloc(1000, i);
+    }
+    const upload = uploadStream(client, uploadRequest(), source(), { chunkSize: 1000 }).catch(
+      (e: unknown) => e,
+    );
+    const call = await daemon.next();
+    daemon.reply(call);
+    await daemon.next();
+    daemon.send(
+      { ...call.header, type: PacketType.STREAM, status: PacketStatus.ERROR },
+      errorBody({ code: 38, domain: 18, message: "cannot write: No space left on device" }),
+    );
+    const err = await upload;
+    expect(err).toBeInstanceOf(LibvirtError);
+    expect(err).toMatchObject({ code: 38, call: "virStorageVolUpload", domainName: "VIR_FROM_STORAGE" });
+  });
+
+  it("treats a REPLY ERROR for the stream's serial (libvirtd's write failure path) as the stream's error", async () => {
+    const { client, daemon } = setup();
+    const upload = uploadStream(client, uploadRequest(), Readable.from([Buffer.alloc(10)])).catch(
+      (e: unknown) => e,
+    );
+    const call = await daemon.next();
+    daemon.reply(call);
+    await daemon.next(); // data
+    await daemon.next(); // OK (finish)
+    daemon.replyError(call, { code: 1, message: "internal error: write failed" });
+    expect(await upload).toMatchObject({ code: 1, codeName: "VIR_ERR_INTERNAL_ERROR" });
+  });
+
+  it("aborts the stream with STREAM ERROR and rejects with the source's error when the source fails", async () => {
+    const { client, daemon } = setup();
+    const boom = new Error("disk read failed");
+    async function* source() {
+      yield Buffer.alloc(10);
+      throw boom;
+    }
+    const upload = uploadStream(client, uploadRequest(), source(), { chunkSize: 4 }).catch((e: unknown) => e);
+    const call = await daemon.next();
+    daemon.reply(call);
+    const statuses: number[] = [];
+    for (;;) {
+      const p = await daemon.next();
+      statuses.push(p.header.status);
+      if (p.header.status === PacketStatus.ERROR) break;
+    }
+    daemon.stream(call, PacketStatus.OK);
+    expect(await upload).toBe(boom);
+    expect(statuses).toEqual([PacketStatus.CONTINUE, PacketStatus.CONTINUE, PacketStatus.ERROR]);
+    expect(client.inFlight).toBe(0);
+  });
+
+  it("does not read ahead of the transport: a peer that stops reading stops the source", async () => {
+    const { client, daemon, clientEnd } = setup();
+    let pulled = 0;
+    async function* source() {
+      for (let i = 0; i < 1000; i++) {
+        pulled++;
+        yield Buffer.alloc(64 * 1024);
+      }
+    }
+    const upload = uploadStream(client, uploadRequest(), source(), { chunkSize: 64 * 1024 }).catch(
+      (e: unknown) => e,
+    );
+    const call = await daemon.next();
+    clientEnd.held = [];
+    daemon.reply(call);
+    // Let the uploader run until it blocks on drain.
+    for (let i = 0; i < 50; i++) await new Promise((r) => setImmediate(r));
+    expect(pulled).toBeLessThanOrEqual(3);
+    daemon.drop();
+    expect(await upload).toBeInstanceOf(ConnectionClosedError);
+  });
+
+  it("a rejected upload call (e.g. no such volume) fails before any data is read", async () => {
+    const { client, daemon } = setup();
+    let pulled = 0;
+    async function* source() {
+      pulled++;
+      yield Buffer.alloc(1);
+    }
+    const upload = uploadStream(client, uploadRequest(), source()).catch((e: unknown) => e);
+    daemon.replyError(await daemon.next(), { code: 50, domain: 18, message: "Storage volume not found" });
+    expect(await upload).toMatchObject({ codeName: "VIR_ERR_NO_STORAGE_VOL" });
+    expect(pulled).toBe(0);
+  });
+});

@@ -1,0 +1,180 @@
+import { describe, expect, it } from "vitest";
+import {
+  callNameOf,
+  type Procedure,
+  Procedures,
+  publicName,
+  QEMU_PROGRAM,
+  REMOTE_PROGRAM,
+  XdrReader,
+  XdrWriter,
+} from "../../../provider/libvirt";
+
+describe("public call names", () => {
+  it.each([
+    ["domain_lookup_by_name", REMOTE_PROGRAM, "virDomainLookupByName"],
+    ["domain_lookup_by_uuid", REMOTE_PROGRAM, "virDomainLookupByUUID"],
+    ["domain_get_xml_desc", REMOTE_PROGRAM, "virDomainGetXMLDesc"],
+    ["domain_define_xml_flags", REMOTE_PROGRAM, "virDomainDefineXMLFlags"],
+    ["storage_vol_create_xml", REMOTE_PROGRAM, "virStorageVolCreateXML"],
+    ["connect_list_all_domains", REMOTE_PROGRAM, "virConnectListAllDomains"],
+    ["connect_get_lib_version", REMOTE_PROGRAM, "virConnectGetLibVersion"],
+    ["storage_vol_upload", REMOTE_PROGRAM, "virStorageVolUpload"],
+    ["domain_agent_command", QEMU_PROGRAM, "virDomainQemuAgentCommand"],
+  ])("%s (program %i) → %s", (name, program, expected) => {
+    expect(publicName(name, program)).toBe(expected);
+  });
+
+  it("every procedure's call name is derived from its protocol name", () => {
+    for (const p of Object.values(Procedures) as Procedure<unknown, unknown>[]) {
+      expect(p.call).toBe(publicName(p.name, p.program));
+      expect(callNameOf(p.program, p.proc)).toBe(p.call);
+    }
+  });
+
+  it("unknown procedures get a numeric label", () => {
+    expect(callNameOf(REMOTE_PROGRAM, 9999)).toBe("procedure 9999 of program 0x20008086");
+  });
+});
+
+describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
+  // Written out independently of constants.ts, from the .x files.
+  it.each([
+    ["connect_open", 1],
+    ["connect_close", 2],
+    ["connect_get_type", 3],
+    ["domain_create", 9],
+    ["domain_define_xml", 11],
+    ["domain_destroy", 12],
+    ["domain_get_xml_desc", 14],
+    ["domain_lookup_by_name", 23],
+    ["domain_lookup_by_uuid", 24],
+    ["domain_shutdown", 33],
+    ["connect_supports_feature", 60],
+    ["auth_list", 66],
+    ["storage_pool_refresh", 83],
+    ["storage_pool_lookup_by_name", 84],
+    ["storage_vol_create_xml", 93],
+    ["storage_vol_delete", 94],
+    ["storage_vol_lookup_by_name", 95],
+    ["storage_vol_get_info", 98],
+    ["storage_vol_get_path", 100],
+    ["connect_get_lib_version", 157],
+    ["domain_create_with_flags", 196],
+    ["storage_vol_upload", 208],
+    ["domain_get_state", 212],
+    ["domain_undefine_flags", 231],
+    ["domain_destroy_flags", 234],
+    ["domain_set_metadata", 264],
+    ["domain_get_metadata", 265],
+    ["connect_list_all_domains", 273],
+    ["storage_pool_list_all_volumes", 282],
+    ["domain_define_xml_flags", 350],
+    ["domain_interface_addresses", 353],
+    ["domain_agent_command", 3],
+  ])("%s is %i", (name, proc) => {
+    const p = (Object.values(Procedures) as Procedure<unknown, unknown>[]).find((x) => x.name === name);
+    expect(p?.proc).toBe(proc);
+    expect(p?.program).toBe(name === "domain_agent_command" ? QEMU_PROGRAM : REMOTE_PROGRAM);
+  });
+});
+
+describe("argument and reply layouts", () => {
+  const dom = { name: "d", uuid: "00000000-0000-0000-0000-0000000000ff", id: 4 };
+  const domHex = `00000001${"64000000"}${"00".repeat(15)}ff${"00000004"}`;
+
+  it("domain_undefine_flags args: remote_nonnull_domain then unsigned flags", () => {
+    const w = new XdrWriter();
+    Procedures.domainUndefineFlags.encodeArgs(w, { dom, flags: 4 });
+    expect(w.finish().toString("hex")).toBe(`${domHex}00000004`);
+  });
+
+  it("domain_set_metadata args: dom, type, three optional strings, flags", () => {
+    const w = new XdrWriter();
+    Procedures.domainSetMetadata.encodeArgs(w, {
+      dom,
+      type: 2,
+      metadata: "<a/>",
+      key: null,
+      uri: "u",
+      flags: 0,
+    });
+    expect(w.finish().toString("hex")).toBe(
+      // dom, type 2, metadata "<a/>", no key, uri "u", flags 0
+      [
+        domHex,
+        "00000002",
+        "00000001000000043c612f3e",
+        "00000000",
+        "000000010000000175000000",
+        "00000000",
+      ].join(""),
+    );
+  });
+
+  it("storage_vol_upload args carry 64-bit offset and length", () => {
+    const w = new XdrWriter();
+    Procedures.storageVolUpload.encodeArgs(w, {
+      vol: { pool: "p", name: "n", key: "k" },
+      offset: 5,
+      length: 2n ** 40n,
+      flags: 0,
+    });
+    expect(w.finish().toString("hex")).toBe(
+      "00000001" +
+        "70000000" +
+        "00000001" +
+        "6e000000" +
+        "00000001" +
+        "6b000000" +
+        "0000000000000005" +
+        "0000010000000000" +
+        "00000000",
+    );
+  });
+
+  it("domain_interface_addresses reply decodes interfaces with optional hwaddr and addresses", () => {
+    const w = new XdrWriter();
+    w.uint(2);
+    w.string("vnet0").optional("52:54:00:aa:bb:cc", (w2, v) => w2.string(v));
+    w.uint(2).int(0).string("192.168.122.23").uint(24).int(1).string("fe80::1").uint(64);
+    w.string("lo")
+      .optional(null as string | null, (w2, v) => w2.string(v))
+      .uint(0);
+    const r = new XdrReader(w.finish());
+    expect(Procedures.domainInterfaceAddresses.decodeReply(r)).toEqual([
+      {
+        name: "vnet0",
+        hwaddr: "52:54:00:aa:bb:cc",
+        addrs: [
+          { type: 0, addr: "192.168.122.23", prefix: 24 },
+          { type: 1, addr: "fe80::1", prefix: 64 },
+        ],
+      },
+      { name: "lo", hwaddr: null, addrs: [] },
+    ]);
+    r.end();
+  });
+
+  it("storage_vol_get_info reply: char type is a 4-byte int, sizes are unsigned hyper", () => {
+    const r = new XdrReader(Buffer.from("00000000" + "0000000040000000" + "0000000000001000", "hex"));
+    expect(Procedures.storageVolGetInfo.decodeReply(r)).toEqual({
+      type: 0,
+      capacity: 2 ** 30,
+      allocation: 4096,
+    });
+    r.end();
+  });
+
+  it("connect_list_all_domains reply: array then the count", () => {
+    const w = new XdrWriter();
+    w.uint(1);
+    w.string("d")
+      .fixedOpaque(Buffer.from("00000000000000000000000000000000ff".slice(2), "hex"), 16)
+      .int(4);
+    w.uint(1);
+    const r = new XdrReader(w.finish());
+    expect(Procedures.connectListAllDomains.decodeReply(r)).toEqual([dom]);
+    r.end();
+  });
+});

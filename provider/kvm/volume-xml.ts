@@ -118,10 +118,11 @@ export interface CachedImageVolumeSpec {
 }
 
 /**
- * Builds the volume a cached image is uploaded into, in the image's own
- * format with the given capacity and allocation (bytes). The upload
- * overwrites the whole file, so for qcow2 the header libvirt creates is
- * replaced by the image's own. Throws ValidationError on bad fields.
+ * Builds the volume a cached image is uploaded into, with the given format,
+ * capacity and allocation (bytes). libvirt 9.0's upload writes from the offset
+ * but never truncates, so the image cache creates this volume raw with a
+ * capacity of 1 byte and lets the upload grow it; libvirt's refresh then sees
+ * the image's own format and virtual size. Throws ValidationError on bad fields.
  */
 export function buildCachedImageVolumeXml(spec: CachedImageVolumeSpec): string {
   const f = new Failures();

@@ -1,0 +1,137 @@
+/**
+ * The configured libvirt hosts and one shared connection to each.
+ *
+ * A host's transport (unix socket or SSH) and LibvirtConnection are built on
+ * first use and shared by every caller; the connection itself connects lazily
+ * and reconnects after a drop. closeAll() ends them politely (connect_close,
+ * then the transport).
+ */
+import os from "node:os";
+import path from "node:path";
+import { ProviderError } from "../errors";
+import { LibvirtConnection } from "../libvirt/connection";
+import { Libvirt } from "../libvirt/libvirt";
+import { SshTransport } from "../transport/ssh";
+import type { Transport } from "../transport/types";
+import { UnixSocketTransport } from "../transport/unix";
+import type { HostConfig } from "./config";
+import { CallTracer } from "./trace";
+
+/** The host key is not in the provider configuration. Permanent: only a config change helps. */
+export class HostNotConfiguredError extends ProviderError {
+  readonly host: string;
+
+  constructor(host: string, known: readonly string[]) {
+    super(
+      "permanent",
+      `host ${JSON.stringify(host)} is not in the provider configuration (configured: ${
+        known.length > 0 ? known.join(", ") : "none"
+      })`,
+    );
+    this.host = host;
+  }
+}
+
+/** `~/x` → `<home>/x`; other paths unchanged. */
+export function expandHome(p: string): string {
+  return p === "~" ? os.homedir() : p.startsWith("~/") ? path.join(os.homedir(), p.slice(2)) : p;
+}
+
+/** Builds the transport a host's URI names. SSH material is loaded lazily by the transport. */
+export function buildTransport(host: HostConfig): Transport {
+  const ep = host.endpoint;
+  if (ep.kind === "unix") return new UnixSocketTransport(ep.socketPath);
+  const ssh = host.ssh ?? {};
+  return new SshTransport({
+    host: ep.host,
+    port: ep.port,
+    user: ep.user,
+    socketPath: ep.socketPath,
+    driverUri: host.driverUri,
+    ...(ssh.privateKey !== undefined ? { privateKey: ssh.privateKey } : {}),
+    ...(ssh.privateKeyPath !== undefined ? { privateKeyPath: expandHome(ssh.privateKeyPath) } : {}),
+    ...(ssh.passphrase !== undefined ? { passphrase: ssh.passphrase } : {}),
+    ...(ssh.agentSocket !== undefined ? { agentSocket: expandHome(ssh.agentSocket) } : {}),
+    ...(ssh.knownHosts !== undefined ? { knownHosts: ssh.knownHosts } : {}),
+    ...(ssh.knownHostsPath !== undefined ? { knownHostsPath: expandHome(ssh.knownHostsPath) } : {}),
+  });
+}
+
+/** Options of {@link HostPool}. */
+export interface HostPoolOptions {
+  /** Logs libvirt calls; default: a tracer at the KVMP_LOG level writing to stderr. */
+  tracer?: CallTracer;
+  /** Per-call deadline passed to each connection. */
+  callTimeoutMs?: number;
+  /** Builds a host's transport (default {@link buildTransport}); tests use it to cut connections. */
+  transportFor?: (host: HostConfig) => Transport;
+}
+
+interface Entry {
+  connection: LibvirtConnection;
+  libvirt: Libvirt;
+}
+
+/** One shared, lazily connected libvirt connection per configured host. */
+export class HostPool {
+  readonly tracer: CallTracer;
+  private readonly hosts: Readonly<Record<string, HostConfig>>;
+  private readonly options: HostPoolOptions;
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(hosts: Readonly<Record<string, HostConfig>>, options: HostPoolOptions = {}) {
+    this.hosts = hosts;
+    this.options = options;
+    this.tracer = options.tracer ?? new CallTracer();
+  }
+
+  /** The configured host keys. */
+  get keys(): string[] {
+    return Object.keys(this.hosts);
+  }
+
+  /** True when `key` is a configured host. */
+  has(key: string): boolean {
+    return Object.hasOwn(this.hosts, key);
+  }
+
+  /** The host's configuration; throws HostNotConfiguredError for an unknown key. */
+  config(key: string): HostConfig {
+    if (!this.has(key)) throw new HostNotConfiguredError(key, this.keys);
+    return this.hosts[key] as HostConfig;
+  }
+
+  /** The shared typed API for `key` (built on first use). */
+  libvirt(key: string): Libvirt {
+    return this.entry(key).libvirt;
+  }
+
+  /** The shared connection for `key` (built on first use, connected on the first call). */
+  connection(key: string): LibvirtConnection {
+    return this.entry(key).connection;
+  }
+
+  /** Closes every connection made so far; later calls build fresh ones. */
+  async closeAll(): Promise<void> {
+    const entries = [...this.entries.values()];
+    this.entries.clear();
+    await Promise.allSettled(entries.map((e) => e.connection.close()));
+  }
+
+  private entry(key: string): Entry {
+    const existing = this.entries.get(key);
+    if (existing) return existing;
+    const host = this.config(key);
+    const transport = (this.options.transportFor ?? buildTransport)(host);
+    const hook = this.tracer.hook(key);
+    const connection = new LibvirtConnection({
+      transport,
+      uri: host.driverUri,
+      ...(this.options.callTimeoutMs !== undefined ? { callTimeoutMs: this.options.callTimeoutMs } : {}),
+      ...(hook ? { onCall: hook } : {}),
+    });
+    const entry = { connection, libvirt: new Libvirt(this.tracer.wrap(key, connection)) };
+    this.entries.set(key, entry);
+    return entry;
+  }
+}

@@ -1,0 +1,235 @@
+/**
+ * The image cache on each host: a base image is uploaded once into the host's
+ * pool, under a name derived from its identity (names.ts), and every VM on
+ * that host boots from an overlay backed by it.
+ *
+ * Completeness follows names.ts's marker protocol: 1. create the tiny
+ * `<image>.partial` marker volume; 2. create the image volume and stream the
+ * verified bytes into it; 3. delete the marker. An image volume counts only
+ * while no marker exists, so an upload cut at any point (process killed,
+ * connection lost, checksum mismatch) is never taken as complete: the next
+ * create deletes both and uploads again.
+ *
+ * The image volume is created raw with capacity 1 byte: an upload writes over
+ * a volume's file without truncating it (measured on libvirt 9.0), so a
+ * bigger pre-created file (a qcow2 header from qemu-img, a sparse raw of the
+ * announced size) could leave trailing bytes. libvirt re-probes the format
+ * and capacity when it refreshes the pool after the upload stream closes.
+ *
+ * Within one process, concurrent creates needing the same image on the same
+ * host share one in-flight upload. Two processes filling the same entry at
+ * once are not coordinated: the second treats the first's marker as a stale
+ * partial upload (documented limitation).
+ */
+import type { Readable } from "node:stream";
+import { ProviderError } from "../errors";
+import type { Libvirt } from "../libvirt/libvirt";
+import type { StoragePool, StorageVol } from "../libvirt/types";
+import type { ImageConfig } from "./config";
+import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
+import {
+  cachedImageState,
+  cachedImageVolumeName,
+  parseCachedImageVolumeName,
+  partialMarkerVolumeName,
+} from "./names";
+import type { RetryEnv } from "./retry";
+import { buildCachedImageVolumeXml } from "./volume-xml";
+import { createFreshVolume, deleteVolume, lookupVolume, refreshPool, volumeInfo } from "./volumes";
+
+/** A cached image ready to back overlays. */
+export interface CachedImage {
+  /** The image volume's name in the pool. */
+  name: string;
+  volume: StorageVol;
+  /** Absolute path (virStorageVolGetPath): what overlays name as backing file. */
+  path: string;
+  /** Virtual disk size in bytes. */
+  virtualSize: number;
+  /** True when this call uploaded it (false: found complete in the pool, or shared another caller's upload). */
+  uploaded: boolean;
+}
+
+/** Where the cache lives: one host's libvirt and pool. */
+export interface CacheLocation {
+  host: string;
+  lv: Libvirt;
+  pool: StoragePool;
+}
+
+/** Opens an image's bytes. */
+export type ImageOpener = (image: ImageConfig, options: OpenImageOptions) => Promise<OpenedImage>;
+
+/** Options of {@link ImageCache}. */
+export interface ImageCacheOptions {
+  /** Default {@link openImageSource}; tests inject sources that fail mid-way. */
+  open?: ImageOpener;
+  /** Deadline for the upload's initial reply, each drain and the final confirmation (ms). */
+  uploadTimeoutMs?: number;
+  retryEnv?: RetryEnv;
+}
+
+/** Per-host cache of base images, with one in-flight upload per host and image. */
+export class ImageCache {
+  private readonly inflight = new Map<string, Promise<CachedImage>>();
+  /** Virtual sizes learned from our own uploads, so no pool refresh is needed to know them. */
+  private readonly sizes = new Map<string, number>();
+  private readonly options: ImageCacheOptions;
+
+  constructor(options: ImageCacheOptions = {}) {
+    this.options = options;
+  }
+
+  /** The cache volume name for an image. */
+  static volumeName(image: ImageConfig): string {
+    return cachedImageVolumeName({
+      url: image.url,
+      format: image.format,
+      ...(image.sha256 !== undefined ? { sha256: image.sha256 } : {}),
+    });
+  }
+
+  /**
+   * Returns the complete cached image, uploading it first when it is absent
+   * or partial. Callers arriving while this process uploads the same image
+   * to the same pool wait for that upload instead of starting their own.
+   */
+  ensure(loc: CacheLocation, image: ImageConfig): Promise<CachedImage> {
+    const name = ImageCache.volumeName(image);
+    const key = this.key(loc, name);
+    const running = this.inflight.get(key);
+    if (running) return running.then((c) => ({ ...c, uploaded: false }));
+    const p = this.ensureNow(loc, image, name).finally(() => this.inflight.delete(key));
+    this.inflight.set(key, p);
+    return p;
+  }
+
+  /** True while this process uploads `name` into the location's pool. */
+  uploading(loc: Pick<CacheLocation, "host" | "pool">, name: string): boolean {
+    return this.inflight.has(this.key(loc, name));
+  }
+
+  /**
+   * Deletes cached images (and stale markers) in the pool whose volume name
+   * is not in `inUse`, skipping entries this process is uploading. Returns
+   * the names deleted.
+   */
+  async prune(loc: CacheLocation, inUse: ReadonlySet<string>): Promise<string[]> {
+    const vols = await loc.lv.storagePoolListAllVolumes(loc.pool);
+    const removed: string[] = [];
+    // Images before markers, so an interrupted prune leaves markers (= partial, never reused).
+    const ordered = [...vols].sort(
+      (a, b) => Number(a.name.endsWith(".partial")) - Number(b.name.endsWith(".partial")),
+    );
+    for (const vol of ordered) {
+      const parsed = parseCachedImageVolumeName(vol.name);
+      if (parsed === undefined) continue;
+      if (this.uploading(loc, parsed.imageVolumeName)) continue;
+      if (!parsed.partial && inUse.has(parsed.imageVolumeName)) continue;
+      if (parsed.partial && inUse.has(parsed.imageVolumeName)) {
+        // A marker beside an image a VM uses: leave both (the image may still be in use by a running VM).
+        continue;
+      }
+      if (await deleteVolume(loc.lv, vol)) removed.push(vol.name);
+      this.sizes.delete(this.key(loc, parsed.imageVolumeName));
+    }
+    return removed;
+  }
+
+  private key(loc: Pick<CacheLocation, "host" | "pool">, name: string): string {
+    return `${loc.host}\0${loc.pool.name}\0${name}`;
+  }
+
+  private async ensureNow(loc: CacheLocation, image: ImageConfig, name: string): Promise<CachedImage> {
+    const { lv, pool } = loc;
+    const markerName = partialMarkerVolumeName(name);
+    let vol = await lookupVolume(lv, pool, name);
+    let marker = await lookupVolume(lv, pool, markerName);
+    let state = cachedImageState({ image: vol !== undefined, marker: marker !== undefined });
+    let info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
+    if (state === "complete" && info === undefined) {
+      // Listed but its file is gone: refresh so libvirt forgets it, then look again.
+      await refreshPool(lv, pool, this.options.retryEnv);
+      vol = await lookupVolume(lv, pool, name);
+      marker = await lookupVolume(lv, pool, markerName);
+      state = cachedImageState({ image: vol !== undefined, marker: marker !== undefined });
+      info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
+    }
+    if (state === "complete" && vol !== undefined && info !== undefined) {
+      const path = await lv.storageVolGetPath(vol);
+      let virtualSize = this.sizes.get(this.key(loc, name));
+      if (virtualSize === undefined) {
+        // Capacity 1 is the size we created it with: libvirt has not re-read the
+        // file since the upload (its post-upload refresh skips while other jobs run).
+        if (info.capacity <= 1) {
+          await refreshPool(lv, pool, this.options.retryEnv);
+          info = (await volumeInfo(lv, vol)) ?? info;
+        }
+        virtualSize = info.capacity;
+      }
+      return { name, volume: vol, path, virtualSize, uploaded: false };
+    }
+    // Partial or absent: remove leftovers (image first, so a cut here still leaves the marker).
+    if (vol !== undefined) await deleteVolume(lv, vol);
+    if (marker !== undefined) await deleteVolume(lv, marker);
+    return this.upload(loc, image, name, markerName);
+  }
+
+  private async upload(
+    loc: CacheLocation,
+    image: ImageConfig,
+    name: string,
+    markerName: string,
+  ): Promise<CachedImage> {
+    const { lv, pool } = loc;
+    const env = this.options.retryEnv;
+    const marker = await createFreshVolume(
+      lv,
+      pool,
+      markerName,
+      buildCachedImageVolumeXml({ name: markerName, format: "raw", capacityBytes: 1 }),
+      env,
+    );
+    const vol = await createFreshVolume(
+      lv,
+      pool,
+      name,
+      buildCachedImageVolumeXml({ name, format: "raw", capacityBytes: 1 }),
+      env,
+    );
+    let stream: Readable | undefined;
+    try {
+      const opened = await (this.options.open ?? defaultOpen)(image, {});
+      const verified = verifiedStream(opened, {
+        format: image.format,
+        label: image.url,
+        ...(image.sha256 !== undefined ? { sha256: image.sha256 } : {}),
+      });
+      stream = verified.stream;
+      await lv.storageVolUpload(vol, stream, {
+        ...(this.options.uploadTimeoutMs !== undefined ? { timeoutMs: this.options.uploadTimeoutMs } : {}),
+      });
+      const result = verified.verifier.result;
+      if (result === undefined) {
+        throw new ProviderError("transient", `upload of ${image.url} ended before the image was verified`);
+      }
+      const path = await lv.storageVolGetPath(vol);
+      // Only now is the image complete: remove the marker.
+      await deleteVolume(lv, marker);
+      this.sizes.set(this.key(loc, name), result.virtualSize);
+      return { name, volume: vol, path, virtualSize: result.virtualSize, uploaded: true };
+    } catch (err) {
+      stream?.destroy();
+      // Best effort. The marker goes only once the image is gone: an image
+      // left without its marker would pass for complete.
+      const imageGone = await deleteVolume(lv, vol).then(
+        () => true,
+        () => false,
+      );
+      if (imageGone) await deleteVolume(lv, marker).catch(() => false);
+      throw err;
+    }
+  }
+}
+
+const defaultOpen: ImageOpener = (image, options) => openImageSource(image.source, options);

@@ -1,0 +1,215 @@
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import type { Duplex } from "node:stream";
+import { ProviderError } from "../../../provider/errors";
+import { type HostConfig, type ImageConfig, parseConfig, parseImage } from "../../../provider/kvm/config";
+import { buildTransport, HostPool, type HostPoolOptions } from "../../../provider/kvm/hosts";
+import type { CreateSpec } from "../../../provider/kvm/operations";
+import { CallTracer, type TraceRecord } from "../../../provider/kvm/trace";
+import { Failures } from "../../../provider/kvm/validation";
+import type { Transport } from "../../../provider/transport/types";
+import { type TestHost, virshUri } from "../../support/test-host";
+
+/** Prefix of everything these tests create in libvirt. */
+export const PREFIX = "kvmpt-ops-";
+
+let seq = 0;
+/** A unique domain name. */
+export function uniqueName(tag: string): string {
+  seq += 1;
+  return `${PREFIX}${tag}-${process.pid}-${seq}`;
+}
+
+export function virsh(host: TestHost, ...args: string[]): string {
+  return execFileSync("virsh", ["-q", "-c", virshUri(host), ...args], { encoding: "utf8", timeout: 60_000 });
+}
+
+/** virsh, ignoring failure (cleanup of things that may be gone). */
+export function virshQuiet(host: TestHost, ...args: string[]): void {
+  try {
+    virsh(host, ...args);
+  } catch {
+    // already gone
+  }
+}
+
+export function scratchDir(host: TestHost, prefix: string): string {
+  const base = path.join(host.stateDir, "scratch");
+  mkdirSync(base, { recursive: true });
+  return mkdtempSync(path.join(base, `${prefix}-`));
+}
+
+/**
+ * A qcow2 image with real content: `mib` MiB of pseudo-random data converted
+ * to qcow2 (so it is bigger than one 1 MiB upload packet and a cut lands mid-way).
+ */
+export function makeQcow2(
+  dir: string,
+  name: string,
+  mib: number,
+  virtualMiB = 64,
+): { path: string; sha256: string } {
+  const raw = path.join(dir, `${name}.raw`);
+  const out = path.join(dir, `${name}.qcow2`);
+  let state = createHash("sha256").update(name).digest();
+  const chunks: Buffer[] = [];
+  for (let i = 0; i < mib * 1024 * 1024; i += 32) {
+    state = createHash("sha256").update(state).digest();
+    chunks.push(state);
+  }
+  writeFileSync(raw, Buffer.concat(chunks));
+  execFileSync("truncate", ["-s", `${virtualMiB}M`, raw]);
+  execFileSync("qemu-img", ["convert", "-q", "-f", "raw", "-O", "qcow2", raw, out]);
+  return { path: out, sha256: sha256File(out) };
+}
+
+export function sha256File(file: string): string {
+  return createHash("sha256").update(readFileSync(file)).digest("hex");
+}
+
+/** Provider config for the test host: `local` over the unix socket, `remote` over SSH. */
+export function hostConfigs(host: TestHost): Record<string, HostConfig> {
+  const common = { domainType: "qemu", pool: host.poolName, network: host.network };
+  return parseConfig({
+    hosts: {
+      local: { uri: `unix://${host.socketPath}`, ...common },
+      remote: {
+        uri: `ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
+        privateKeyPath: host.sshKeyPath,
+        knownHostsPath: host.knownHostsPath,
+        ...common,
+      },
+    },
+  }).hosts;
+}
+
+export function imageConfig(input: { url: string; sha256?: string; format?: string }): ImageConfig {
+  const f = new Failures();
+  const image = parseImage(undefined, input, f);
+  f.throwIfAny();
+  return image as ImageConfig;
+}
+
+/** Trace records collected in memory. */
+export class TraceLog {
+  readonly records: TraceRecord[] = [];
+  readonly lines: string[] = [];
+  readonly tracer = new CallTracer({
+    level: 1,
+    sink: (line, record) => {
+      this.lines.push(line);
+      this.records.push(record);
+    },
+  });
+
+  /** Uploads into volume `vol` (pool/name) seen so far. */
+  uploads(volName: string): number {
+    return this.records.filter(
+      (r) => r.call === "virStorageVolUpload" && r.fields.some((f) => f.endsWith(`/${volName}`)),
+    ).length;
+  }
+}
+
+/**
+ * Transports that can be cut: `cut()` destroys every open stream; after
+ * `kill()` opens fail too (a process that died mid-way cannot clean up).
+ */
+export class CuttableTransports {
+  private readonly streams = new Set<Duplex>();
+  killed = false;
+
+  readonly factory = (cfg: HostConfig): Transport => {
+    const inner = buildTransport(cfg);
+    return {
+      description: inner.description,
+      open: async () => {
+        if (this.killed) throw new ProviderError("permanent", "transport killed by the test");
+        const s = await inner.open();
+        this.streams.add(s);
+        s.once("close", () => this.streams.delete(s));
+        return s;
+      },
+      close: () => inner.close(),
+    };
+  };
+
+  cut(): void {
+    for (const s of this.streams) s.destroy();
+  }
+
+  kill(): void {
+    this.killed = true;
+    this.cut();
+  }
+}
+
+export function hostPool(host: TestHost, options: HostPoolOptions = {}): HostPool {
+  return new HostPool(hostConfigs(host), options);
+}
+
+export function baseSpec(hostKey: string, name: string, image: ImageConfig): CreateSpec {
+  return {
+    host: hostKey,
+    name,
+    image,
+    imageRef: image.url,
+    memoryMiB: 128,
+    vcpus: 1,
+    diskGiB: 1,
+    userData: "#cloud-config\nhostname: test\n",
+    owner: { project: "kvmpt", stack: "test", urn: `urn:pulumi:test::kvmpt::kvm:Proxy::${name}` },
+    specHash: createHash("sha256").update(name).digest("hex"),
+    proxyPort: 3128,
+  };
+}
+
+/** A small HTTP server on 127.0.0.1 serving files, with redirects and mid-body cuts. */
+export class ImageServer {
+  private server: http.Server | undefined;
+  readonly files = new Map<string, string>();
+  /** Paths whose body is cut after this many bytes (Content-Length still announces the whole file). */
+  readonly cutAfter = new Map<string, number>();
+  requests = 0;
+
+  async start(): Promise<void> {
+    this.server = http.createServer((req, res) => {
+      this.requests += 1;
+      const url = req.url ?? "/";
+      if (url.startsWith("/redirect/")) {
+        res.writeHead(302, { location: url.slice("/redirect".length) });
+        res.end();
+        return;
+      }
+      const file = this.files.get(url);
+      if (file === undefined) {
+        res.writeHead(404);
+        res.end();
+        return;
+      }
+      const body = readFileSync(file);
+      res.writeHead(200, { "content-length": body.length, "content-type": "application/octet-stream" });
+      const cut = this.cutAfter.get(url);
+      if (cut === undefined) {
+        res.end(body);
+        return;
+      }
+      res.write(body.subarray(0, cut), () => {
+        setTimeout(() => res.socket?.destroy(), 50);
+      });
+    });
+    await new Promise<void>((resolve) => this.server?.listen(0, "127.0.0.1", resolve));
+  }
+
+  url(p: string): string {
+    const addr = this.server?.address() as AddressInfo;
+    return `http://127.0.0.1:${addr.port}${p}`;
+  }
+
+  async stop(): Promise<void> {
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()));
+  }
+}

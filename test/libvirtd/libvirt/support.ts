@@ -8,8 +8,8 @@ import {
   LibvirtConnection,
   type LibvirtConnectionOptions,
 } from "../../../provider/libvirt";
-import type { Transport } from "../../../provider/transport/types";
 import { SshTransport } from "../../../provider/transport/ssh";
+import type { Transport } from "../../../provider/transport/types";
 import { UnixSocketTransport } from "../../../provider/transport/unix";
 import { testHost, virshUri } from "../../support/test-host";
 

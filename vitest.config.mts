@@ -20,6 +20,17 @@ export default defineConfig({
           hookTimeout: 120_000,
         },
       },
+      {
+        test: {
+          // The real Pulumi CLI against the test host: builds dist/, links
+          // the package for the repo's own programs, builds the CLI if needed.
+          name: "pulumi",
+          include: ["test/pulumi/**/*.test.ts"],
+          globalSetup: ["test/support/global-setup.ts", "test/pulumi/global-setup.ts"],
+          testTimeout: 600_000,
+          hookTimeout: 600_000,
+        },
+      },
     ],
   },
 });

@@ -8,6 +8,11 @@ const script = path.resolve(__dirname, "../../scripts/test-host");
 // developer's) is left alone. Failure to start fails the run loudly: these
 // tests never skip for want of a daemon.
 export default function setup(): () => void {
+  // Under `npm test` (scripts/test) the runner owns the host's lifecycle.
+  if (process.env.KVMP_TEST_HOST_MANAGED === "1") {
+    execFileSync(script, ["start"], { stdio: "inherit" });
+    return () => {};
+  }
   const wasRunning = (() => {
     try {
       execFileSync(script, ["status"], { stdio: "ignore" });

@@ -1,0 +1,191 @@
+/**
+ * The KvmProxy resource's inputs and outputs: what users write, what `check`
+ * turns it into (defaults applied, image resolved, name chosen), and what the
+ * state holds. Types only, plus the defaults and limits `check` enforces.
+ */
+import type * as pulumi from "@pulumi/pulumi";
+import type { Firmware, ImageFormat } from "../kvm/config";
+import type { ProxyState } from "../kvm/states";
+
+/** The value Pulumi sends for an input not known yet (during preview). */
+export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+/** An image given inline rather than by a key of `kvm:images`. */
+export interface InlineImage {
+  /** https://, http://, file:///path or an absolute local path, read from where Pulumi runs. */
+  url: string;
+  /** Default qcow2. */
+  format?: ImageFormat;
+  /** Default uefi. */
+  firmware?: Firmware;
+  /** Lower- or upper-case hex SHA-256 of the image file; verified during the upload. */
+  sha256?: string;
+}
+
+/**
+ * What create waits for once the VM has an IP. With `url`, an HTTP request
+ * sent THROUGH the proxy (http://ip:proxyPort as proxy) must return
+ * `expectStatus`; without it, the proxy port must accept a TCP connection.
+ * The probe goes from wherever Pulumi runs to the guest's IP.
+ */
+export interface HealthCheck {
+  /** The URL requested through the proxy (http:// or https://, the latter via CONNECT). */
+  url?: string;
+  /** The HTTP status that counts as healthy (default 200). Only with url. */
+  expectStatus?: number;
+}
+
+/**
+ * Deadlines the provider enforces itself (the dynamic provider host ignores
+ * Pulumi's `customTimeouts`): a number of seconds, or a duration such as
+ * `"90s"`, `"10m"`, `"1h30m"`.
+ */
+export interface Timeouts {
+  /** The whole create: domain, IP, health check (default 10m). */
+  create?: string | number;
+  /** Delete, including retries of transient failures (default 5m). */
+  delete?: string | number;
+}
+
+/** The arguments of `new KvmProxy(name, args)`. */
+export interface KvmProxyArgs {
+  /** A key of the stack config `kvm:hosts`. Changing it replaces the VM. */
+  host: pulumi.Input<string>;
+  /** A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes). */
+  image: pulumi.Input<string | pulumi.Input<InlineImage>>;
+  /** cloud-init user-data, any format, placed in the seed byte for byte. Default: a cloud-config installing squid on proxyPort. */
+  userData?: pulumi.Input<string>;
+  /** Extra vendor-data beside the guest-agent bootstrap. */
+  vendorData?: pulumi.Input<string>;
+  /** Add the qemu-guest-agent bootstrap to vendor-data (default true). */
+  installGuestAgent?: pulumi.Input<boolean>;
+  /** Default 512. */
+  memoryMiB?: pulumi.Input<number>;
+  /** Default 1. */
+  vcpus?: pulumi.Input<number>;
+  /** Root disk size (the overlay is at least the image's virtual size). Default 10. */
+  diskGiB?: pulumi.Input<number>;
+  /** A libvirt network on the host, instead of the host's configured one. */
+  network?: pulumi.Input<string>;
+  /** An existing host bridge, instead of the host's configured network. */
+  bridge?: pulumi.Input<string>;
+  /** A fixed MAC address; libvirt generates one when omitted. */
+  macAddress?: pulumi.Input<string>;
+  /** The domain name (also the guest hostname). Default: the resource name plus a random suffix. */
+  name?: pulumi.Input<string>;
+  /** The port squid listens on (default 3128). */
+  proxyPort?: pulumi.Input<number>;
+  /** What must succeed before create returns; false to skip. Default `{}`: the proxy port accepts TCP connections. */
+  healthCheck?: pulumi.Input<HealthCheck | false>;
+  /**
+   * Wait for the guest's IPv4 before create returns (default true). false
+   * returns once the domain runs; the IP appears at the next refresh. For
+   * NICs where neither a DHCP lease nor the guest agent reports the address.
+   */
+  waitForIp?: pulumi.Input<boolean>;
+  timeouts?: pulumi.Input<Timeouts>;
+  /** Free-form labels, stored in the VM's libvirt metadata too. Changing them updates in place. */
+  tags?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+}
+
+/** Who owns the VM, recorded in its metadata. Filled in by KvmProxy, never by users. */
+export interface OwnerInput {
+  project: string;
+  stack: string;
+  urn: string;
+  /** The Pulumi resource name, the base of the autoname. */
+  resource: string;
+}
+
+/** The image as check resolved it (from the config or inline): what the VM is built from. */
+export interface ResolvedImage {
+  url: string;
+  format: ImageFormat;
+  firmware: Firmware;
+  sha256?: string;
+}
+
+/** Inputs after check: defaults applied. This is what the state's inputs hold. */
+export interface CheckedInputs {
+  host: string;
+  image: string | InlineImage;
+  resolvedImage: ResolvedImage;
+  userData: string;
+  vendorData?: string;
+  installGuestAgent: boolean;
+  memoryMiB: number;
+  vcpus: number;
+  diskGiB: number;
+  network?: string;
+  bridge?: string;
+  /** As given, lower case. */
+  macAddress?: string;
+  name: string;
+  /** True when check generated the name. */
+  autoname?: boolean;
+  proxyPort: number;
+  /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
+  healthCheck: { url?: string; expectStatus?: number } | false;
+  waitForIp: boolean;
+  /** In seconds. */
+  timeouts: { create: number; delete: number };
+  tags: Record<string, string>;
+  owner?: OwnerInput;
+}
+
+/** What the state's outputs hold: the checked inputs plus what the VM reports. */
+export interface KvmProxyOutputs extends Omit<CheckedInputs, "macAddress"> {
+  /** The libvirt domain name (= name). */
+  domainName: string;
+  uuid: string;
+  /** The first routable IPv4 (guest agent or DHCP lease), once known. */
+  ipAddress?: string;
+  /** The NIC's MAC address, lower case (the fixed one or libvirt's). */
+  macAddress?: string;
+  /** `http://<ip>:<proxyPort>`, once the IP is known. */
+  proxyUrl?: string;
+  state: ProxyState;
+}
+
+export const DEFAULTS = {
+  installGuestAgent: true,
+  memoryMiB: 512,
+  vcpus: 1,
+  diskGiB: 10,
+  proxyPort: 3128,
+  waitForIp: true,
+  expectStatus: 200,
+  createSeconds: 600,
+  deleteSeconds: 300,
+} as const;
+
+/** Largest root disk accepted, GiB (64 TiB). */
+export const MAX_DISK_GIB = 65536;
+/** Longest deadline accepted, seconds (24 h). */
+export const MAX_TIMEOUT_SECONDS = 86_400;
+
+/** The resource type token: `pulumi-nodejs:dynamic:KvmProxy`. */
+export const KVM_PROXY_TYPE = "pulumi-nodejs:dynamic:KvmProxy";
+
+/**
+ * Input properties whose change rebuilds the VM. `image` also covers a
+ * changed image config behind a key (url, format, firmware, sha256).
+ */
+export const REPLACE_PROPERTIES = [
+  "host",
+  "image",
+  "userData",
+  "vendorData",
+  "installGuestAgent",
+  "memoryMiB",
+  "vcpus",
+  "diskGiB",
+  "network",
+  "bridge",
+  "macAddress",
+  "name",
+  "proxyPort",
+] as const;
+
+/** Input properties updated in place (no rebuild). */
+export const UPDATE_PROPERTIES = ["tags", "healthCheck", "waitForIp", "timeouts"] as const;

@@ -1,0 +1,109 @@
+/**
+ * `diff`: which input changes rebuild the VM and which are applied in place.
+ *
+ * Compares the old outputs (which carry the checked inputs, refreshed with
+ * what libvirt reports) with the new checked inputs. The serialized provider
+ * (`__provider`) and the owner record are never compared, so upgrading the
+ * provider code or renaming the stack does not show as a change.
+ */
+import { canonicalJson } from "../kvm/metadata";
+import { DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
+import { isUnknown } from "./check";
+
+/** What diff decided. */
+export interface DiffOutcome {
+  changes: boolean;
+  /** Input properties whose change rebuilds the VM. */
+  replaces: string[];
+  /** Input properties changed in place. */
+  updates: string[];
+  /** True when the old VM must be deleted before its replacement is created. */
+  deleteBeforeReplace: boolean;
+}
+
+type Props = Record<string, unknown>;
+
+function same(a: unknown, b: unknown): boolean {
+  if (isUnknown(b)) return false;
+  if (a === undefined || b === undefined) return a === b;
+  try {
+    return canonicalJson(a) === canonicalJson(b);
+  } catch {
+    return false;
+  }
+}
+
+/** Old values as the current provider would have defaulted them (state written by older versions). */
+function oldValue(olds: Props, key: string): unknown {
+  const v = olds[key];
+  if (v !== undefined) return v;
+  switch (key) {
+    case "installGuestAgent":
+      return DEFAULTS.installGuestAgent;
+    case "waitForIp":
+      return DEFAULTS.waitForIp;
+    case "tags":
+      return {};
+    case "timeouts":
+      return { create: DEFAULTS.createSeconds, delete: DEFAULTS.deleteSeconds };
+    case "healthCheck":
+      return olds.waitForIp === false ? false : {};
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * Decides the diff of one KvmProxy.
+ *
+ * - Replace: host, image (the resolved image: url, format, firmware,
+ *   sha256, so a changed `kvm:images` entry rebuilds too), userData,
+ *   vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB, network,
+ *   bridge, macAddress (only when fixed: a libvirt-generated MAC is not a
+ *   change), name, proxyPort.
+ * - Update in place: tags, healthCheck, waitForIp, timeouts; also a VM found
+ *   stopped by a refresh (update starts it again).
+ * - deleteBeforeReplace only when the replacement would collide with the old
+ *   VM on the same host: the same user-fixed name, or the same fixed MAC.
+ *   Autonamed proxies get a fresh name and are created before the old one is deleted.
+ */
+export function diffProxy(olds: Props, news: Props): DiffOutcome {
+  const replaces: string[] = [];
+  const updates: string[] = [];
+  for (const key of REPLACE_PROPERTIES) {
+    if (key === "image") {
+      const oldImage = olds.resolvedImage ?? olds.image;
+      const newImage = olds.resolvedImage !== undefined ? news.resolvedImage : news.image;
+      if (!same(oldImage, newImage)) replaces.push("image");
+      continue;
+    }
+    if (key === "macAddress") {
+      const want = news.macAddress;
+      if (want === undefined) continue;
+      const have = olds.macAddress;
+      if (want === UNKNOWN || typeof have !== "string" || have.toLowerCase() !== String(want).toLowerCase()) {
+        replaces.push("macAddress");
+      }
+      continue;
+    }
+    if (!same(oldValue(olds, key), news[key])) replaces.push(key);
+  }
+  for (const key of UPDATE_PROPERTIES) {
+    if (!same(oldValue(olds, key), news[key])) updates.push(key);
+  }
+  const stopped = olds.state === "stopped" || olds.state === "failed";
+  const replacing = replaces.length > 0;
+  const sameHost = same(olds.host, news.host);
+  const fixedNameKept = news.autoname !== true && sameHost && same(olds.name, news.name);
+  const fixedMacKept =
+    typeof news.macAddress === "string" &&
+    sameHost &&
+    typeof olds.macAddress === "string" &&
+    olds.macAddress.toLowerCase() === news.macAddress.toLowerCase();
+  return {
+    changes: replacing || updates.length > 0 || stopped,
+    replaces,
+    updates,
+    deleteBeforeReplace: replacing && (fixedNameKept || fixedMacKept),
+  };
+}

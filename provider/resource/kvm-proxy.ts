@@ -1,0 +1,126 @@
+/**
+ * The KvmProxy resource: a KVM VM running an HTTP forward proxy on one of
+ * the libvirt hosts named in the stack config `kvm:hosts`.
+ *
+ * The provider object handed to Pulumi is deliberately tiny: each method
+ * requires the implementation by package path inside the dynamic provider
+ * process. Pulumi serializes this object into every resource's state as
+ * `__provider`; this way that text is a few hundred bytes, holds no absolute
+ * path (the same program gives the same text on every machine), captures no
+ * secret, and upgrading the package changes the behaviour without changing
+ * the text. The methods are arrow functions that return the implementation's
+ * promise: no async/await (a TypeScript downlevel to an older target would
+ * capture its `__awaiter` helper), no `this`, no method shorthand.
+ */
+import * as pulumi from "@pulumi/pulumi";
+import { KVM_PROXY_TYPE, type KvmProxyArgs } from "./args";
+
+/** The module the serialized provider requires: resolved from the program's folder. */
+export const PROVIDER_MODULE = "pulumi-kvm-proxy/dist/provider/resource/provider";
+
+/** The serialized provider: delegates every call to {@link PROVIDER_MODULE}. */
+export const serializedProvider: pulumi.dynamic.ResourceProvider = {
+  configure: (req) => require("pulumi-kvm-proxy/dist/provider/resource/provider").configure(req),
+  check: (olds, news) => require("pulumi-kvm-proxy/dist/provider/resource/provider").check(olds, news),
+  diff: (id, olds, news) => require("pulumi-kvm-proxy/dist/provider/resource/provider").diff(id, olds, news),
+  create: (inputs) => require("pulumi-kvm-proxy/dist/provider/resource/provider").create(inputs),
+  read: (id, props) => require("pulumi-kvm-proxy/dist/provider/resource/provider").read(id, props),
+  update: (id, olds, news) =>
+    require("pulumi-kvm-proxy/dist/provider/resource/provider").update(id, olds, news),
+  delete: (id, props) => require("pulumi-kvm-proxy/dist/provider/resource/provider").delete(id, props),
+};
+
+/** Outputs that are always stored as secrets (user content may hold credentials). */
+export const SECRET_OUTPUTS = ["userData", "vendorData"];
+
+/**
+ * A KVM VM running an HTTP forward proxy.
+ *
+ * ```ts
+ * const edge = new KvmProxy("edge-1", { host: "lab", image: "debian-12" });
+ * export const url = edge.proxyUrl;
+ * ```
+ *
+ * Changing host, image (or the `kvm:images` entry behind its key),
+ * userData, vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB,
+ * network, bridge, macAddress, name or proxyPort rebuilds the VM; tags,
+ * healthCheck, waitForIp and timeouts update in place.
+ */
+export class KvmProxy extends pulumi.dynamic.Resource {
+  declare readonly domainName: pulumi.Output<string>;
+  declare readonly uuid: pulumi.Output<string>;
+  declare readonly host: pulumi.Output<string>;
+  /** The guest's first routable IPv4; absent until known. */
+  declare readonly ipAddress: pulumi.Output<string | undefined>;
+  declare readonly macAddress: pulumi.Output<string>;
+  /** `http://<ip>:<proxyPort>`; absent until the IP is known. */
+  declare readonly proxyUrl: pulumi.Output<string | undefined>;
+  /** provisioning | running | stopped | failed. */
+  declare readonly state: pulumi.Output<string>;
+  declare readonly name: pulumi.Output<string>;
+  declare readonly proxyPort: pulumi.Output<number>;
+  declare readonly memoryMiB: pulumi.Output<number>;
+  declare readonly vcpus: pulumi.Output<number>;
+  declare readonly diskGiB: pulumi.Output<number>;
+  declare readonly tags: pulumi.Output<Record<string, string>>;
+  /** The image reference as given (a key of kvm:images, or a URL / inline image). */
+  declare readonly image: pulumi.Output<string | Record<string, unknown>>;
+
+  constructor(name: string, args: KvmProxyArgs, opts?: pulumi.CustomResourceOptions) {
+    const props: Record<string, unknown> = { ...args };
+    if (opts?.id === undefined) {
+      // The URN goes through a plain promise on purpose: an Output derived
+      // from a component parent's urn carries a dependency on that parent,
+      // and depending on a component means waiting for all its children,
+      // this proxy included: a deadlock as soon as a component has two.
+      const urn = new Promise<string>((resolve) => {
+        pulumi.createUrn(name, KVM_PROXY_TYPE, opts?.parent).apply((u) => {
+          resolve(u);
+          return u;
+        });
+      });
+      props.owner = urn.then((u) => ({
+        project: pulumi.getProject(),
+        stack: pulumi.getStack(),
+        urn: u,
+        resource: name,
+      }));
+    }
+    for (const k of [
+      "domainName",
+      "uuid",
+      "ipAddress",
+      "macAddress",
+      "proxyUrl",
+      "state",
+      "host",
+      "name",
+      "proxyPort",
+      "memoryMiB",
+      "vcpus",
+      "diskGiB",
+      "tags",
+      "image",
+    ]) {
+      if (props[k] === undefined) props[k] = undefined;
+    }
+    const secrets = [...new Set([...(opts?.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS])];
+    super(
+      serializedProvider,
+      name,
+      props,
+      { ...opts, additionalSecretOutputs: secrets },
+      undefined,
+      "KvmProxy",
+    );
+  }
+
+  /**
+   * Adopts an existing VM read-only by its provider ID (`kvm://<host>/<domain>`):
+   * its inputs are rebuilt from the VM's metadata. `pulumi import` does not
+   * work for dynamic providers; this does.
+   */
+  static get(name: string, id: pulumi.Input<string>, opts?: pulumi.CustomResourceOptions): KvmProxy {
+    return new KvmProxy(name, {} as KvmProxyArgs, { ...opts, id });
+  }
+}

@@ -1,0 +1,256 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import YAML from "yaml";
+import { METADATA_NAMESPACE } from "../../provider/kvm/metadata";
+import { repoRoot, type TestHost, virshUri } from "../support/test-host";
+
+/** Where every workspace lives: inside the repo, so programs resolve its node_modules. */
+export const E2E_ROOT = path.join(repoRoot, ".state/pulumi-e2e");
+export const TEST_IMAGE = path.join(E2E_ROOT, "images/empty.qcow2");
+
+let cliEnv: NodeJS.ProcessEnv | undefined;
+
+/** The environment `scripts/pulumi-cli env` exports. Throws (loudly) when the CLI is missing. */
+export function pulumiEnv(): NodeJS.ProcessEnv {
+  if (cliEnv !== undefined) return cliEnv;
+  const out = execFileSync(
+    "bash",
+    [
+      "-c",
+      'eval "$(scripts/pulumi-cli env --no-build)" && node -e "console.log(JSON.stringify(process.env))"',
+    ],
+    { cwd: repoRoot, encoding: "utf8" },
+  );
+  const env = JSON.parse(out) as NodeJS.ProcessEnv;
+  const bin = path.join(repoRoot, ".tools/pulumi/bin");
+  for (const exe of ["pulumi", "pulumi-language-nodejs", "pulumi-resource-pulumi-nodejs"]) {
+    if (!existsSync(path.join(bin, exe))) {
+      throw new Error(`the Pulumi CLI is missing (${bin}/${exe}); run scripts/pulumi-cli build`);
+    }
+  }
+  cliEnv = { ...env, PULUMI_CONFIG_PASSPHRASE: "", PULUMI_SKIP_UPDATE_CHECK: "true" };
+  return cliEnv;
+}
+
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+  /** stdout and stderr together. */
+  output: string;
+}
+
+let seq = 0;
+
+/** A Pulumi project folder with its own file:// backend and one stack. */
+export class Workspace {
+  readonly dir: string;
+  readonly stack: string;
+  readonly backend: string;
+
+  /**
+   * `program`: either files to write ({"index.js": "..."}), or `{ main }`, a
+   * folder (relative to the repo) the Pulumi.yaml points at.
+   */
+  constructor(
+    tag: string,
+    project: { name: string; typescript?: boolean; main?: string; files?: Record<string, string> },
+  ) {
+    seq += 1;
+    this.stack = `t${process.pid}x${seq}`;
+    this.dir = path.join(E2E_ROOT, `${tag}-${process.pid}-${seq}`);
+    rmSync(this.dir, { recursive: true, force: true });
+    mkdirSync(this.dir, { recursive: true });
+    this.backend = path.join(this.dir, ".backend");
+    mkdirSync(this.backend);
+    const yaml: Record<string, unknown> = {
+      name: project.name,
+      runtime: { name: "nodejs", options: { typescript: project.typescript ?? false } },
+    };
+    if (project.main !== undefined) {
+      yaml.main = path.relative(this.dir, path.join(repoRoot, project.main));
+    }
+    writeFileSync(path.join(this.dir, "Pulumi.yaml"), YAML.stringify(yaml));
+    for (const [name, text] of Object.entries(project.files ?? {}))
+      writeFileSync(path.join(this.dir, name), text);
+    if (project.files !== undefined && !("package.json" in project.files)) {
+      writeFileSync(
+        path.join(this.dir, "package.json"),
+        JSON.stringify({ name: project.name, private: true, main: "index.js" }),
+      );
+    }
+    this.mustRun("stack", "init");
+  }
+
+  run(...args: string[]): RunResult {
+    return this.runWithInput(undefined, ...args);
+  }
+
+  runWithInput(input: string | undefined, ...args: string[]): RunResult {
+    const r = spawnSync("pulumi", [...args, "--stack", this.stack, "--non-interactive", "--color", "never"], {
+      cwd: this.dir,
+      ...(input !== undefined ? { input } : {}),
+      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}` },
+      encoding: "utf8",
+      timeout: 600_000,
+      maxBuffer: 64 * 1024 * 1024,
+    });
+    if (r.error) throw r.error;
+    return {
+      code: r.status ?? -1,
+      stdout: r.stdout,
+      stderr: r.stderr,
+      output: `${r.stdout}\n${r.stderr}`,
+    };
+  }
+
+  /** Runs and throws with the whole output unless the exit code is 0. */
+  mustRun(...args: string[]): RunResult {
+    const r = this.run(...args);
+    if (r.code !== 0) throw new Error(`pulumi ${args.join(" ")} exited ${r.code}:\n${r.output}`);
+    return r;
+  }
+
+  up(): RunResult {
+    return this.mustRun("up", "--yes", "--skip-preview");
+  }
+
+  destroy(): RunResult {
+    return this.mustRun("destroy", "--yes", "--skip-preview");
+  }
+
+  /** Merges `config` (full keys such as `kvm:hosts`) into the stack's config file. */
+  setConfig(config: Record<string, unknown>): void {
+    const file = path.join(this.dir, `Pulumi.${this.stack}.yaml`);
+    const doc = existsSync(file)
+      ? ((YAML.parse(readFileSync(file, "utf8")) as Record<string, unknown>) ?? {})
+      : {};
+    doc.config = { ...((doc.config as Record<string, unknown>) ?? {}), ...config };
+    writeFileSync(file, YAML.stringify(doc));
+  }
+
+  /** Sets a secret config value, passed on stdin (never on a command line). */
+  setSecret(key: string, value: string): void {
+    const r = this.runWithInput(value, "config", "set", "--secret", "--raw", key);
+    if (r.code !== 0) throw new Error(`pulumi config set --secret ${key} exited ${r.code}`);
+  }
+
+  outputs(): Record<string, unknown> {
+    return JSON.parse(this.mustRun("stack", "output", "--json", "--show-secrets").stdout) as Record<
+      string,
+      unknown
+    >;
+  }
+
+  /** The raw checkpoint text (secrets stay encrypted). */
+  stateText(): string {
+    return this.mustRun("stack", "export").stdout;
+  }
+
+  state(): { resources: StateResource[] } {
+    return (JSON.parse(this.stateText()) as { deployment: { resources?: StateResource[] } }).deployment as {
+      resources: StateResource[];
+    };
+  }
+
+  proxies(): StateResource[] {
+    return (this.state().resources ?? []).filter((r) => r.type === "pulumi-nodejs:dynamic:KvmProxy");
+  }
+
+  /** Best-effort cleanup of whatever the stack still holds. */
+  cleanup(): void {
+    try {
+      this.run("destroy", "--yes", "--skip-preview");
+    } catch {
+      // reported by the test's own assertions
+    }
+  }
+}
+
+export interface StateResource {
+  urn: string;
+  type: string;
+  id?: string;
+  inputs?: Record<string, unknown>;
+  outputs?: Record<string, unknown>;
+}
+
+export function virsh(host: TestHost, ...args: string[]): string {
+  return execFileSync("virsh", ["-q", "-c", virshUri(host), ...args], {
+    encoding: "utf8",
+    timeout: 120_000,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+}
+
+export function virshQuiet(host: TestHost, ...args: string[]): void {
+  try {
+    virsh(host, ...args);
+  } catch {
+    // already gone
+  }
+}
+
+export function allDomains(host: TestHost): string[] {
+  return virsh(host, "list", "--all", "--name")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "");
+}
+
+/** Our metadata of a domain, or undefined when it has none (or is gone). */
+export function metadataOf(host: TestHost, name: string): string | undefined {
+  try {
+    return virsh(host, "metadata", name, METADATA_NAMESPACE);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Domains whose metadata names `stack` as owner. */
+export function domainsOfStack(host: TestHost, stack: string): string[] {
+  return allDomains(host)
+    .filter((d) => metadataOf(host, d)?.includes(`stack="${stack}"`) === true)
+    .sort();
+}
+
+export function poolVolumes(host: TestHost): string[] {
+  return virsh(host, "vol-list", host.poolName)
+    .split("\n")
+    .map((l) => l.trim().split(/\s+/)[0] ?? "")
+    .filter((n) => n !== "");
+}
+
+/** Removes a domain and its per-VM volumes by hand (cleanup, and "deleted out of band"). */
+export function removeByHand(host: TestHost, name: string): void {
+  virshQuiet(host, "destroy", name);
+  virshQuiet(host, "undefine", "--nvram", name);
+  virshQuiet(host, "undefine", name);
+  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${name}-root.qcow2`);
+  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${name}-seed.iso`);
+}
+
+/** `kvm:*` config pointing at the test host: `local` over the unix socket, `remote` over SSH. */
+export function hostsConfig(
+  host: TestHost,
+  which: ("local" | "remote")[] = ["local"],
+): Record<string, unknown> {
+  const common = { domainType: "qemu", pool: host.poolName, network: host.network };
+  const hosts: Record<string, unknown> = {};
+  if (which.includes("local")) hosts.local = { uri: `unix://${host.socketPath}`, ...common };
+  if (which.includes("remote")) {
+    hosts.remote = {
+      uri: `ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
+      knownHostsPath: host.knownHostsPath,
+      ...common,
+    };
+  }
+  return {
+    "kvm:hosts": hosts,
+    "kvm:images": { tiny: { url: TEST_IMAGE, firmware: "bios" } },
+  };
+}
+
+/** Arguments every test proxy gets: nothing here boots an OS, so no IP and no health check. */
+export const TEST_PROXY_ARGS = { healthCheck: false, waitForIp: false, memoryMiB: 128, diskGiB: 1 };

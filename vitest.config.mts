@@ -1,7 +1,8 @@
 import { defineConfig } from "vitest/config";
 
 // Tests are grouped by what they need: `unit` needs nothing; `libvirtd` needs
-// the real test host (scripts/test-host), which the global setup starts.
+// the real test host (scripts/test-host), which the global setup starts;
+// `pulumi` drives the real Pulumi CLI; `guest` boots real guests.
 export default defineConfig({
   test: {
     projects: [
@@ -29,6 +30,22 @@ export default defineConfig({
           globalSetup: ["test/support/global-setup.ts", "test/pulumi/global-setup.ts"],
           testTimeout: 600_000,
           hookTimeout: 600_000,
+        },
+      },
+      {
+        test: {
+          // Real guests (scripts/guest-image) booted under TCG: the setup
+          // builds the image when missing, prepares the Pulumi CLI and starts
+          // small HTTP servers inside the test host's namespace. Its two files
+          // run side by side (the workers mostly wait on guests), in a group
+          // of their own after the others so boots do not slow them down.
+          name: "guest",
+          include: ["test/guest/**/*.test.ts"],
+          globalSetup: ["test/support/global-setup.ts", "test/guest/global-setup.ts"],
+          testTimeout: 900_000,
+          hookTimeout: 1_020_000,
+          maxWorkers: 2,
+          sequence: { groupOrder: 1 },
         },
       },
     ],

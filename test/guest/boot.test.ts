@@ -1,0 +1,356 @@
+/**
+ * Real guests (the Debian image of scripts/guest-image) booted by
+ * KvmOperations on the test host under TCG, in parallel in beforeAll; the
+ * tests then read what each guest did through the guest agent and probe its
+ * squid from inside the test host's network namespace.
+ *
+ * - cloud-config (UEFI): the history's bug. The user's cloud-config has its
+ *   own `packages:` and `runcmd:`, and a vendorData part (write_files, a key
+ *   the user-data does not use) is configured: the guest-agent vendor script
+ *   and the vendorData must both still be applied.
+ * - shell script (BIOS firmware): a `#!` user-data; the guest-agent script
+ *   travels alone as vendor-data.
+ *
+ * The third user-data format, a MIME multipart, boots in pulumi.test.ts
+ * (through the Pulumi CLI, at the same time as these two): one guest fewer
+ * on two cores.
+ *
+ * The image is downloaded by the provider over HTTP from a server inside the
+ * namespace (on its veth address), pinned by SHA-256.
+ */
+import { createHash } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/cloud-init";
+import { type ImageConfig, parseConfig, parseImage } from "../../provider/kvm/config";
+import { HostPool } from "../../provider/kvm/hosts";
+import { ImageCache } from "../../provider/kvm/image-cache";
+import {
+  type CreateResult,
+  type CreateSpec,
+  KvmOperations,
+  type VmStatus,
+} from "../../provider/kvm/operations";
+import { Failures } from "../../provider/kvm/validation";
+import { allDomains, poolVolumes, removeByHand, virsh, virshQuiet } from "../pulumi/harness";
+import { type TestHost, testHost } from "../support/test-host";
+import {
+  agentFor,
+  assertGuestAddress,
+  type CloudInitOutcome,
+  expectVendorScriptRan,
+  type GuestAgent,
+  nvramFiles,
+  poolFilesOf,
+  since,
+  waitCloudInitDone,
+  waitForProxyStatus,
+} from "./support";
+
+const env = inject("guest");
+const HOST = "local";
+/** How long one guest may take from create to cloud-init done (TCG, 2 shared cores, 3 guests). */
+const BOOT_DEADLINE_MS = 14 * 60_000;
+
+let host: TestHost;
+let pool: HostPool;
+let ops: KvmOperations;
+
+// ---------------------------------------------------------------------------
+// The three guests
+// ---------------------------------------------------------------------------
+
+const tag = `${process.pid}`;
+
+/** The history's bug: a real cloud-config with its own packages and runcmd (squid is in the image). */
+const CLOUD_CONFIG_USER_DATA = `#cloud-config
+# kvmp guest test ${tag}: a cloud-config with its own packages: and runcmd:
+# (UTF-8 kept byte for byte: café, Ünïcödé, 日本語)
+packages:
+  - squid
+runcmd:
+  - [sh, -c, "printf 'http_access allow localnet\\n' > /etc/squid/conf.d/kvmp-guest-test.conf"]
+  - [sh, -c, "systemctl reload squid || systemctl restart squid"]
+  - [sh, -c, "echo kvmp-user-runcmd-ran | tee /var/lib/kvmp-guest-test-runcmd"]
+`;
+
+const VENDOR_MARKER = "/var/lib/kvmp-guest-test/vendor-data-marker";
+const VENDOR_MARKER_CONTENT = `vendorData applied (${tag})\n`;
+/** Configured vendorData: text/plain #cloud-config with write_files, which the user-data does not use. */
+const VENDOR_DATA = `#cloud-config
+write_files:
+  - path: ${VENDOR_MARKER}
+    permissions: '0644'
+    content: ${JSON.stringify(VENDOR_MARKER_CONTENT)}
+`;
+
+/** A shell-script user-data (no trailing newline, tabs and CRs kept as they are). */
+const SCRIPT_USER_DATA = `#!/bin/sh
+# kvmp guest test ${tag}: a shell-script user-data\t(tab)
+set -e
+printf 'http_access allow localnet\\n' > /etc/squid/conf.d/kvmp-guest-test.conf
+systemctl reload squid || systemctl restart squid
+echo user-script > /var/lib/kvmp-guest-test-script
+exit 0`;
+
+interface Guest {
+  name: string;
+  firmware: "uefi" | "bios";
+  userData: string;
+  vendorData?: string;
+}
+
+const guests = {
+  cloudConfig: {
+    name: `kvmpt-guest-cc-${tag}`,
+    firmware: "uefi",
+    userData: CLOUD_CONFIG_USER_DATA,
+    vendorData: VENDOR_DATA,
+  },
+  script: { name: `kvmpt-guest-sh-${tag}`, firmware: "bios", userData: SCRIPT_USER_DATA },
+} satisfies Record<string, Guest>;
+type GuestKey = keyof typeof guests;
+
+function image(firmware: "uefi" | "bios"): ImageConfig {
+  const f = new Failures();
+  const img = parseImage(undefined, { url: env.imageUrlFromRoot, sha256: env.imageSha256, firmware }, f);
+  f.throwIfAny();
+  return img as ImageConfig;
+}
+
+function spec(g: Guest): CreateSpec {
+  return {
+    host: HOST,
+    name: g.name,
+    image: image(g.firmware),
+    imageRef: env.imageUrlFromRoot,
+    memoryMiB: 768,
+    vcpus: 1,
+    diskGiB: 4,
+    userData: g.userData,
+    ...(g.vendorData !== undefined ? { vendorData: g.vendorData } : {}),
+    owner: {
+      project: "kvmpt-guest",
+      stack: "test",
+      urn: `urn:pulumi:test::kvmpt-guest::kvm:Proxy::${g.name}`,
+    },
+    specHash: createHash("sha256").update(g.name).digest("hex"),
+    proxyPort: 3128,
+  };
+}
+
+/** What one boot produced; the tests assert on it. */
+interface Booted {
+  created: CreateResult;
+  /** What waitForIp returned. */
+  ready: VmStatus;
+  agent: GuestAgent;
+  /** The last status of GET targetUrl through the guest's squid (from inside the namespace). */
+  proxy: string;
+  cloudInit: CloudInitOutcome;
+  seconds: { ip: number; agent: number; proxy204: number; cloudInitDone: number };
+}
+
+const boots = new Map<GuestKey, Promise<Booted>>();
+
+async function boot(g: Guest): Promise<Booted> {
+  const t0 = performance.now();
+  const deadline = t0 + BOOT_DEADLINE_MS;
+  const created = await ops.create(spec(g));
+  const ready = await ops.waitForIp(HOST, g.name, { deadlineMs: BOOT_DEADLINE_MS, pollMs: 2_000 });
+  const ip = since(t0);
+  const agent = await agentFor(ops.hosts.libvirt(HOST), g.name);
+  await agent.waitReady(deadline);
+  const agentUp = since(t0);
+  const proxy = await waitForProxyStatus(env, assertGuestAddress(env, ready.ipv4), "204", deadline);
+  const proxy204 = since(t0);
+  const cloudInit = await waitCloudInitDone(agent, Math.max(60_000, deadline - performance.now()));
+  return {
+    created,
+    ready,
+    agent,
+    proxy,
+    cloudInit,
+    seconds: { ip, agent: agentUp, proxy204, cloudInitDone: since(t0) },
+  };
+}
+
+function booted(key: GuestKey): Promise<Booted> {
+  const b = boots.get(key);
+  if (b === undefined) throw new Error(`guest ${key} was never started`);
+  return b;
+}
+
+beforeAll(async () => {
+  host = testHost();
+  const hosts = parseConfig({
+    hosts: {
+      [HOST]: {
+        uri: `unix://${host.socketPath}`,
+        domainType: "qemu",
+        pool: host.poolName,
+        network: host.network,
+      },
+    },
+  }).hosts;
+  pool = new HostPool(hosts);
+  ops = new KvmOperations(pool);
+  for (const [key, g] of Object.entries(guests) as [GuestKey, Guest][]) {
+    // Leftovers of an interrupted run with the same PID would be reused: start clean.
+    removeByHand(host, g.name);
+    const p = boot(g);
+    p.catch(() => {}); // reported by the tests that await it
+    boots.set(key, p);
+  }
+  // Both boot at once; the tests below read the results.
+  await Promise.allSettled(boots.values());
+}, BOOT_DEADLINE_MS + 120_000);
+
+afterAll(async () => {
+  const timings: Record<string, unknown> = {};
+  for (const [key, p] of boots) {
+    const r = await p.then(
+      (b) => ({
+        ...b.seconds,
+        cloudInit: b.cloudInit,
+      }),
+      (e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`,
+    );
+    timings[`${key} (${guests[key].firmware})`] = r;
+  }
+  console.log(
+    `guest boots (seconds from create) and cloud-init's result:\n${JSON.stringify(timings, null, 2)}`,
+  );
+  for (const g of Object.values(guests)) {
+    try {
+      await ops.delete(HOST, g.name);
+    } catch {
+      removeByHand(host, g.name);
+    }
+  }
+  // The cached image this file downloaded (one entry: firmware is not part of it).
+  const cached = ImageCache.volumeName(image("uefi"));
+  virshQuiet(host, "vol-delete", "--pool", host.poolName, cached);
+  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${cached}.partial`);
+  await pool.closeAll();
+}, 300_000);
+
+// ---------------------------------------------------------------------------
+
+describe("a cloud-config with its own packages: and runcmd: (UEFI), plus vendorData", () => {
+  it("reaches the guest byte for byte", async () => {
+    const b = await booted("cloudConfig");
+    const got = await b.agent.readFile("/var/lib/cloud/instance/user-data.txt");
+    expect(got.equals(Buffer.from(CLOUD_CONFIG_USER_DATA, "utf8"))).toBe(true);
+    // The user's runcmd ran.
+    expect((await b.agent.readFile("/var/lib/kvmp-guest-test-runcmd")).toString()).toBe(
+      "kvmp-user-runcmd-ran\n",
+    );
+  });
+
+  it("still gets the guest-agent vendor script, and the script ran", async () => {
+    const b = await booted("cloudConfig");
+    const script = await b.agent.readFile(
+      `/var/lib/cloud/instance/scripts/vendor/${GUEST_AGENT_SCRIPT_FILENAME}`,
+    );
+    expect(script.toString("utf8")).toBe(GUEST_AGENT_SCRIPT);
+    // The script's own lines in cloud-init's output log: it found the image's
+    // agent and (re)started it; cloud-init recorded no failure of scripts_vendor.
+    const log = (await b.agent.readFile("/var/log/cloud-init-output.log")).toString("utf8");
+    expect(log).toContain("kvm-proxy-guest-agent: qemu-guest-agent already present; not installing");
+    const started = log.indexOf("kvm-proxy-guest-agent: qemu-guest-agent enabled and started");
+    expect(started).toBeGreaterThanOrEqual(0);
+    // cloud-init's order: vendor scripts (cc_scripts_vendor) before the user's runcmd (scripts_user).
+    expect(log.indexOf("kvmp-user-runcmd-ran")).toBeGreaterThan(started);
+    expect(b.cloudInit.errors.filter((e) => /vendor/i.test(e))).toEqual([]);
+  });
+
+  it("applies the configured vendorData part (write_files, a key the user-data does not use)", async () => {
+    const b = await booted("cloudConfig");
+    expect((await b.agent.readFile(VENDOR_MARKER)).toString("utf8")).toBe(VENDOR_MARKER_CONTENT);
+  });
+
+  it("reports its IP through the agent, and waitForIp returns it", async () => {
+    const b = await booted("cloudConfig");
+    await expectAgentIp("cloudConfig", b);
+  });
+
+  it("proxies through squid: 204 from the target, inside the namespace", async () => {
+    const b = await booted("cloudConfig");
+    expect(b.proxy).toBe("204");
+  });
+
+  it("booted under UEFI", async () => {
+    const b = await booted("cloudConfig");
+    await expectFirmware(guests.cloudConfig.name, b, "uefi");
+  });
+});
+
+describe("a shell-script user-data (BIOS firmware)", () => {
+  it("reaches the guest byte for byte, and ran", async () => {
+    const b = await booted("script");
+    const got = await b.agent.readFile("/var/lib/cloud/instance/user-data.txt");
+    expect(got.equals(Buffer.from(SCRIPT_USER_DATA, "utf8"))).toBe(true);
+    expect((await b.agent.readFile("/var/lib/kvmp-guest-test-script")).toString()).toBe("user-script\n");
+  });
+
+  it("gets the guest-agent script as vendor-data, and cloud-init finishes without errors", async () => {
+    const b = await booted("script");
+    await expectVendorScriptRan(b.agent, b.cloudInit);
+  });
+
+  it("reports its IP through the agent, and waitForIp returns it", async () => {
+    const b = await booted("script");
+    await expectAgentIp("script", b);
+  });
+
+  it("proxies through squid: 204", async () => {
+    const b = await booted("script");
+    expect(b.proxy).toBe("204");
+  });
+
+  it("booted under BIOS (no EFI in the guest, no NVRAM on the host)", async () => {
+    const b = await booted("script");
+    await expectFirmware(guests.script.name, b, "bios");
+  });
+});
+
+describe("delete", () => {
+  it("removes each guest's domain, per-VM volumes and NVRAM file", async () => {
+    for (const key of Object.keys(guests) as GuestKey[]) await booted(key).catch(() => undefined);
+    for (const g of Object.values(guests)) {
+      const r = await ops.delete(HOST, g.name);
+      expect(r.domainRemoved).toBe(true);
+      expect(r.volumesRemoved.sort()).toEqual([`${g.name}-root.qcow2`, `${g.name}-seed.iso`]);
+    }
+    const names = Object.values(guests).map((g) => g.name);
+    expect(allDomains(host).filter((d) => names.includes(d))).toEqual([]);
+    virsh(host, "pool-refresh", host.poolName);
+    expect(poolVolumes(host).filter((v) => names.some((n) => v.startsWith(`${n}-`)))).toEqual([]);
+    for (const n of names) {
+      expect(poolFilesOf(host, n)).toEqual([]);
+      expect(nvramFiles(host, n)).toEqual([]);
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------
+
+/** waitForIp's address is a NAT address the agent reports; a later get takes it from the agent. */
+async function expectAgentIp(key: GuestKey, b: Booted): Promise<void> {
+  expect(b.ready.state).toBe("running");
+  const ip = assertGuestAddress(env, b.ready.ipv4);
+  expect(await b.agent.ipv4Addresses()).toContain(ip);
+  const now = await ops.get(HOST, guests[key].name);
+  expect(now.ipSource).toBe("agent");
+  expect(now.ipv4).toBe(ip);
+  expect(now.mac).toBe(b.created.mac);
+}
+
+async function expectFirmware(name: string, b: Booted, firmware: "uefi" | "bios"): Promise<void> {
+  const status = await ops.get(HOST, name);
+  expect(status.domain?.firmware).toBe(firmware);
+  // The guest's own view: /sys/firmware/efi exists only when it booted through UEFI.
+  expect(await b.agent.exists("/sys/firmware/efi")).toBe(firmware === "uefi");
+  // libvirt keeps an NVRAM file for UEFI domains only.
+  expect(nvramFiles(host, name).length > 0).toBe(firmware === "uefi");
+}

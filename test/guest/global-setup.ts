@@ -1,0 +1,200 @@
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync } from "node:fs";
+import http from "node:http";
+import path from "node:path";
+import type { TestProject } from "vitest/node";
+import { repoRoot, testHost, virshUri } from "../support/test-host";
+import type { GuestEnv } from "./support";
+
+/**
+ * What the `guest` project needs beyond the test host (started first by
+ * test/support/global-setup.ts):
+ *
+ * - the guest image (`scripts/guest-image build`: a no-op when the recipe's
+ *   image exists, a build otherwise; a failed build fails the run loudly);
+ * - dist/ and the package link for the repo's Pulumi programs, and the Pulumi
+ *   CLI (as the `pulumi` project's setup does);
+ * - three tiny HTTP servers, all INSIDE the test host's network namespace:
+ *   the proxy target answering 204 on the NAT gateway (reachable from
+ *   guests), and the image served to the provider over HTTP on the
+ *   namespace's veth address (reached from the root namespace, where the
+ *   vitest workers run) and on the namespace's loopback (for the Pulumi CLI,
+ *   which runs inside the namespace).
+ *
+ * The servers are stopped by PID in teardown. What they learn (ports, URLs,
+ * the image's SHA-256) reaches the tests through `inject("guest")`.
+ */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const host = testHost();
+  const imagePath = buildImage();
+  const imageSha256 = await sha256File(imagePath);
+
+  execFileSync(path.join(repoRoot, "scripts/prepare-examples"), { stdio: "inherit" });
+  execFileSync(path.join(repoRoot, "scripts/pulumi-cli"), ["build"], { stdio: "inherit" });
+  // The first define on a fresh daemon probes QEMU's capabilities, which can
+  // outlast an RPC deadline: probe once here.
+  execFileSync("virsh", ["-q", "-c", virshUri(host), "domcapabilities", "--virttype", "qemu"], {
+    stdio: "ignore",
+    timeout: 300_000,
+  });
+
+  const gateway = natGateway(host.network, virshUri(host));
+  const servers: ChildProcess[] = [];
+  const stop = async () => {
+    await Promise.all(servers.map((s) => stopServer(s)));
+  };
+  try {
+    const dir = path.dirname(imagePath);
+    const file = path.basename(imagePath);
+    const target = await startServer(servers, host.netns, ["204", gateway]);
+    const viaVeth = await startServer(servers, host.netns, ["files", host.address, dir]);
+    const viaLoopback = await startServer(servers, host.netns, ["files", "127.0.0.1", dir]);
+    const env: GuestEnv = {
+      netns: host.netns,
+      imagePath,
+      imageSha256,
+      imageUrlFromRoot: `http://${host.address}:${viaVeth}/${file}`,
+      imageUrlInNetns: `http://127.0.0.1:${viaLoopback}/${file}`,
+      gateway,
+      subnetPrefix: gateway.replace(/\.\d+$/, "."),
+      targetUrl: `http://${gateway}:${target}/`,
+    };
+    // Loud failures now rather than a mysterious boot later: the image must
+    // be downloadable from the root namespace, and the target must answer
+    // 204 inside the namespace.
+    await expectImageServed(env.imageUrlFromRoot);
+    const code = execFileSync(
+      "ip",
+      ["netns", "exec", host.netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", env.targetUrl],
+      { encoding: "utf8", timeout: 30_000 },
+    );
+    if (code !== "204") throw new Error(`the 204 server at ${env.targetUrl} answered ${code}`);
+    project.provide("guest", env);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return stop;
+}
+
+/** `scripts/guest-image build`: the image's path (building it when the recipe's image is missing). */
+function buildImage(): string {
+  const script = path.join(repoRoot, "scripts/guest-image");
+  let out: string;
+  try {
+    out = execFileSync(script, ["build"], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "inherit"],
+      timeout: 30 * 60_000,
+    });
+  } catch (err) {
+    throw new Error(
+      `scripts/guest-image build failed, so no guest can boot (see .state/images/*.log): ${
+        err instanceof Error ? err.message : String(err)
+      }`,
+    );
+  }
+  const image = out.trim().split("\n").pop() ?? "";
+  if (!image.endsWith(".qcow2") || !existsSync(image)) {
+    throw new Error(`scripts/guest-image build printed ${JSON.stringify(out)}, not an image path`);
+  }
+  return image;
+}
+
+function sha256File(file: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const h = createHash("sha256");
+    createReadStream(file)
+      .on("data", (c) => h.update(c))
+      .on("error", reject)
+      .on("end", () => resolve(h.digest("hex")));
+  });
+}
+
+/** The NAT network's gateway address (the bridge's, inside the namespace), e.g. 192.168.213.1. */
+function natGateway(network: string, uri: string): string {
+  const xml = execFileSync("virsh", ["-q", "-c", uri, "net-dumpxml", network], {
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  const m = /<ip\b[^>]*\baddress=['"](\d+\.\d+\.\d+\.\d+)['"]/.exec(xml);
+  if (m?.[1] === undefined) throw new Error(`network ${network} has no IPv4 address:\n${xml}`);
+  return m[1];
+}
+
+/**
+ * A Python HTTP server inside the namespace. Modes: `204 ADDR` answers every
+ * GET with 204; `files ADDR DIR` serves DIR's files. It binds port 0 and
+ * prints the port it got.
+ */
+const SERVER = `
+import http.server, sys
+mode, addr = sys.argv[1], sys.argv[2]
+class NoContent(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+class Files(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, directory=sys.argv[3], **k)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer((addr, 0), NoContent if mode == "204" else Files)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+`;
+
+function startServer(servers: ChildProcess[], netns: string, args: string[]): Promise<number> {
+  // `ip netns exec` execs the program, so the child's PID is the server's.
+  const child = spawn("ip", ["netns", "exec", netns, "/usr/bin/python3", "-c", SERVER, ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  servers.push(child);
+  return new Promise((resolve, reject) => {
+    let out = "";
+    let err = "";
+    const timer = setTimeout(() => reject(new Error(`HTTP server ${args.join(" ")} did not start`)), 30_000);
+    child.stderr?.on("data", (d: Buffer) => {
+      err += d.toString();
+    });
+    child.stdout?.on("data", (d: Buffer) => {
+      out += d.toString();
+      const line = out.split("\n")[0] ?? "";
+      if (out.includes("\n") && /^\d+$/.test(line)) {
+        clearTimeout(timer);
+        resolve(Number(line));
+      }
+    });
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`HTTP server ${args.join(" ")} exited (${code}): ${err}`));
+    });
+  });
+}
+
+async function stopServer(child: ChildProcess): Promise<void> {
+  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  process.kill(child.pid, "SIGTERM");
+  const timer = setTimeout(() => {
+    if (child.pid !== undefined && child.exitCode === null) process.kill(child.pid, "SIGKILL");
+  }, 5_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+function expectImageServed(url: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: "HEAD", timeout: 30_000 }, (res) => {
+      res.resume();
+      if (res.statusCode === 200) resolve();
+      else reject(new Error(`${url} answered ${res.statusCode}`));
+    });
+    req.once("timeout", () => req.destroy(new Error(`${url}: no answer`)));
+    req.once("error", reject);
+    req.end();
+  });
+}

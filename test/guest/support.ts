@@ -1,0 +1,304 @@
+/**
+ * Helpers of the booted-guest tests: the guest agent (run a command, read a
+ * file, wait for it), probes of a guest's squid, and the host-side files a
+ * guest leaves (NVRAM, volumes).
+ *
+ * The network rule: a guest's address is only ever used inside the test
+ * host's network namespace (`ip netns exec`), and only when it lies on the
+ * namespace's NAT network. The test process itself never opens a connection
+ * to a guest; it talks to guests through libvirt and the guest agent.
+ */
+import { execFile } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import path from "node:path";
+import { promisify } from "node:util";
+import { expect } from "vitest";
+import { GUEST_AGENT_SCRIPT } from "../../provider/kvm/cloud-init";
+import type { Libvirt } from "../../provider/libvirt/libvirt";
+import type { Domain } from "../../provider/libvirt/types";
+import type { TestHost } from "../support/test-host";
+
+const execFileAsync = promisify(execFile);
+
+/** What test/guest/global-setup.ts provides (`inject("guest")`). */
+export interface GuestEnv {
+  /** The test host's network namespace. */
+  netns: string;
+  /** The guest image (scripts/guest-image build). */
+  imagePath: string;
+  imageSha256: string;
+  /** The image over HTTP from inside the namespace, reachable from the root namespace (veth). */
+  imageUrlFromRoot: string;
+  /** The image over HTTP on the namespace's loopback (for a provider running inside it). */
+  imageUrlInNetns: string;
+  /** The NAT network's gateway, inside the namespace, reachable from guests. */
+  gateway: string;
+  /** e.g. "192.168.213.": guest addresses must start with it. */
+  subnetPrefix: string;
+  /** A URL on the gateway that answers 204 (the proxy target). */
+  targetUrl: string;
+}
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    guest: GuestEnv;
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Seconds since `t0` (performance.now()), one decimal. */
+export function since(t0: number): number {
+  return Math.round((performance.now() - t0) / 100) / 10;
+}
+
+/** Throws unless `ip` is an address of the namespace's NAT network (the only ones we may probe). */
+export function assertGuestAddress(env: GuestEnv, ip: string | undefined): string {
+  if (ip === undefined || !ip.startsWith(env.subnetPrefix) || !/^\d+\.\d+\.\d+\.\d+$/.test(ip)) {
+    throw new Error(`refusing to probe ${ip}: not an address of the test host's NAT network`);
+  }
+  return ip;
+}
+
+/**
+ * One GET of `env.targetUrl` through the squid at `ip:port`, made INSIDE the
+ * namespace. Returns the HTTP status ("000" when nothing answered).
+ */
+export async function proxyStatus(env: GuestEnv, ip: string, port = 3128): Promise<string> {
+  const guest = assertGuestAddress(env, ip);
+  try {
+    const { stdout } = await execFileAsync(
+      "ip",
+      [
+        "netns",
+        "exec",
+        env.netns,
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+        "--noproxy",
+        "",
+        "-x",
+        `http://${guest}:${port}`,
+        env.targetUrl,
+      ],
+      { encoding: "utf8", timeout: 30_000 },
+    );
+    return stdout.trim();
+  } catch (err) {
+    const out = (err as { stdout?: string }).stdout;
+    return typeof out === "string" && out.trim() !== "" ? out.trim() : "000";
+  }
+}
+
+/** Polls {@link proxyStatus} until it is `want` or the deadline passes; returns the last status. */
+export async function waitForProxyStatus(
+  env: GuestEnv,
+  ip: string,
+  want: string,
+  deadline: number,
+  port = 3128,
+): Promise<string> {
+  for (;;) {
+    const status = await proxyStatus(env, ip, port);
+    if (status === want || performance.now() > deadline) return status;
+    await sleep(3_000);
+  }
+}
+
+/** What guest-exec reported. */
+export interface ExecResult {
+  exitcode: number | undefined;
+  signal: number | undefined;
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
+interface AgentError {
+  class?: string;
+  desc?: string;
+}
+
+/**
+ * The guest agent of one domain, over our own libvirt client
+ * (virDomainQemuAgentCommand).
+ */
+export class GuestAgent {
+  constructor(
+    private readonly lv: Libvirt,
+    private readonly dom: Domain,
+  ) {}
+
+  /** Sends one agent command; returns its `return` value, throws on an agent error. */
+  async command<T>(execute: string, args?: Record<string, unknown>, timeoutSeconds = 30): Promise<T> {
+    const cmd = JSON.stringify(args === undefined ? { execute } : { execute, arguments: args });
+    const reply = await this.lv.domainQemuAgentCommand(this.dom, cmd, timeoutSeconds);
+    if (reply === null) throw new Error(`guest agent: no reply to ${execute}`);
+    const parsed = JSON.parse(reply) as { return?: T; error?: AgentError };
+    if (parsed.error !== undefined) {
+      throw new Error(`guest agent: ${execute} failed: ${parsed.error.class}: ${parsed.error.desc}`);
+    }
+    return parsed.return as T;
+  }
+
+  /** Waits until the agent answers guest-ping. */
+  async waitReady(deadline: number): Promise<void> {
+    for (;;) {
+      try {
+        await this.command("guest-ping", undefined, 10);
+        return;
+      } catch (err) {
+        if (performance.now() > deadline) {
+          throw new Error(`the guest agent did not answer in time: ${(err as Error).message}`);
+        }
+        await sleep(2_000);
+      }
+    }
+  }
+
+  /** Runs `file args...` in the guest and waits for it (guest-exec, then guest-exec-status). */
+  async exec(file: string, args: string[] = [], timeoutMs = 60_000): Promise<ExecResult> {
+    const { pid } = await this.command<{ pid: number }>("guest-exec", {
+      path: file,
+      arg: args,
+      "capture-output": true,
+    });
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const st = await this.command<{
+        exited: boolean;
+        exitcode?: number;
+        signal?: number;
+        "out-data"?: string;
+        "err-data"?: string;
+      }>("guest-exec-status", { pid });
+      if (st.exited) {
+        return {
+          exitcode: st.exitcode,
+          signal: st.signal,
+          stdout: Buffer.from(st["out-data"] ?? "", "base64"),
+          stderr: Buffer.from(st["err-data"] ?? "", "base64"),
+        };
+      }
+      if (performance.now() > deadline) {
+        throw new Error(`guest-exec ${file} ${args.join(" ")} still running after ${timeoutMs} ms`);
+      }
+      await sleep(2_000);
+    }
+  }
+
+  /** Runs a shell command; returns its stdout as text, throws on a non-zero exit. */
+  async sh(script: string, timeoutMs = 60_000): Promise<string> {
+    const r = await this.exec("/bin/sh", ["-c", script], timeoutMs);
+    if (r.exitcode !== 0) {
+      throw new Error(`sh -c ${JSON.stringify(script)} exited ${r.exitcode}: ${r.stderr.toString()}`);
+    }
+    return r.stdout.toString("utf8");
+  }
+
+  /** True when `file` exists in the guest (`test -e`). */
+  async exists(file: string): Promise<boolean> {
+    const r = await this.exec("/usr/bin/test", ["-e", file]);
+    return r.exitcode === 0;
+  }
+
+  /** A guest file's exact bytes (guest-file-open / guest-file-read / guest-file-close). */
+  async readFile(file: string): Promise<Buffer> {
+    const handle = await this.command<number>("guest-file-open", { path: file, mode: "r" });
+    try {
+      const chunks: Buffer[] = [];
+      for (;;) {
+        const r = await this.command<{ count: number; "buf-b64": string; eof: boolean }>("guest-file-read", {
+          handle,
+          count: 48 * 1024,
+        });
+        chunks.push(Buffer.from(r["buf-b64"], "base64"));
+        if (r.eof || r.count === 0) break;
+      }
+      return Buffer.concat(chunks);
+    } finally {
+      await this.command("guest-file-close", { handle });
+    }
+  }
+
+  /** The IPv4 addresses the agent reports (guest-network-get-interfaces), loopback excluded. */
+  async ipv4Addresses(): Promise<string[]> {
+    const ifaces = await this.command<
+      { name: string; "ip-addresses"?: { "ip-address-type": string; "ip-address": string }[] }[]
+    >("guest-network-get-interfaces");
+    return ifaces
+      .flatMap((i) => i["ip-addresses"] ?? [])
+      .filter((a) => a["ip-address-type"] === "ipv4" && !a["ip-address"].startsWith("127."))
+      .map((a) => a["ip-address"]);
+  }
+}
+
+/** An agent for domain `name`. */
+export async function agentFor(lv: Libvirt, name: string): Promise<GuestAgent> {
+  return new GuestAgent(lv, await lv.domainLookupByName(name));
+}
+
+/** The NVRAM file libvirt keeps for a UEFI domain (the test host's private /var/lib/libvirt). */
+export function nvramPath(host: TestHost, name: string): string {
+  return path.join(host.stateDir, "lib/qemu/nvram", `${name}_VARS.fd`);
+}
+
+/** NVRAM files of domain `name` (any template suffix). */
+export function nvramFiles(host: TestHost, name: string): string[] {
+  const dir = path.join(host.stateDir, "lib/qemu/nvram");
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir).filter((f) => f.startsWith(`${name}_`));
+}
+
+/** Files of domain `name` in the pool folder (overlay, seed, anything else named after it). */
+export function poolFilesOf(host: TestHost, name: string): string[] {
+  return readdirSync(host.poolPath).filter((f) => f.startsWith(`${name}-`));
+}
+
+/** cloud-init's /run/cloud-init/result.json: the errors of the whole run. */
+export async function cloudInitErrors(agent: GuestAgent): Promise<string[]> {
+  const text = (await agent.readFile("/run/cloud-init/result.json")).toString("utf8");
+  const parsed = JSON.parse(text) as { v1?: { errors?: unknown[] } };
+  return (parsed.v1?.errors ?? []).map((e) => String(e));
+}
+
+/** What cloud-init said once it was done. */
+export interface CloudInitOutcome {
+  /** `cloud-init status --wait`'s output (its progress dots, then `status: ...`). */
+  status: string;
+  /** /run/cloud-init/result.json's errors. */
+  errors: string[];
+}
+
+/** Waits for cloud-init to finish in the guest (`cloud-init status --wait`) and reads its result. */
+export async function waitCloudInitDone(agent: GuestAgent, timeoutMs: number): Promise<CloudInitOutcome> {
+  const r = await agent.exec("/usr/bin/cloud-init", ["status", "--wait"], timeoutMs);
+  return {
+    status: r.stdout
+      .toString("utf8")
+      .replace(/^\.+\n?/, "")
+      .trim(),
+    errors: await cloudInitErrors(agent),
+  };
+}
+
+/**
+ * The guest-agent script travelled alone as vendor-data (cloud-init names it
+ * part-001), is byte for byte the provider's, ran and said so, and cloud-init
+ * finished without errors.
+ */
+export async function expectVendorScriptRan(agent: GuestAgent, ci: CloudInitOutcome): Promise<void> {
+  expect(ci.status).toBe("status: done");
+  const dir = "/var/lib/cloud/instance/scripts/vendor";
+  const files = (await agent.sh(`ls -1 ${dir}`)).split("\n").filter((f) => f !== "");
+  expect(files).toHaveLength(1);
+  expect((await agent.readFile(`${dir}/${files[0]}`)).toString("utf8")).toBe(GUEST_AGENT_SCRIPT);
+  const log = (await agent.readFile("/var/log/cloud-init-output.log")).toString("utf8");
+  expect(log).toContain("kvm-proxy-guest-agent: qemu-guest-agent enabled and started");
+  expect(ci.errors).toEqual([]);
+}

@@ -29,32 +29,19 @@ import {
   MAX_DISK_GIB,
   MAX_TIMEOUT_SECONDS,
   type OwnerInput,
+  REPLACE_PROPERTIES,
   type ResolvedImage,
   UNKNOWN,
+  UPDATE_PROPERTIES,
 } from "./args";
 import type { StackConfig } from "./config";
 import { defaultUserData } from "./squid";
 
-/** Every input property a KvmProxy accepts (plus `owner`, set by the class, and `autoname`, set by check). */
-export const INPUT_PROPERTIES = [
-  "host",
-  "image",
-  "userData",
-  "vendorData",
-  "installGuestAgent",
-  "memoryMiB",
-  "vcpus",
-  "diskGiB",
-  "network",
-  "bridge",
-  "macAddress",
-  "name",
-  "proxyPort",
-  "healthCheck",
-  "waitForIp",
-  "timeouts",
-  "tags",
-] as const;
+/**
+ * Every input property a KvmProxy accepts: those that rebuild the VM and those
+ * updated in place (plus `owner`, set by the class, and `autoname`, set by check).
+ */
+export const INPUT_PROPERTIES: readonly string[] = [...REPLACE_PROPERTIES, ...UPDATE_PROPERTIES];
 
 const INTERNAL = ["__provider", "owner", "autoname", "resolvedImage"];
 
@@ -346,7 +333,7 @@ export function checkInputs(
   for (const x of config.general) f.fail("host", `stack config ${x.property}: ${x.reason}`);
 
   for (const k of Object.keys(news)) {
-    if (!(INPUT_PROPERTIES as readonly string[]).includes(k) && !INTERNAL.includes(k)) {
+    if (!INPUT_PROPERTIES.includes(k) && !INTERNAL.includes(k)) {
       f.fail(k, "unknown property");
     }
   }

@@ -4,6 +4,7 @@ import { createReadStream, existsSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import type { TestProject } from "vitest/node";
+import { preparePulumi } from "../support/prepare-pulumi";
 import { repoRoot, testHost, virshUri } from "../support/test-host";
 import type { GuestEnv } from "./support";
 
@@ -30,14 +31,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const imagePath = buildImage();
   const imageSha256 = await sha256File(imagePath);
 
-  execFileSync(path.join(repoRoot, "scripts/prepare-examples"), { stdio: "inherit" });
-  execFileSync(path.join(repoRoot, "scripts/pulumi-cli"), ["build"], { stdio: "inherit" });
-  // The first define on a fresh daemon probes QEMU's capabilities, which can
-  // outlast an RPC deadline: probe once here.
-  execFileSync("virsh", ["-q", "-c", virshUri(host), "domcapabilities", "--virttype", "qemu"], {
-    stdio: "ignore",
-    timeout: 300_000,
-  });
+  preparePulumi();
 
   const gateway = natGateway(host.network, virshUri(host));
   const servers: ChildProcess[] = [];

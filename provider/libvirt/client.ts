@@ -315,6 +315,8 @@ export class OutgoingStream {
     if (this.error) throw this.error;
     this.ended = true;
     const confirmed = this.waitForConfirmation(timeoutMs, `confirmation of ${this.req.call}`);
+    // Handled here too: when the write below fails, nobody awaits it.
+    confirmed.catch(() => {});
     await this.client.writePacket(this.header(PacketStatus.OK), []);
     await confirmed;
   }

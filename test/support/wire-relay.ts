@@ -1,0 +1,322 @@
+/**
+ * A fault-injecting relay between our client and libvirtd.
+ *
+ * It listens on a unix socket, forwards every byte to the real daemon's
+ * socket, and parses libvirt's framing in both directions with our own
+ * decoder and encoder (provider/libvirt/packet.ts), so it can name each call
+ * and act on it: cut both sockets before or after a given call, refuse new
+ * connections after a cut, stall a call, answer a call with a crafted
+ * remote_error, or cut an upload after K bytes of stream data. It exists
+ * because the real daemon cannot be made to fail at an exact call on demand;
+ * everything it does not inject comes from the real libvirtd.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { writeRemoteError } from "../../provider/libvirt/codec";
+import { PacketStatus, PacketType } from "../../provider/libvirt/constants";
+import { encodeHeader, encodePacket, type Packet, PacketDecoder } from "../../provider/libvirt/packet";
+import { procedureByNumber } from "../../provider/libvirt/procedures";
+import { XdrWriter } from "../../provider/libvirt/xdr";
+
+/** One client CALL seen by the relay. */
+export interface RelayCall {
+  /** 0-based position among every CALL since the last reset(), across connections. */
+  index: number;
+  /** Connection number (0-based, since the last reset()). */
+  conn: number;
+  /** Protocol name, e.g. 'domain_define_xml' (or 'proc-<n>' for one we do not describe). */
+  name: string;
+  serial: number;
+}
+
+/** One packet seen by the relay, in either direction. */
+export interface RelayRecord {
+  conn: number;
+  direction: "to-daemon" | "to-client";
+  type: number;
+  status: number;
+  name: string;
+  serial: number;
+  bodyBytes: number;
+}
+
+/** A fault for one CALL. */
+export type CallFault =
+  /** Cut both sockets: "before" the call reaches libvirtd, or "after" libvirtd answered (reply dropped). */
+  | { kind: "cut"; mode: "before" | "after" }
+  /** Hold the call (and everything after it on that connection) for `ms`, then forward it. */
+  | { kind: "stall"; ms: number }
+  /** Answer with a remote_error (status ERROR) instead of forwarding. */
+  | { kind: "error"; code: number; domain: number; message: string };
+
+/** A fault on an upload's STREAM packets (client to daemon). */
+export type StreamFault =
+  /** Forward exactly `atByte` bytes of stream data, then cut (a packet may be cut in the middle). */
+  | { kind: "cut-at-byte"; atByte: number }
+  /** Cut at the finish packet: "before" it reaches libvirtd, or "after" (confirmation dropped). */
+  | { kind: "cut-at-finish"; mode: "before" | "after" };
+
+export interface WireRelayOptions {
+  /** The real libvirtd socket. */
+  target: string;
+  /** Folder for the relay's socket (default: a fresh tmp folder). */
+  dir?: string;
+}
+
+interface Link {
+  conn: number;
+  client: net.Socket;
+  daemon: net.Socket;
+  /** Serials whose reply must not be delivered: the relay cuts when it arrives. */
+  cutOnReply: Set<number>;
+  /** Set once the link is closed; queued packets are dropped. */
+  dead: boolean;
+}
+
+/** Public name of a procedure number, for records. */
+function nameOf(prog: number, proc: number): string {
+  return procedureByNumber(prog, proc)?.name ?? `proc-${proc}`;
+}
+
+export class WireRelay {
+  readonly socketPath: string;
+  readonly calls: RelayCall[] = [];
+  readonly records: RelayRecord[] = [];
+  /** Chooses a fault per CALL; undefined forwards it untouched. */
+  onCall: ((call: RelayCall) => CallFault | undefined) | undefined;
+  /** A fault on the next upload's data (applies once). */
+  streamFault: StreamFault | undefined;
+  /** After any cut, new connections are closed at once (the client cannot heal by reconnecting). */
+  refuseAfterCut = false;
+  /** While true, new connections are closed at once. */
+  refusing = false;
+  /** Number of cuts made since the last reset(). */
+  cuts = 0;
+  /** Connections accepted (including refused ones) since the last reset(). */
+  connections = 0;
+  /** Stream data bytes forwarded to the daemon since the last reset(). */
+  streamBytes = 0;
+
+  private readonly dir: string;
+  private readonly ownsDir: boolean;
+  private readonly target: string;
+  private readonly server: net.Server;
+  private readonly links = new Set<Link>();
+
+  constructor(options: WireRelayOptions) {
+    this.target = options.target;
+    this.ownsDir = options.dir === undefined;
+    this.dir = options.dir ?? mkdtempSync(path.join(os.tmpdir(), "kvmp-relay-"));
+    this.socketPath = path.join(this.dir, "relay.sock");
+    this.server = net.createServer((c) => this.accept(c));
+  }
+
+  async start(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.socketPath, () => {
+        this.server.off("error", reject);
+        resolve();
+      });
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.cutAll();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    if (this.ownsDir) rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** Clears records, counters and faults (the listening socket stays). */
+  reset(): void {
+    this.calls.length = 0;
+    this.records.length = 0;
+    this.onCall = undefined;
+    this.streamFault = undefined;
+    this.refuseAfterCut = false;
+    this.refusing = false;
+    this.cuts = 0;
+    this.connections = 0;
+    this.streamBytes = 0;
+  }
+
+  /** Call names in order since the last reset(). */
+  get callNames(): string[] {
+    return this.calls.map((c) => c.name);
+  }
+
+  /** Cuts every open connection (as a dropped network would). */
+  cutAll(): void {
+    for (const l of [...this.links]) this.cut(l);
+  }
+
+  private accept(client: net.Socket): void {
+    const conn = this.connections++;
+    if (this.refusing) {
+      client.destroy();
+      return;
+    }
+    const daemon = net.createConnection({ path: this.target });
+    const link: Link = { conn, client, daemon, cutOnReply: new Set(), dead: false };
+    this.links.add(link);
+    const end = (): void => this.close(link);
+    for (const s of [client, daemon]) {
+      s.on("error", end);
+      s.on("close", end);
+    }
+    this.pump(link, client, daemon, (p) => this.fromClient(link, p));
+    this.pump(link, daemon, client, (p) => this.fromDaemon(link, p));
+  }
+
+  /**
+   * Reads packets from `from` and hands each to `handle` in order; a handler
+   * that returns a promise (a stall) holds the packets behind it.
+   */
+  private pump(
+    link: Link,
+    from: net.Socket,
+    to: net.Socket,
+    handle: (p: Packet) => Buffer[] | Promise<Buffer[]> | undefined,
+  ): void {
+    const decoder = new PacketDecoder();
+    let chain: Promise<void> = Promise.resolve();
+    from.on("data", (chunk: Buffer) => {
+      let packets: Packet[];
+      try {
+        packets = decoder.push(chunk);
+      } catch {
+        this.cut(link);
+        return;
+      }
+      for (const p of packets) {
+        chain = chain.then(async () => {
+          if (link.dead) return;
+          const out = await handle(p);
+          if (link.dead || out === undefined) return;
+          let ok = true;
+          for (const b of out) ok = to.write(b) && ok;
+          if (!ok) {
+            // Backpressure: stop reading until the other side drains.
+            from.pause();
+            to.once("drain", () => from.resume());
+          }
+        });
+      }
+    });
+  }
+
+  private record(link: Link, direction: RelayRecord["direction"], p: Packet): void {
+    this.records.push({
+      conn: link.conn,
+      direction,
+      type: p.header.type,
+      status: p.header.status,
+      name: nameOf(p.header.prog, p.header.proc),
+      serial: p.header.serial,
+      bodyBytes: p.body.length,
+    });
+  }
+
+  private fromClient(link: Link, p: Packet): Buffer[] | Promise<Buffer[]> | undefined {
+    this.record(link, "to-daemon", p);
+    const raw = (): Buffer[] => [encodeHeader(p.header, p.body.length), p.body];
+    if (p.header.type === PacketType.STREAM) return this.streamPacket(link, p, raw);
+    if (p.header.type !== PacketType.CALL) return raw();
+    const call: RelayCall = {
+      index: this.calls.length,
+      conn: link.conn,
+      name: nameOf(p.header.prog, p.header.proc),
+      serial: p.header.serial,
+    };
+    this.calls.push(call);
+    const fault = this.onCall?.(call);
+    if (fault === undefined) return raw();
+    switch (fault.kind) {
+      case "cut":
+        if (fault.mode === "before") {
+          this.cut(link);
+          return undefined;
+        }
+        link.cutOnReply.add(p.header.serial);
+        return raw();
+      case "stall":
+        return new Promise((resolve) => setTimeout(() => resolve(raw()), fault.ms));
+      case "error": {
+        const w = new XdrWriter();
+        writeRemoteError(w, {
+          code: fault.code,
+          domain: fault.domain,
+          message: fault.message,
+          level: 2,
+          str1: fault.message,
+          str2: null,
+          str3: null,
+          int1: -1,
+          int2: -1,
+        });
+        const reply: Packet = {
+          header: { ...p.header, type: PacketType.REPLY, status: PacketStatus.ERROR },
+          body: w.finish(),
+        };
+        this.record(link, "to-client", reply);
+        link.client.write(encodePacket(reply.header, reply.body));
+        return undefined;
+      }
+    }
+  }
+
+  private streamPacket(link: Link, p: Packet, raw: () => Buffer[]): Buffer[] | undefined {
+    const fault = this.streamFault;
+    const isData = p.header.status === PacketStatus.CONTINUE;
+    if (fault?.kind === "cut-at-byte" && isData) {
+      const room = fault.atByte - this.streamBytes;
+      if (room < p.body.length) {
+        this.streamFault = undefined;
+        // The part before the cut reaches the daemon, then the line drops mid-packet.
+        const part = Buffer.concat(raw()).subarray(0, 28 + Math.max(0, room));
+        this.streamBytes += Math.max(0, room);
+        link.daemon.write(part, () => this.cut(link));
+        return undefined;
+      }
+    }
+    if (fault !== undefined && !isData && p.header.status === PacketStatus.OK) {
+      // The finish packet: every data byte went through.
+      const cutNow = fault.kind === "cut-at-byte" || fault.mode === "before";
+      this.streamFault = undefined;
+      if (cutNow) {
+        this.cut(link);
+        return undefined;
+      }
+      link.cutOnReply.add(p.header.serial);
+      return raw();
+    }
+    if (isData) this.streamBytes += p.body.length;
+    return raw();
+  }
+
+  private fromDaemon(link: Link, p: Packet): Buffer[] | undefined {
+    this.record(link, "to-client", p);
+    const isReply = p.header.type === PacketType.REPLY || p.header.type === PacketType.STREAM;
+    if (isReply && link.cutOnReply.has(p.header.serial)) {
+      this.cut(link);
+      return undefined;
+    }
+    return [encodeHeader(p.header, p.body.length), p.body];
+  }
+
+  private cut(link: Link): void {
+    if (link.dead) return;
+    this.cuts += 1;
+    if (this.refuseAfterCut) this.refusing = true;
+    this.close(link);
+  }
+
+  private close(link: Link): void {
+    link.dead = true;
+    this.links.delete(link);
+    link.client.destroy();
+    link.daemon.destroy();
+  }
+}

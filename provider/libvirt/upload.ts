@@ -1,5 +1,5 @@
 import { Readable } from "node:stream";
-import { ProviderError } from "../errors";
+import { ProviderError, TimeoutError } from "../errors";
 import type { CallRequest, OutgoingStream, RpcClient } from "./client";
 import { MAX_MESSAGE_SIZE } from "./constants";
 
@@ -11,6 +11,7 @@ import { MAX_MESSAGE_SIZE } from "./constants";
  */
 export const DEFAULT_UPLOAD_CHUNK = 256 * 1024;
 const MAX_CHUNK = MAX_MESSAGE_SIZE - 24;
+const DEFAULT_STALL_MS = 60_000;
 
 /** A Readable, an async generator, or an in-memory list of buffers (for small uploads). */
 export type UploadSource = Readable | AsyncIterable<Uint8Array | string> | Iterable<Uint8Array>;
@@ -26,8 +27,16 @@ export interface UploadOptions {
   signal?: AbortSignal;
   /** Bytes per STREAM packet (default 256 KiB). */
   chunkSize?: number;
-  /** Deadline for the initial reply and for the final confirmation (ms). Data flow itself has none. */
+  /** Deadline for the initial reply and for the final confirmation (ms). */
   timeoutMs?: number;
+  /**
+   * Deadline for one packet to drain into the transport (ms; default
+   * `timeoutMs`, else the call's deadline, else 60 s; 0 = none). A daemon
+   * that stops reading would otherwise hold the upload (and the `pulumi up`
+   * waiting on it) forever. When it fires the connection is closed: the
+   * stalled socket cannot carry anything else either.
+   */
+  stallTimeoutMs?: number;
   /** Called after each packet with the total bytes sent so far. */
   onProgress?: (bytesSent: number) => void;
 }
@@ -75,6 +84,25 @@ export async function uploadStream(
   let pieces: Buffer[] = [];
   let pending = 0;
   let sent = 0;
+  const stallMs = options.stallTimeoutMs ?? options.timeoutMs ?? start.timeoutMs ?? DEFAULT_STALL_MS;
+  let stalled: TimeoutError | null = null;
+  // A wait that has not ended in time: close the connection, which rejects
+  // the wait (and every other call on it) at once. Needed because a write
+  // waits for the transport to drain, and a daemon that stopped reading
+  // never drains it.
+  const bounded = (wait: Promise<void>, ms: number, what: () => string): Promise<void> => {
+    if (ms <= 0) return wait;
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<void>((_, reject) => {
+      timer = setTimeout(() => {
+        stalled = new TimeoutError(what(), ms);
+        reject(stalled);
+        client.close();
+      }, ms);
+    });
+    deadline.catch(() => {});
+    return Promise.race([wait, deadline]).finally(() => clearTimeout(timer));
+  };
   // The packet still draining into the transport. The source is read for the
   // next packet meanwhile: waiting for the drain before reading stalled the
   // pipe for every read the next packet needed (the bench measured 290-354 vs
@@ -86,7 +114,11 @@ export async function uploadStream(
     pieces = [];
     pending = 0;
     if (draining) await draining;
-    const write = s.write(batch).then(() => {
+    const write = bounded(
+      s.write(batch),
+      stallMs,
+      () => `libvirtd to accept more of the ${start.call} stream (${sent} bytes accepted so far)`,
+    ).then(() => {
       sent += n;
       options.onProgress?.(sent);
     });
@@ -116,10 +148,13 @@ export async function uploadStream(
     streamFailed = true;
     if (pending > 0) await flush(stream);
     if (draining) await draining;
+    // After a full drain the end packet (a bare header) is accepted at once;
+    // finish() bounds the wait for the confirmation that follows it.
     await stream.finish(options.timeoutMs ?? start.timeoutMs);
     return sent;
   } catch (err) {
     await stream.abort();
+    if (stalled) throw stalled;
     // Prefer the server's explanation when the failure came from its side.
     throw streamFailed ? (stream.failure ?? err) : signal?.aborted ? abortReason(signal) : err;
   } finally {

@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+/**
+ * The `pulumi-kvm-proxy` command (package.json "bin"). One subcommand so
+ * far: `gc`, the orphan sweep. Exit codes: 0 done, 1 something could not be
+ * read or done, 2 bad usage.
+ */
+import { GC_USAGE, parseGcArgs, UsageError } from "../gc/args";
+import { formatJson, formatProblems, formatText } from "../gc/report";
+import { exitCodeOf, runGc } from "../gc/sweep";
+
+const USAGE = `Usage: pulumi-kvm-proxy <command> [options]
+
+Commands:
+  gc        list (and with --delete, delete) VMs whose owning stack no longer holds them
+
+Run \`pulumi-kvm-proxy <command> --help\` for a command's options.`;
+
+/** Runs the command line `argv` (without node and the script); resolves to the exit code. */
+export async function main(
+  argv: readonly string[],
+  out: (s: string) => void,
+  err: (s: string) => void,
+): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === "help" || command === "--help" || command === "-h") {
+    out(`${USAGE}\n`);
+    return command === undefined ? 2 : 0;
+  }
+  if (command !== "gc") {
+    err(`error: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
+    return 2;
+  }
+  try {
+    const options = parseGcArgs(rest, process.cwd());
+    if (options.help) {
+      out(`${GC_USAGE}\n`);
+      return 0;
+    }
+    const report = await runGc(options);
+    out(options.json ? formatJson(report) : formatText(report));
+    err(formatProblems(report.problems));
+    return exitCodeOf(report);
+  } catch (e) {
+    const msg = e instanceof Error ? e.message : String(e);
+    if (e instanceof UsageError) {
+      err(`error: ${msg}\n\n${GC_USAGE}\n`);
+      return 2;
+    }
+    err(`error: ${msg}\n`);
+    return 1;
+  }
+}
+
+if (require.main === module) {
+  main(
+    process.argv.slice(2),
+    (s) => process.stdout.write(s),
+    (s) => process.stderr.write(s),
+  ).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (e) => {
+      process.stderr.write(`error: ${e instanceof Error ? e.message : String(e)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}

@@ -1,0 +1,46 @@
+/**
+ * Runs the user's Pulumi CLI (`pulumi` on PATH) in the project folder, with
+ * the caller's environment (backend, passphrase, access token). Output is
+ * captured, never echoed: `config --show-secrets` prints decrypted secrets.
+ */
+import { execFile } from "node:child_process";
+import { ProviderError } from "../errors";
+
+/** A Pulumi CLI command that failed to run or exited non-zero. Permanent. */
+export class PulumiCliError extends ProviderError {
+  readonly args: readonly string[];
+  readonly exitCode: number | undefined;
+
+  constructor(args: readonly string[], exitCode: number | undefined, detail: string) {
+    super(
+      "permanent",
+      `pulumi ${args.join(" ")} failed${exitCode !== undefined ? ` (exit ${exitCode})` : ""}: ${detail}`,
+    );
+    this.args = args;
+    this.exitCode = exitCode;
+  }
+}
+
+/** Runs `pulumi <args>` and returns its stdout. */
+export type PulumiRunner = (args: readonly string[]) => Promise<string>;
+
+/** A runner for the CLI in `cwd`. Errors carry the CLI's stderr only (stdout may hold secrets). */
+export function pulumiRunner(cwd: string, bin = "pulumi"): PulumiRunner {
+  return (args) =>
+    new Promise((resolve, reject) => {
+      execFile(
+        bin,
+        [...args, "--non-interactive", "--color", "never"],
+        { cwd, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, env: process.env },
+        (err, stdout, stderr) => {
+          if (err === null) {
+            resolve(stdout);
+            return;
+          }
+          const code = typeof err.code === "number" ? err.code : undefined;
+          const detail = stderr.trim() !== "" ? stderr.trim() : err.message.split("\n")[0];
+          reject(new PulumiCliError(args, code, detail ?? "no output"));
+        },
+      );
+    });
+}

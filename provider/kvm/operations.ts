@@ -26,6 +26,7 @@ import { METADATA_NAMESPACE, type MetadataOwner, type ProxyMetadata, parseMetada
 import { overlayVolumeName, seedVolumeName } from "./names";
 import { formatProviderId } from "./provider-id";
 import {
+  classifyError,
   type OperationContext,
   type RetryEnv,
   type RetryPolicy,
@@ -173,6 +174,29 @@ export interface KvmOperationsOptions {
   retry?: RetryPolicy;
   /** Clock and sleep, injectable so tests never wait on wall-clock time. */
   env?: RetryEnv;
+  /**
+   * How long a domain define that ran past its RPC deadline may still land,
+   * counted from the deadline (default 60 s). Until then nothing concludes the
+   * domain is absent: see {@link KvmOperations.delete}.
+   */
+  defineGraceMs?: number;
+  /** Pause between lookups while waiting for such a define (default 1 s). */
+  definePollMs?: number;
+}
+
+/**
+ * A define ran past its deadline and had not landed within the grace: the
+ * domain may still appear. Transient, so the caller keeps the VM on record
+ * (a failed rollback records it in the state) and the next run deletes it.
+ */
+export class DefineInDoubtError extends ProviderError {
+  constructor(host: string, name: string, graceMs: number) {
+    super(
+      "transient",
+      `the define of domain ${name} on host ${host} timed out and had not landed ${graceMs} ms later; ` +
+        "libvirtd may still define it, so it is not known to be gone",
+    );
+  }
 }
 
 const UNDEFINE_FLAGS =
@@ -206,12 +230,22 @@ export class KvmOperations {
   readonly images: ImageCache;
   private readonly retry: RetryPolicy;
   private readonly env: RetryEnv;
+  private readonly defineGraceMs: number;
+  private readonly definePollMs: number;
+  /**
+   * Defines whose reply never came within the deadline, by host and name,
+   * with the time the deadline passed. libvirtd drops nothing it received:
+   * a slow define lands later, after a rollback that looked too early.
+   */
+  private readonly definesInDoubt = new Map<string, number>();
 
   constructor(hosts: HostPool, options: KvmOperationsOptions = {}) {
     this.hosts = hosts;
     this.env = options.env ?? {};
     this.images = options.images ?? new ImageCache({ retryEnv: this.env });
     this.retry = options.retry ?? {};
+    this.defineGraceMs = options.defineGraceMs ?? 60_000;
+    this.definePollMs = options.definePollMs ?? 1_000;
   }
 
   /**
@@ -240,7 +274,8 @@ export class KvmOperations {
     const base = { host: spec.host, name: spec.name, providerId: formatProviderId(spec.host, spec.name) };
 
     await step("lookup-domain");
-    const existing = await lookupDomain(lv, spec.name);
+    const late = await this.awaitDefineInDoubt(lv, spec.host, spec.name);
+    const existing = typeof late === "object" ? late : await lookupDomain(lv, spec.name);
     if (existing !== undefined) {
       await step("start");
       await startDomain(lv, existing);
@@ -322,12 +357,63 @@ export class KvmOperations {
       metadata,
       ...optional("mac", spec.mac),
     });
-    const dom = await lv.domainDefineXml(xml);
+    const dom = await this.define(lv, spec.host, spec.name, xml);
 
     await step("start");
     await startDomain(lv, dom);
     const parsed = parseDomainXml(await lv.domainGetXmlDesc(dom));
     return { ...base, uuid: dom.uuid, mac: parsed.mac, defined: true, imageUploaded: image.uploaded };
+  }
+
+  /** virDomainDefineXML, remembering a define whose deadline passed: its outcome is unknown. */
+  private async define(lv: Libvirt, hostKey: string, name: string, xml: string): Promise<Domain> {
+    const key = doubtKey(hostKey, name);
+    try {
+      const dom = await lv.domainDefineXml(xml);
+      this.definesInDoubt.delete(key);
+      return dom;
+    } catch (err) {
+      // Only a deadline leaves the call running in libvirtd; an error reply means it did not define.
+      if (err instanceof TimeoutError) this.definesInDoubt.set(key, this.now());
+      throw err;
+    }
+  }
+
+  /**
+   * When a define of `name` is in doubt, polls for the domain until it
+   * appears (returned) or the grace since its deadline passes ("expired";
+   * the doubt is dropped either way). Undefined when nothing was in doubt.
+   */
+  private async awaitDefineInDoubt(
+    lv: Libvirt,
+    hostKey: string,
+    name: string,
+  ): Promise<Domain | "expired" | undefined> {
+    const key = doubtKey(hostKey, name);
+    const since = this.definesInDoubt.get(key);
+    if (since === undefined) return undefined;
+    const wait = this.env.sleep ?? sleep;
+    for (;;) {
+      try {
+        const dom = await lookupDomain(lv, name);
+        if (dom !== undefined) {
+          this.definesInDoubt.delete(key);
+          return dom;
+        }
+      } catch (err) {
+        // A lookup that cannot reach libvirtd proves nothing: keep waiting within the grace.
+        if (classifyError(err) !== "transient") throw err;
+      }
+      if (this.now() - since >= this.defineGraceMs) {
+        this.definesInDoubt.delete(key);
+        return "expired";
+      }
+      await wait(this.definePollMs);
+    }
+  }
+
+  private now(): number {
+    return (this.env.now ?? (() => performance.now()))();
   }
 
   /** Reuses the per-VM overlay when libvirt has it and its file exists; creates it otherwise. */
@@ -397,7 +483,14 @@ export class KvmOperations {
     if (!this.hosts.has(hostKey))
       return { domainRemoved: false, volumesRemoved: [], noop: "host-not-configured" };
     const ctx: OperationContext = { operation: "delete", host: hostKey, domain: name };
-    return this.retrying(ctx, async () => {
+    // A define of this name still in flight would land after we looked (the rollback leak): wait for it first.
+    let late: Domain | "expired" | undefined;
+    try {
+      late = await this.awaitDefineInDoubt(this.hosts.libvirt(hostKey), hostKey, name);
+    } catch (err) {
+      throw toOperationError(ctx, err);
+    }
+    const result = await this.retrying(ctx, async (): Promise<DeleteResult> => {
       const lv = this.hosts.libvirt(hostKey);
       const host = this.hosts.config(hostKey);
       const domainRemoved = await removeDomain(lv, name);
@@ -422,6 +515,11 @@ export class KvmOperations {
       }
       return { domainRemoved, volumesRemoved: removed };
     });
+    if (late === "expired" && !result.domainRemoved) {
+      // Everything else is gone, but the domain may yet appear: say so, so the caller keeps it on record.
+      throw toOperationError(ctx, new DefineInDoubtError(hostKey, name, this.defineGraceMs));
+    }
+    return result;
   }
 
   /**
@@ -545,6 +643,10 @@ export class KvmStateError extends ProviderError {
     this.domain = domain;
     this.state = state;
   }
+}
+
+function doubtKey(hostKey: string, name: string): string {
+  return `${hostKey}\0${name}`;
 }
 
 function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {

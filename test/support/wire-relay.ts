@@ -46,7 +46,10 @@ export interface RelayRecord {
 export type CallFault =
   /** Cut both sockets: "before" the call reaches libvirtd, or "after" libvirtd answered (reply dropped). */
   | { kind: "cut"; mode: "before" | "after" }
-  /** Hold the call (and everything after it on that connection) for `ms`, then forward it. */
+  /**
+   * Hold the call for `ms`, then forward it; later packets on the connection
+   * pass meanwhile (a daemon slow on one call still answers others).
+   */
   | { kind: "stall"; ms: number }
   /** Answer with a remote_error (status ERROR) instead of forwarding. */
   | { kind: "error"; code: number; domain: number; message: string };
@@ -104,6 +107,7 @@ export class WireRelay {
   private readonly target: string;
   private readonly server: net.Server;
   private readonly links = new Set<Link>();
+  private readonly waiters: { match: (r: RelayRecord) => boolean; resolve: (r: RelayRecord) => void }[] = [];
 
   constructor(options: WireRelayOptions) {
     this.target = options.target;
@@ -207,8 +211,15 @@ export class WireRelay {
     });
   }
 
+  /** Resolves with the first record (past or future) matching `match`. */
+  until(match: (r: RelayRecord) => boolean): Promise<RelayRecord> {
+    const found = this.records.find(match);
+    if (found) return Promise.resolve(found);
+    return new Promise((resolve) => this.waiters.push({ match, resolve }));
+  }
+
   private record(link: Link, direction: RelayRecord["direction"], p: Packet): void {
-    this.records.push({
+    const r: RelayRecord = {
       conn: link.conn,
       direction,
       type: p.header.type,
@@ -216,7 +227,12 @@ export class WireRelay {
       name: nameOf(p.header.prog, p.header.proc),
       serial: p.header.serial,
       bodyBytes: p.body.length,
-    });
+    };
+    this.records.push(r);
+    for (const w of this.waiters.filter((x) => x.match(r))) {
+      this.waiters.splice(this.waiters.indexOf(w), 1);
+      w.resolve(r);
+    }
   }
 
   private fromClient(link: Link, p: Packet): Buffer[] | Promise<Buffer[]> | undefined {
@@ -242,7 +258,11 @@ export class WireRelay {
         link.cutOnReply.add(p.header.serial);
         return raw();
       case "stall":
-        return new Promise((resolve) => setTimeout(() => resolve(raw()), fault.ms));
+        setTimeout(() => {
+          if (link.dead) return;
+          for (const b of raw()) link.daemon.write(b);
+        }, fault.ms);
+        return undefined;
       case "error": {
         const w = new XdrWriter();
         writeRemoteError(w, {

@@ -1,9 +1,9 @@
 import type { Duplex } from "node:stream";
 import { ProviderError, TimeoutError } from "../errors";
 import { readRemoteError } from "./codec";
-import { PacketStatus, PacketType } from "./constants";
+import { PACKET_HEADER_SIZE, PacketStatus, PacketType } from "./constants";
 import { ConnectionClosedError, LibvirtError, ProtocolError } from "./errors";
-import { encodeHeader, encodePacket, type Packet, PacketDecoder } from "./packet";
+import { encodeHeader, encodePacket, type Packet, PacketDecoder, sealPacket } from "./packet";
 import { XdrReader } from "./xdr";
 
 /** One call as the RPC layer sees it: numbers, encoded args, and a name for errors. */
@@ -13,6 +13,12 @@ export interface CallRequest {
   proc: number;
   /** Encoded args (XDR). */
   body: Buffer;
+  /**
+   * Optional: the same bytes as `body` preceded by PACKET_HEADER_SIZE free
+   * bytes, in one buffer (XdrWriter's headroom). The header is then written in
+   * place and the packet goes out without another allocation or copy.
+   */
+  frame?: Buffer;
   /** Public libvirt name, used in errors and timeouts, e.g. 'virDomainLookupByName'. */
   call: string;
   /** Deadline for the reply; defaults to the client's defaultTimeoutMs. 0 disables it. */
@@ -28,8 +34,15 @@ export interface RpcClientOptions {
 interface Pending {
   call: string;
   program: number;
+  /** The promise's own functions: settle through RpcClient.resolveEntry/rejectEntry. */
   resolve: (body: Buffer) => void;
   reject: (err: Error) => void;
+  settled: boolean;
+  /** When the reply is due, on the client's clock; 0 when the call has no deadline or has settled. */
+  deadline: number;
+  timeoutMs: number;
+  signal?: AbortSignal;
+  onAbort?: () => void;
   /** Set for stream calls: packets for this serial after the reply go to it. */
   stream?: OutgoingStream;
 }
@@ -54,6 +67,16 @@ export class RpcClient {
   private nextSerial = 1;
   private failure: Error | null = null;
   private readonly defaultTimeoutMs: number;
+  /**
+   * One timer for every deadline (not one per call): it is due at the earliest
+   * deadline known when it was armed, and each firing rejects what is overdue
+   * and re-arms for the next. A call settling leaves it alone, so a busy
+   * connection arms about one timer per timeout period, not one per call.
+   */
+  private timer: NodeJS.Timeout | null = null;
+  private timerDue = 0;
+  /** Calls with a deadline awaiting their reply; the timer holds the process open only while there are some. */
+  private armed = 0;
 
   constructor(
     private readonly stream: Duplex,
@@ -106,58 +129,96 @@ export class RpcClient {
 
   private send(req: CallRequest, stream?: OutgoingStream): Promise<Buffer> {
     if (this.failure) return Promise.reject(this.failure);
-    if (req.signal?.aborted) return Promise.reject(abortError(req.signal, req.call));
+    const signal = req.signal;
+    if (signal?.aborted) return Promise.reject(abortError(signal, req.call));
     const serial = this.allocateSerial();
     const timeoutMs = req.timeoutMs ?? this.defaultTimeoutMs;
     return new Promise<Buffer>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      const onAbort = (): void => {
-        this.pending.delete(serial);
-        settle(() => reject(abortError(req.signal as AbortSignal, req.call)));
-      };
-      const settle = (fn: () => void): void => {
-        if (timer) clearTimeout(timer);
-        req.signal?.removeEventListener("abort", onAbort);
-        fn();
-      };
       const entry: Pending = {
         call: req.call,
         program: req.program,
-        resolve: (body) => settle(() => resolve(body)),
-        reject: (err) => settle(() => reject(err)),
+        resolve,
+        reject,
+        settled: false,
+        deadline: 0,
+        timeoutMs,
       };
       if (stream) {
         entry.stream = stream;
         stream.attach(serial);
       }
       this.pending.set(serial, entry);
-      if (timeoutMs > 0) {
-        timer = setTimeout(() => {
-          // A late reply finds no entry and is dropped.
-          this.pending.delete(serial);
-          entry.reject(new TimeoutError(`reply to ${req.call}`, timeoutMs));
-        }, timeoutMs);
+      if (timeoutMs > 0) this.arm(entry, timeoutMs);
+      if (signal) {
+        const onAbort = (): void => {
+          if (this.pending.get(serial) === entry) this.pending.delete(serial);
+          this.rejectEntry(entry, abortError(signal, req.call));
+        };
+        entry.signal = signal;
+        entry.onAbort = onAbort;
+        signal.addEventListener("abort", onAbort, { once: true });
       }
-      req.signal?.addEventListener("abort", onAbort, { once: true });
       try {
-        this.stream.write(
-          encodePacket(
-            {
-              prog: req.program,
-              vers: req.version,
-              proc: req.proc,
-              type: PacketType.CALL,
-              serial,
-              status: PacketStatus.OK,
-            },
-            req.body,
-          ),
-        );
+        this.stream.write(callPacket(req, serial));
       } catch (err) {
         this.pending.delete(serial);
-        entry.reject(err instanceof Error ? err : new ProviderError("permanent", String(err)));
+        this.rejectEntry(entry, err instanceof Error ? err : new ProviderError("permanent", String(err)));
       }
     });
+  }
+
+  private resolveEntry(entry: Pending, body: Buffer): void {
+    if (this.settle(entry)) entry.resolve(body);
+  }
+
+  private rejectEntry(entry: Pending, err: Error): void {
+    if (this.settle(entry)) entry.reject(err);
+  }
+
+  /** Marks `entry` settled and drops its deadline and abort listener; false if it already was. */
+  private settle(entry: Pending): boolean {
+    if (entry.settled) return false;
+    entry.settled = true;
+    if (entry.deadline !== 0) {
+      entry.deadline = 0;
+      // Idle: let the process exit although the timer is still armed.
+      if (--this.armed === 0) this.timer?.unref();
+    }
+    if (entry.onAbort) entry.signal?.removeEventListener("abort", entry.onAbort);
+    return true;
+  }
+
+  private arm(entry: Pending, timeoutMs: number): void {
+    const now = performance.now();
+    entry.deadline = now + timeoutMs;
+    this.armed++;
+    if (this.timer === null) this.schedule(entry.deadline, now);
+    else if (entry.deadline < this.timerDue) {
+      clearTimeout(this.timer);
+      this.schedule(entry.deadline, now);
+    } else if (this.armed === 1) this.timer.ref();
+  }
+
+  private schedule(due: number, now: number): void {
+    this.timerDue = due;
+    this.timer = setTimeout(() => this.sweep(), Math.max(0, due - now));
+  }
+
+  /** The timer fired: rejects every overdue call with a TimeoutError naming it, re-arms for the next deadline. */
+  private sweep(): void {
+    this.timer = null;
+    // A timer does not fire before its delay has passed, even if the clock reads a little earlier (rounding, fake timers).
+    const now = Math.max(performance.now(), this.timerDue);
+    let next = Number.POSITIVE_INFINITY;
+    for (const [serial, e] of this.pending) {
+      if (e.deadline === 0) continue;
+      if (e.deadline <= now) {
+        // A late reply finds no entry and is dropped.
+        this.pending.delete(serial);
+        this.rejectEntry(e, new TimeoutError(`reply to ${e.call}`, e.timeoutMs));
+      } else if (e.deadline < next) next = e.deadline;
+    }
+    if (next !== Number.POSITIVE_INFINITY) this.schedule(next, now);
   }
 
   private allocateSerial(): number {
@@ -225,32 +286,56 @@ export class RpcClient {
     if (header.type !== PacketType.REPLY && header.type !== PacketType.REPLY_WITH_FDS) return;
     if (header.prog !== entry.program) {
       this.pending.delete(header.serial);
-      entry.reject(new ProtocolError(`reply to ${entry.call} carries program 0x${header.prog.toString(16)}`));
+      this.rejectEntry(
+        entry,
+        new ProtocolError(`reply to ${entry.call} carries program 0x${header.prog.toString(16)}`),
+      );
       return;
     }
     if (header.status === PacketStatus.OK) {
       // Stream calls keep their serial: stream packets follow.
       if (entry.stream) entry.stream.started = true;
       else this.pending.delete(header.serial);
-      entry.resolve(p.body);
+      this.resolveEntry(entry, p.body);
       return;
     }
     this.pending.delete(header.serial);
-    entry.reject(decodeError(p.body, entry.call));
+    this.rejectEntry(entry, decodeError(p.body, entry.call));
   }
 
   private fail(err: Error): void {
     if (this.failure) return;
     this.failure = err;
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
     const entries = [...this.pending.values()];
     this.pending.clear();
     for (const e of entries) {
       if (e.stream?.started) e.stream.onConnectionLost(err);
-      else e.reject(err);
+      else this.rejectEntry(e, err);
     }
     if (!this.stream.destroyed) this.stream.destroy();
     for (const l of this.closeListeners.splice(0)) l(err);
   }
+}
+
+/** The CALL packet for `req`: its frame sealed in place when it has one, else header and body copied together. */
+function callPacket(req: CallRequest, serial: number): Buffer {
+  const header = {
+    prog: req.program,
+    vers: req.version,
+    proc: req.proc,
+    type: PacketType.CALL,
+    serial,
+    status: PacketStatus.OK,
+  };
+  const frame = req.frame;
+  if (frame !== undefined && frame.length === req.body.length + PACKET_HEADER_SIZE) {
+    return sealPacket(header, frame);
+  }
+  return encodePacket(header, req.body);
 }
 
 /** Decodes a remote_error body into a LibvirtError; a malformed body becomes a ProtocolError. */

@@ -1,7 +1,7 @@
 import { ProviderError } from "../errors";
 import type { Transport } from "../transport/types";
 import { type CallRequest, RpcClient } from "./client";
-import { AuthType } from "./constants";
+import { AuthType, PACKET_HEADER_SIZE } from "./constants";
 import { ProtocolError } from "./errors";
 import { type Procedure, Procedures } from "./procedures";
 import { summarizeArgs, type TraceHook } from "./trace";
@@ -40,24 +40,27 @@ const DEFAULT_URI = "qemu:///system";
 const CLOSE_TIMEOUT_MS = 5_000;
 
 /** Encodes args, runs the call, decodes and checks the reply. */
-async function invoke<A, R>(
-  client: RpcClient,
-  proc: Procedure<A, R>,
-  args: A,
-  opts: CallOptions,
-): Promise<R> {
-  const body = await client.call(request(proc, args, opts));
-  return decodeReply(proc, body);
+function invoke<A, R>(client: RpcClient, proc: Procedure<A, R>, args: A, opts: CallOptions): Promise<R> {
+  let req: CallRequest;
+  try {
+    req = request(proc, args, opts);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  return client.call(req).then((body) => decodeReply(proc, body));
 }
 
 function request<A, R>(proc: Procedure<A, R>, args: A, opts: CallOptions): CallRequest {
-  const w = new XdrWriter();
+  // Headroom for the packet header: the client writes it in place and sends one buffer.
+  const w = new XdrWriter(256, PACKET_HEADER_SIZE);
   proc.encodeArgs(w, args);
+  const frame = w.finishFrame();
   return {
     program: proc.program,
     version: proc.version,
     proc: proc.proc,
-    body: w.finish(),
+    body: frame.subarray(PACKET_HEADER_SIZE),
+    frame,
     call: proc.call,
     timeoutMs: opts.timeoutMs,
     signal: opts.signal,
@@ -111,9 +114,17 @@ export class LibvirtConnection implements RpcCaller {
     return this.client !== null && !this.client.closed;
   }
 
-  async call<A, R>(proc: Procedure<A, R>, args: A, options: CallOptions = {}): Promise<R> {
-    const client = await this.getClient();
-    return this.traced(proc, args, () => invoke(client, proc, args, this.withDefaults(options)));
+  call<A, R>(proc: Procedure<A, R>, args: A, options: CallOptions = {}): Promise<R> {
+    const client = this.client;
+    // Connected: call straight away, without waiting a turn for getClient()'s promise.
+    if (client !== null && !client.closed && !this.closed) return this.callOn(client, proc, args, options);
+    return this.getClient().then((c) => this.callOn(c, proc, args, options));
+  }
+
+  private callOn<A, R>(client: RpcClient, proc: Procedure<A, R>, args: A, options: CallOptions): Promise<R> {
+    // No withDefaults(): the client was made with callTimeoutMs as its default deadline.
+    if (!this.onCall) return invoke(client, proc, args, options);
+    return this.traced(proc, args, () => invoke(client, proc, args, options));
   }
 
   async upload<A>(

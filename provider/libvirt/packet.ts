@@ -16,28 +16,56 @@ export interface Packet {
   body: Buffer;
 }
 
-/** The 28 bytes that precede a body of `bodyLength` bytes: length word + header. */
-export function encodeHeader(header: PacketHeader, bodyLength: number): Buffer {
-  const total = PACKET_HEADER_SIZE + bodyLength;
+function checkSize(total: number): void {
   if (total - 4 > MAX_MESSAGE_SIZE) {
     throw new ProtocolError(
       `packet of ${total} bytes exceeds the protocol maximum of ${MAX_MESSAGE_SIZE + 4}`,
     );
   }
+}
+
+/** Writes the length word and the header into the first 28 bytes of `target`; `total` counts them. */
+function writeHeader(target: Buffer, header: PacketHeader, total: number): void {
+  target.writeUInt32BE(total, 0);
+  target.writeUInt32BE(header.prog, 4);
+  target.writeUInt32BE(header.vers, 8);
+  target.writeInt32BE(header.proc, 12);
+  target.writeUInt32BE(header.type, 16);
+  target.writeUInt32BE(header.serial, 20);
+  target.writeUInt32BE(header.status, 24);
+}
+
+/** The 28 bytes that precede a body of `bodyLength` bytes: length word + header. */
+export function encodeHeader(header: PacketHeader, bodyLength: number): Buffer {
+  const total = PACKET_HEADER_SIZE + bodyLength;
+  checkSize(total);
   const b = Buffer.allocUnsafe(PACKET_HEADER_SIZE);
-  b.writeUInt32BE(total, 0);
-  b.writeUInt32BE(header.prog, 4);
-  b.writeUInt32BE(header.vers, 8);
-  b.writeInt32BE(header.proc, 12);
-  b.writeUInt32BE(header.type, 16);
-  b.writeUInt32BE(header.serial, 20);
-  b.writeUInt32BE(header.status, 24);
+  writeHeader(b, header, total);
   return b;
 }
 
-/** One contiguous packet; for large stream bodies write encodeHeader() and the body separately. */
+/** One contiguous packet, one allocation; for large stream bodies write encodeHeader() and the body separately. */
 export function encodePacket(header: PacketHeader, body: Uint8Array = Buffer.alloc(0)): Buffer {
-  return Buffer.concat([encodeHeader(header, body.length), body]);
+  const total = PACKET_HEADER_SIZE + body.length;
+  checkSize(total);
+  const b = Buffer.allocUnsafe(total);
+  writeHeader(b, header, total);
+  b.set(body, PACKET_HEADER_SIZE);
+  return b;
+}
+
+/**
+ * Completes a packet whose body was encoded behind {@link PACKET_HEADER_SIZE}
+ * reserved bytes (XdrWriter's headroom): the header is written in place, so
+ * the packet costs no further allocation or copy. Returns `frame` itself.
+ */
+export function sealPacket(header: PacketHeader, frame: Buffer): Buffer {
+  if (frame.length < PACKET_HEADER_SIZE) {
+    throw new ProtocolError(`a packet frame needs ${PACKET_HEADER_SIZE} header bytes, got ${frame.length}`);
+  }
+  checkSize(frame.length);
+  writeHeader(frame, header, frame.length);
+  return frame;
 }
 
 function decodeHeader(b: Buffer, at: number): PacketHeader {

@@ -36,15 +36,24 @@ function invalid(what: string): never {
 
 export class XdrWriter {
   private buf: Buffer;
-  private pos = 0;
+  private pos: number;
 
-  constructor(initialSize = 256) {
-    this.buf = Buffer.allocUnsafe(initialSize);
+  /**
+   * @param headroom bytes left free before the encoded data, so a caller can
+   *   put a packet header there and send header and body as one buffer
+   *   (see {@link finishFrame}).
+   */
+  constructor(
+    initialSize = 256,
+    private readonly headroom = 0,
+  ) {
+    this.buf = Buffer.allocUnsafe(Math.max(initialSize, headroom));
+    this.pos = headroom;
   }
 
-  /** Bytes written so far. */
+  /** Bytes written so far (not counting the headroom). */
   get length(): number {
-    return this.pos;
+    return this.pos - this.headroom;
   }
 
   // Doubling keeps total copying linear in the final size.
@@ -154,6 +163,11 @@ export class XdrWriter {
 
   /** The encoded bytes (a view; the writer must not be used afterwards). */
   finish(): Buffer {
+    return this.buf.subarray(this.headroom, this.pos);
+  }
+
+  /** The headroom followed by the encoded bytes, in one buffer (a view, like finish()). */
+  finishFrame(): Buffer {
     return this.buf.subarray(0, this.pos);
   }
 }
@@ -235,6 +249,14 @@ export class XdrReader {
     this.need(len + pad(len), "fixed opaque");
     // Copy so callers never pin a whole (possibly 32 MiB) packet buffer.
     const v = Buffer.from(this.buf.subarray(this.pos, this.pos + len));
+    this.pos += len + pad(len);
+    return v;
+  }
+
+  /** The next `len` bytes (plus padding) as a view into the packet, for callers that convert them at once. */
+  fixedOpaqueView(len: number): Buffer {
+    this.need(len + pad(len), "fixed opaque");
+    const v = this.buf.subarray(this.pos, this.pos + len);
     this.pos += len + pad(len);
     return v;
   }

@@ -12,7 +12,13 @@ import {
   XdrWriter,
 } from "../../../provider/libvirt";
 import type { CallRequest } from "../../../provider/libvirt/client";
-import { PacketStatus, PacketType, REMOTE_PROGRAM } from "../../../provider/libvirt/constants";
+import {
+  PACKET_HEADER_SIZE,
+  PacketStatus,
+  PacketType,
+  REMOTE_PROGRAM,
+} from "../../../provider/libvirt/constants";
+import type { Packet } from "../../../provider/libvirt/packet";
 import { duplexPair, errorBody, FakeDaemon } from "./fake-daemon";
 
 function setup() {
@@ -166,6 +172,106 @@ describe("RpcClient calls", () => {
     ac.abort(reason);
     expect(await reply).toBe(reason);
     expect(client.inFlight).toBe(0);
+  });
+});
+
+/** A lookup whose body was encoded behind header headroom, as LibvirtConnection encodes every call. */
+function framedLookup(name: string, timeoutMs?: number): CallRequest {
+  const w = new XdrWriter(256, PACKET_HEADER_SIZE);
+  Procedures.domainLookupByName.encodeArgs(w, { name });
+  const frame = w.finishFrame();
+  return { ...lookup(name, timeoutMs), body: frame.subarray(PACKET_HEADER_SIZE), frame };
+}
+
+/** Timers that keep the process alive right now (unref'd ones are not listed). */
+function liveTimers(): number {
+  return process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
+}
+
+describe("RpcClient hot path", () => {
+  it("writes each call to the transport once, header and body in one buffer", async () => {
+    const { client, daemon, clientEnd } = setup();
+    const write = vi.spyOn(clientEnd, "write");
+    const replies = [client.call(lookup("plain")), client.call(framedLookup("framed"))];
+    const calls = await daemon.nextN(2);
+    expect(write).toHaveBeenCalledTimes(2);
+    for (const [i, c] of calls.entries()) {
+      const written = write.mock.calls[i]?.[0] as Buffer;
+      // The whole packet: its length word counts every byte of this one write.
+      expect(written.readUInt32BE(0)).toBe(written.length);
+      expect(written.length).toBe(PACKET_HEADER_SIZE + c.body.length);
+      daemon.reply(c, stringBody(nameArg(c.body)));
+    }
+    expect((await Promise.all(replies)).map(nameArg)).toEqual(["plain", "framed"]);
+  });
+
+  it("seals a framed request in place: the buffer written is the request's own frame", async () => {
+    const { client, daemon, clientEnd } = setup();
+    const write = vi.spyOn(clientEnd, "write");
+    const req = framedLookup("in-place");
+    const reply = client.call(req);
+    const call = await daemon.next();
+    expect(write.mock.calls[0]?.[0]).toBe(req.frame);
+    expect(call.header).toMatchObject({ proc: 23, type: PacketType.CALL, serial: 1 });
+    expect(nameArg(call.body)).toBe("in-place");
+    daemon.reply(call, stringBody("ok"));
+    await reply;
+  });
+
+  it("arms one deadline timer per client however many calls are in flight", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const [clientEnd, serverEnd] = duplexPair();
+    const client = new RpcClient(clientEnd, { defaultTimeoutMs: 60_000 });
+    const daemon = new FakeDaemon(serverEnd);
+    const armed = vi.spyOn(globalThis, "setTimeout");
+    const replies = Array.from({ length: 64 }, (_, i) => client.call(lookup(`p${i}`)));
+    const calls = await daemon.nextN(64);
+    expect(vi.getTimerCount()).toBe(1);
+    for (const c of calls) daemon.reply(c, stringBody("ok"));
+    await Promise.all(replies);
+    // 100 sequential calls reuse it too: settling a call does not touch the timer.
+    for (let i = 0; i < 100; i++) {
+      const r = client.call(lookup(`s${i}`));
+      daemon.reply(await daemon.next(), stringBody("ok"));
+      await r;
+    }
+    expect(armed).toHaveBeenCalledTimes(1);
+    expect(vi.getTimerCount()).toBe(1);
+  });
+
+  it("a call with an earlier deadline times out on its own, naming it, while a later one waits", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    const { client, daemon } = setup();
+    const long = client.call(lookup("long", 60_000)).catch((e: unknown) => e);
+    const short = client
+      .call({ ...lookup("short", 1_000), call: "virDomainGetState" })
+      .catch((e: unknown) => e);
+    const [longCall] = await daemon.nextN(2);
+    vi.advanceTimersByTime(1_000);
+    expect(await short).toMatchObject({ name: "TimeoutError", waitingFor: "reply to virDomainGetState" });
+    expect(client.inFlight).toBe(1);
+    vi.advanceTimersByTime(50_000);
+    daemon.reply(longCall as Packet, stringBody("in time"));
+    expect(nameArg((await long) as Buffer)).toBe("in time");
+  });
+
+  it("the deadline timer keeps the process alive only while a call waits for its reply", async () => {
+    const [clientEnd, serverEnd] = duplexPair();
+    const client = new RpcClient(clientEnd, { defaultTimeoutMs: 60_000 });
+    const daemon = new FakeDaemon(serverEnd);
+    const before = liveTimers();
+    const replies = Array.from({ length: 8 }, (_, i) => client.call(lookup(`r${i}`)));
+    const calls = await daemon.nextN(8);
+    expect(liveTimers()).toBe(before + 1);
+    for (const c of calls) daemon.reply(c, stringBody("ok"));
+    await Promise.all(replies);
+    expect(liveTimers()).toBe(before);
+    const again = client.call(lookup("again"));
+    expect(liveTimers()).toBe(before + 1);
+    daemon.reply(await daemon.next(), stringBody("ok"));
+    await again;
+    client.close();
+    expect(liveTimers()).toBe(before);
   });
 });
 

@@ -1,5 +1,5 @@
 import type { Duplex } from "node:stream";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { isTransient, ProviderError } from "../../../provider/errors";
 import {
   type CallTrace,
@@ -7,6 +7,7 @@ import {
   Libvirt,
   LibvirtConnection,
   Procedures,
+  ProtocolError,
   XdrReader,
   XdrWriter,
 } from "../../../provider/libvirt";
@@ -21,6 +22,8 @@ const DOM_UUID = "11111111-2222-3333-4444-555555555555";
 class FakeTransport implements Transport {
   readonly description = "fake:test";
   readonly daemons: FakeDaemon[] = [];
+  /** The client's end of each opened stream. */
+  readonly ends: Duplex[] = [];
   opens = 0;
   closes = 0;
 
@@ -32,6 +35,7 @@ class FakeTransport implements Transport {
     await new Promise((r) => setImmediate(r));
     const [clientEnd, serverEnd] = duplexPair();
     this.daemons.push(new FakeDaemon(serverEnd, (p, d) => this.answer(p, d)));
+    this.ends.push(clientEnd);
     return clientEnd;
   }
 
@@ -125,6 +129,25 @@ describe("LibvirtConnection", () => {
     expect(transport.closes).toBe(1);
     const err = await conn.call(Procedures.connectGetType, undefined).catch((e: unknown) => e);
     expect(isTransient(err)).toBe(false);
+  });
+
+  it("once connected, a call is written before the caller's next statement runs (no wait for the client)", async () => {
+    const transport = new FakeTransport();
+    const lv = new Libvirt(new LibvirtConnection({ transport }));
+    await lv.domainLookupByName("first");
+    const write = vi.spyOn(transport.ends[0] as Duplex, "write");
+    const second = lv.domainLookupByName("second");
+    expect(write).toHaveBeenCalledTimes(1);
+    await expect(second).resolves.toMatchObject({ name: "second", uuid: DOM_UUID });
+    expect(transport.opens).toBe(1);
+  });
+
+  it("an argument that cannot be encoded rejects the call's promise rather than throwing", async () => {
+    const transport = new FakeTransport();
+    const lv = new Libvirt(new LibvirtConnection({ transport }));
+    await lv.domainLookupByName("first");
+    const bad = lv.domainLookupByUuid("not-a-uuid");
+    await expect(bad).rejects.toBeInstanceOf(ProtocolError);
   });
 
   it("close() before any call opens nothing", async () => {

@@ -7,6 +7,7 @@ import {
   PacketType,
   REMOTE_PROGRAM,
 } from "../../../provider/libvirt/constants";
+import { sealPacket } from "../../../provider/libvirt/packet";
 import { prng } from "./fake-daemon";
 
 function packet(serial: number, bodyLength: number): Buffer {
@@ -40,6 +41,21 @@ describe("packet framing", () => {
       Buffer.from([1, 2, 3, 4]),
     );
     expect(b.toString("hex")).toBe(`00000020200080860000000100000042000000000000000700000000${"01020304"}`);
+  });
+
+  it("seals a frame in place: the header goes into its first 28 bytes, the body stays", () => {
+    const header = {
+      prog: REMOTE_PROGRAM,
+      vers: 1,
+      proc: 66,
+      type: PacketType.CALL,
+      serial: 7,
+      status: PacketStatus.OK,
+    };
+    const frame = Buffer.concat([Buffer.alloc(28, 0xee), Buffer.from([1, 2, 3, 4])]);
+    expect(sealPacket(header, frame)).toBe(frame);
+    expect(frame.equals(encodePacket(header, Buffer.from([1, 2, 3, 4])))).toBe(true);
+    expect(() => sealPacket(header, Buffer.alloc(27))).toThrow(ProtocolError);
   });
 
   it("decodes packets fed one byte at a time", () => {

@@ -142,6 +142,37 @@ describe("XDR round trips", () => {
     const s = "00112233-4455-6677-8899-aabbccddeeff";
     expect(uuidToBytes(s).toString("hex")).toBe("00112233445566778899aabbccddeeff");
     expect(uuidFromBytes(uuidToBytes(s.toUpperCase()))).toBe(s);
+    // Every byte value maps to its two digits.
+    const all = Buffer.from(Array.from({ length: 16 }, (_, i) => i * 17));
+    expect(uuidFromBytes(all)).toBe("00112233-4455-6677-8899-aabbccddeeff");
+    expect(() => uuidFromBytes(Buffer.alloc(15))).toThrow(ProtocolError);
+  });
+
+  it("headroom: bytes left free before the data, outside finish() and inside finishFrame()", () => {
+    const w = new XdrWriter(4, 28);
+    w.string("grows past the initial size").uint(7);
+    expect(w.length).toBe(4 + 28 + 4);
+    const frame = w.finishFrame();
+    expect(frame.length).toBe(28 + w.length);
+    const body = w.finish();
+    expect(body.equals(frame.subarray(28))).toBe(true);
+    const r = new XdrReader(body);
+    expect(r.string()).toBe("grows past the initial size");
+    expect(r.uint()).toBe(7);
+    r.end();
+  });
+
+  it("fixedOpaqueView reads like fixedOpaque (padding included) without copying", () => {
+    const packet = new XdrWriter()
+      .fixedOpaque(Buffer.from([1, 2, 3]), 3)
+      .uint(9)
+      .finish();
+    const r = new XdrReader(packet);
+    const v = r.fixedOpaqueView(3);
+    expect([...v]).toEqual([1, 2, 3]);
+    expect(v.buffer).toBe(packet.buffer);
+    expect(r.uint()).toBe(9);
+    expect(() => new XdrReader(Buffer.alloc(2)).fixedOpaqueView(3)).toThrow(ProtocolError);
   });
 });
 

@@ -77,8 +77,15 @@ export class KvmProxyRuntime {
   private readonly images = new ImageCache();
   private base: KvmOperations | undefined;
   private readonly byNic = new Map<string, KvmOperations>();
-  /** Milliseconds between IP and health polls. */
-  pollMs = 5_000;
+  /**
+   * Milliseconds between IP and health polls. 1 s keeps the delay between the
+   * guest getting its address (or squid answering) and create noticing under
+   * the 2 s goal; an IP poll is mostly 2 libvirt calls (see waitForIp), a
+   * health poll one TCP connect or HTTP request.
+   */
+  pollMs = 1_000;
+  /** Milliseconds between retries of a delete that failed transiently. */
+  retryMs = 5_000;
 
   configure(req: ConfigureRequest): Promise<void> {
     const previous = [this.base, ...this.byNic.values()];
@@ -309,8 +316,8 @@ export class KvmProxyRuntime {
         return;
       } catch (err) {
         const transient = err instanceof ProviderError && err.kind === "transient";
-        if (!transient || performance.now() - started + this.pollMs > deadlineMs) throw err;
-        await new Promise((r) => setTimeout(r, this.pollMs));
+        if (!transient || performance.now() - started + this.retryMs > deadlineMs) throw err;
+        await new Promise((r) => setTimeout(r, this.retryMs));
       }
     }
   }

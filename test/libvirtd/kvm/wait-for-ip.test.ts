@@ -1,0 +1,196 @@
+/**
+ * waitForIp's poll schedule against the real libvirtd: how many polls and
+ * libvirt calls pass between a guest's address appearing and waitForIp
+ * returning it, and between a domain stopping and waitForIp reporting that.
+ *
+ * The address appears as a DHCP lease: the test writes an entry for the
+ * domain's MAC into the network's lease status file, the file libvirt's
+ * dnsmasq lease helper writes and libvirtd reads for
+ * virDomainInterfaceAddresses(LEASE). Booting a guest to get a real lease
+ * takes minutes under TCG and cannot be timed to a poll (test/guest/ does
+ * that end to end). Clock and sleep are injected: no wall-clock waits.
+ */
+import { chmodSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ImageConfig } from "../../../provider/kvm/config";
+import { ImageCache } from "../../../provider/kvm/image-cache";
+import { KvmOperations } from "../../../provider/kvm/operations";
+import { type TestHost, testHost } from "../../support/test-host";
+import {
+  baseSpec,
+  hostPool,
+  imageConfig,
+  makeQcow2,
+  scratchDir,
+  TraceLog,
+  uniqueName,
+  virsh,
+  virshQuiet,
+} from "./ops-helpers";
+
+let host: TestHost;
+let scratch: string;
+let image: ImageConfig;
+let leaseFile: string;
+const domains = new Set<string>();
+const leasedMacs = new Set<string>();
+const closers: (() => Promise<void>)[] = [];
+
+const retry = { maxAttempts: 4, initialDelayMs: 10, maxDelayMs: 50, deadlineMs: 30_000 };
+/** Outside the network's DHCP range (.10-.250), so no real guest can hold it. */
+const LEASED_IP = "192.168.213.5";
+
+interface LeaseEntry {
+  "mac-address"?: string;
+  [k: string]: unknown;
+}
+
+function readLeases(): LeaseEntry[] {
+  try {
+    const parsed = JSON.parse(readFileSync(leaseFile, "utf8")) as unknown;
+    return Array.isArray(parsed) ? (parsed as LeaseEntry[]) : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Read-modify-write, keeping the entries of other guests on the shared host. */
+function writeLeases(edit: (leases: LeaseEntry[]) => LeaseEntry[]): void {
+  writeFileSync(leaseFile, `${JSON.stringify(edit(readLeases()), null, 2)}\n`);
+}
+
+function addLease(mac: string, ip: string): void {
+  leasedMacs.add(mac);
+  writeLeases((l) => [
+    ...l.filter((e) => e["mac-address"] !== mac),
+    {
+      "ip-address": ip,
+      "mac-address": mac,
+      hostname: "kvmpt-lease",
+      "expiry-time": Math.floor(Date.now() / 1000) + 3600,
+    },
+  ]);
+}
+
+/** A KvmOperations whose sleep counts polls, runs `onSleep`, and advances a fake clock. */
+function opsWithPolls(onSleep: (poll: number) => void) {
+  const log = new TraceLog();
+  const pool = hostPool(host, { tracer: log.tracer });
+  closers.push(() => pool.closeAll());
+  let t = 0;
+  /** Index into log.records where each poll's calls begin. */
+  const pollStarts: number[] = [];
+  /** The interval of each sleep. */
+  const sleeps: number[] = [];
+  const o = new KvmOperations(pool, {
+    retry,
+    env: {
+      now: () => t,
+      sleep: async (ms) => {
+        t += ms;
+        sleeps.push(ms);
+        pollStarts.push(log.records.length);
+        onSleep(pollStarts.length);
+      },
+    },
+  });
+  /** The libvirt calls of poll `n` (1-based): those made after the n-th sleep, up to the next. */
+  const callsOfPoll = (n: number): string[] =>
+    log.records.slice(pollStarts[n - 1], pollStarts[n] ?? log.records.length).map((r) => r.call);
+  return { o, log, sleeps, polls: () => pollStarts.length, callsOfPoll };
+}
+
+async function startedDomain(o: KvmOperations, tag: string): Promise<{ name: string; mac: string }> {
+  const name = uniqueName(tag);
+  domains.add(name);
+  await o.create(baseSpec("local", name, image));
+  const status = await o.get("local", name);
+  expect(status.state).toBe("provisioning");
+  return { name, mac: status.mac as string };
+}
+
+/** A cheap poll: the agent's addresses, then the lease's. */
+const PROBE = ["virDomainInterfaceAddresses", "virDomainInterfaceAddresses"];
+/** get() of a domain that is not running: no address calls. */
+const INACTIVE_READ = ["virDomainLookupByName", "virDomainGetState", "virDomainGetXMLDesc"];
+
+beforeAll(() => {
+  host = testHost();
+  scratch = scratchDir(host, "wait-ip");
+  chmodSync(scratch, 0o755);
+  const img = makeQcow2(scratch, "wait", 1);
+  image = imageConfig({ url: img.path, sha256: img.sha256 });
+  const bridge = /<bridge name='([^']+)'/.exec(virsh(host, "net-dumpxml", host.network))?.[1];
+  if (bridge === undefined) throw new Error(`network ${host.network} has no bridge`);
+  leaseFile = path.join(host.stateDir, "lib/dnsmasq", `${bridge}.status`);
+});
+
+afterAll(async () => {
+  writeLeases((l) => l.filter((e) => !leasedMacs.has(e["mac-address"] ?? "")));
+  await Promise.allSettled(closers.map((c) => c()));
+  for (const d of domains) {
+    virshQuiet(host, "destroy", d);
+    virshQuiet(host, "undefine", "--nvram", d);
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, `${d}-root.qcow2`);
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, `${d}-seed.iso`);
+  }
+  virshQuiet(host, "vol-delete", "--pool", host.poolName, ImageCache.volumeName(image));
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+describe("waitForIp poll schedule", () => {
+  it("returns on the first poll after the lease appears; between full reads a poll is 2 calls", async () => {
+    const LEASE_DURING_SLEEP = 7;
+    let mac = "";
+    const p = opsWithPolls((poll) => {
+      if (poll === LEASE_DURING_SLEEP) addLease(mac, LEASED_IP);
+    });
+    const d = await startedDomain(p.o, "lease");
+    mac = d.mac;
+    // A full read (get) of this domain as it is now, as a yardstick: 4-5 calls
+    // (lookup, state, XML, then the agent's and/or the lease's addresses).
+    let before = p.log.records.length;
+    await p.o.get("local", d.name);
+    const fullRead = p.log.records.slice(before).map((r) => r.call);
+    expect(fullRead.length).toBeGreaterThanOrEqual(4);
+    before = p.log.records.length;
+    const status = await p.o.waitForIp("local", d.name, { deadlineMs: 120_000, pollMs: 1_000 });
+    expect(status).toMatchObject({ state: "running", ipv4: LEASED_IP, ipSource: "lease" });
+    // Noticed by the poll right after the sleep during which it appeared: no further sleep.
+    expect(p.polls()).toBe(LEASE_DURING_SLEEP);
+    // The initial full read, then per poll: address probes, with a full read every 5th (5 s at 1 s).
+    expect(p.log.records.slice(before, before + fullRead.length).map((r) => r.call)).toEqual(fullRead);
+    for (const n of [1, 2, 3, 4, 6]) expect(p.callsOfPoll(n)).toEqual(PROBE);
+    expect(p.callsOfPoll(5)).toEqual(fullRead);
+    // The poll that finds it reads the whole status once to return it.
+    expect(p.callsOfPoll(7)).toEqual([...PROBE, ...fullRead]);
+  });
+
+  it("a domain that stops while waiting is reported by the next poll, not the next full read", async () => {
+    let name = "";
+    const p = opsWithPolls((poll) => {
+      if (poll === 2) virsh(host, "destroy", name);
+    });
+    const d = await startedDomain(p.o, "stops");
+    name = d.name;
+    const err = await p.o
+      .waitForIp("local", d.name, { deadlineMs: 120_000, pollMs: 1_000 })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ name: "KvmStateError", state: "stopped" });
+    expect(p.polls()).toBe(2);
+    // The agent probe says "not running", so the poll falls through to a full read.
+    expect(p.callsOfPoll(2)).toEqual(["virDomainInterfaceAddresses", ...INACTIVE_READ]);
+  });
+
+  it("the default interval is 1 s, so an address is noticed within 1 s of appearing", async () => {
+    let mac = "";
+    const p = opsWithPolls((poll) => {
+      if (poll === 3) addLease(mac, LEASED_IP);
+    });
+    const d = await startedDomain(p.o, "default");
+    mac = d.mac;
+    await expect(p.o.waitForIp("local", d.name)).resolves.toMatchObject({ ipv4: LEASED_IP });
+    expect(p.sleeps).toEqual([1_000, 1_000, 1_000]);
+  });
+});

@@ -133,8 +133,17 @@ export interface CheckedInputs {
   owner?: OwnerInput;
 }
 
-/** What the state's outputs hold: the checked inputs plus what the VM reports. */
-export interface KvmProxyOutputs extends Omit<CheckedInputs, "macAddress"> {
+/**
+ * What the state's outputs hold: the checked inputs plus what the VM reports.
+ * userData and vendorData are left out, replaced by their SHA-256: they stay
+ * only in the (secret) inputs, so no provider reply, debug line of the SDK or
+ * refresh ever carries them back (diff compares the digests).
+ */
+export interface KvmProxyOutputs extends Omit<CheckedInputs, "macAddress" | "userData" | "vendorData"> {
+  /** SHA-256 (hex) of the user-data in the seed. */
+  userDataSha256: string;
+  /** SHA-256 (hex) of the user's vendor-data, when given. */
+  vendorDataSha256?: string;
   /** The libvirt domain name (= name). */
   domainName: string;
   uuid: string;

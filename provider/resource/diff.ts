@@ -6,6 +6,7 @@
  * (`__provider`) and the owner record are never compared, so upgrading the
  * provider code or renaming the stack does not show as a change.
  */
+import { createHash } from "node:crypto";
 import { canonicalJson } from "../kvm/metadata";
 import { DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
 import { isUnknown } from "./check";
@@ -31,6 +32,27 @@ function same(a: unknown, b: unknown): boolean {
   } catch {
     return false;
   }
+}
+
+/** SHA-256 (hex) of a seed text: what the outputs keep instead of the text. */
+export function seedDigest(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+/** Seed texts compared by digest: the outputs hold only `<key>Sha256`. */
+const DIGESTED = new Set(["userData", "vendorData"]);
+
+function oldDigest(olds: Props, key: string): unknown {
+  const d = olds[`${key}Sha256`];
+  if (d !== undefined) return d;
+  // State written before the outputs dropped the texts.
+  const text = olds[key];
+  return typeof text === "string" ? seedDigest(text) : undefined;
+}
+
+function newDigest(news: Props, key: string): unknown {
+  const text = news[key];
+  return typeof text === "string" ? seedDigest(text) : text;
 }
 
 /** Old values as the current provider would have defaulted them (state written by older versions). */
@@ -84,6 +106,10 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
       if (want === UNKNOWN || typeof have !== "string" || have.toLowerCase() !== String(want).toLowerCase()) {
         replaces.push("macAddress");
       }
+      continue;
+    }
+    if (DIGESTED.has(key)) {
+      if (!same(oldDigest(olds, key), newDigest(news, key))) replaces.push(key);
       continue;
     }
     if (!same(oldValue(olds, key), news[key])) replaces.push(key);

@@ -30,7 +30,7 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
   delete: (id, props) => require("pulumi-kvm-proxy/dist/provider/resource/provider").delete(id, props),
 };
 
-/** Outputs that are always stored as secrets (user content may hold credentials). */
+/** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
 export const SECRET_OUTPUTS = ["userData", "vendorData"];
 
 /**
@@ -103,6 +103,11 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "image",
     ]) {
       if (props[k] === undefined) props[k] = undefined;
+    }
+    // The inputs are stored in the state beside the outputs: marking only the
+    // outputs secret would leave the plaintext in the inputs section.
+    for (const k of SECRET_OUTPUTS) {
+      if (props[k] !== undefined) props[k] = pulumi.secret(props[k]);
     }
     const secrets = [...new Set([...(opts?.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS])];
     super(

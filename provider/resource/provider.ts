@@ -31,7 +31,7 @@ import { DomainModificationImpact } from "../libvirt/constants";
 import { type CheckedInputs, DEFAULTS, type KvmProxyOutputs, type ResolvedImage } from "./args";
 import { asChecked, checkInputs } from "./check";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
-import { diffProxy } from "./diff";
+import { diffProxy, seedDigest } from "./diff";
 import { waitHealthy } from "./health-check";
 
 type Props = Record<string, unknown>;
@@ -434,9 +434,11 @@ export function outputsFrom(
   c: CheckedInputs,
   status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4">,
 ) {
-  const { macAddress: _requested, ...rest } = c;
+  const { macAddress: _requested, userData, vendorData, ...rest } = c;
   const out: KvmProxyOutputs = {
     ...rest,
+    userDataSha256: seedDigest(userData),
+    ...(vendorData !== undefined ? { vendorDataSha256: seedDigest(vendorData) } : {}),
     domainName: c.name,
     uuid: status.uuid ?? "",
     state: status.state,

@@ -94,8 +94,10 @@ describe("the quickstart over SSH", () => {
       expect(provider).not.toContain(`${path.sep}work`);
       expect(provider).not.toMatch(/"\/[a-z]/);
       expect(provider).toContain('require("pulumi-kvm-proxy/dist/provider/resource/provider")');
-      // userData is stored only as a secret output.
-      expect(typeof p.outputs?.userData).toBe("object");
+      // userData is stored only as a secret input; the outputs keep its digest.
+      expect(typeof p.inputs?.userData).toBe("object");
+      expect(p.outputs?.userData).toBeUndefined();
+      expect(p.outputs?.userDataSha256).toMatch(/^[0-9a-f]{64}$/);
     }
 
     const preview = ws.mustRun("preview", "--expect-no-changes", "--diff");

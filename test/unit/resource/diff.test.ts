@@ -167,3 +167,45 @@ describe("diff", () => {
     expect(diffProxy(olds, checked(base, olds)).changes).toBe(false);
   });
 });
+
+describe("user-data and vendor-data in the state", () => {
+  it("the outputs hold their SHA-256, never the texts", () => {
+    const olds = created({
+      ...base,
+      userData: "#cloud-config\npassword: hunter2\n",
+      vendorData: "#!/bin/sh\n",
+    });
+    expect(olds.userData).toBeUndefined();
+    expect(olds.vendorData).toBeUndefined();
+    expect(olds.userDataSha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(olds.vendorDataSha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(JSON.stringify(olds)).not.toContain("hunter2");
+  });
+
+  it.each([
+    ["the same user-data", {}, {}, []],
+    ["changed user-data", {}, { userData: "#cloud-config\nhostname: y\n" }, ["userData"]],
+    ["vendor-data added", {}, { vendorData: "#!/bin/sh\n" }, ["vendorData"]],
+    ["vendor-data removed", { vendorData: "#!/bin/sh\n" }, { vendorData: undefined }, ["vendorData"]],
+    ["the same vendor-data", { vendorData: "#!/bin/sh\n" }, {}, []],
+  ])("%s is compared by digest", (_what, oldChange, newChange, replaces) => {
+    const d = diff({ ...base, ...oldChange }, { ...base, ...oldChange, ...newChange });
+    expect(d.replaces).toEqual(replaces);
+  });
+
+  it("state written with the texts in the outputs (older versions) still diffs by content", () => {
+    const olds = created(base);
+    const legacy = { ...olds, userData: base.userData };
+    delete legacy.userDataSha256;
+    expect(diffProxy(legacy, checked(base, legacy)).changes).toBe(false);
+    expect(
+      diffProxy(legacy, checked({ ...base, userData: "#cloud-config\nx: 1\n" }, legacy)).replaces,
+    ).toEqual(["userData"]);
+  });
+
+  it("unknown user-data at preview counts as a change", () => {
+    const olds = created(base);
+    const news = { ...checked(base, olds), userData: UNKNOWN };
+    expect(diffProxy(olds, news).replaces).toContain("userData");
+  });
+});

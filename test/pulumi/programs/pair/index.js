@@ -6,8 +6,17 @@ const { KvmProxy } = require("pulumi-kvm-proxy");
 
 const config = new pulumi.Config("pair");
 const proxies = {};
+// A proxy whose args hold `userDataFromSecret: true` gets the secret config
+// value `pair:userData` as its userData, as a careful user would pass it; one
+// with `userDataFromEnv` / `vendorDataFromEnv: "<VAR>"` gets a plain string
+// from the environment, as a literal in a program would be (kept out of the
+// stack config, which Pulumi records in the state's history).
 for (const [name, args] of Object.entries(config.getObject("proxies") ?? {})) {
-  proxies[name] = new KvmProxy(name, args);
+  const { userDataFromSecret, userDataFromEnv, vendorDataFromEnv, ...rest } = args;
+  if (userDataFromSecret) rest.userData = config.requireSecret("userData");
+  if (userDataFromEnv) rest.userData = process.env[userDataFromEnv];
+  if (vendorDataFromEnv) rest.vendorData = process.env[vendorDataFromEnv];
+  proxies[name] = new KvmProxy(name, rest);
 }
 const adopted = {};
 for (const [name, id] of Object.entries(config.getObject("adopt") ?? {})) {

@@ -6,7 +6,7 @@
  * Other helpers share the host, so every count is of this file's own domains
  * (names starting with PREFIX).
  */
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -306,5 +306,50 @@ describe("pulumi-kvm-proxy gc", () => {
       volumesRemoved: [`${names.c}-root.qcow2`, `${names.c}-seed.iso`],
     });
     expect(ours()).toEqual([names.b, FOREIGN].sort());
+  });
+
+  it("an `up` still creating its VM holds it, even with --min-age 0", async () => {
+    // The create waits for an IP the empty image never gets, then rolls back.
+    const S3 = `${PREFIX}s3`;
+    pulumiOn(S3, "stack", "init");
+    pulumiOn(ws.stack, "stack", "select");
+    const slow = { ...proxy, waitForIp: true, timeouts: { create: "60s" } };
+    writeFileSync(
+      path.join(ws.dir, `Pulumi.${S3}.yaml`),
+      JSON.stringify({ config: { ...hostsConfig(host), "pair:proxies": { [`${PREFIX}w`]: slow } } }),
+    );
+    const up = spawn("pulumi", ["up", "--yes", "--skip-preview", "--stack", S3, "--non-interactive"], {
+      cwd: ws.dir,
+      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
+      stdio: "ignore",
+    });
+    let ended = false;
+    const exited = new Promise<number | null>((resolve) =>
+      up.on("exit", (code) => {
+        ended = true;
+        resolve(code);
+      }),
+    );
+    try {
+      let creating: string | undefined;
+      while (creating === undefined) {
+        if (ended) throw new Error("pulumi up ended before its VM appeared");
+        await new Promise((r) => setTimeout(r, 500));
+        creating = ours().find((d) => d.startsWith(`${PREFIX}w-`));
+      }
+      const r = gc("--json", "--min-age", "0", "--delete");
+      expect(r.code).toBe(0);
+      expect(verdicts(r)[creating]).toBe("held");
+      expect(r.json?.domains.find((d) => d.domain === creating)?.reason).toBe(
+        `pending creating operation in stack ${S3}`,
+      );
+      expect(ours()).toContain(creating);
+      expect(await exited).not.toBe(0);
+      expect(ours()).not.toContain(creating);
+    } finally {
+      up.kill();
+      await exited;
+      pulumiOn(S3, "stack", "rm", "--force", "--yes");
+    }
   });
 });

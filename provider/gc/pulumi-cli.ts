@@ -38,7 +38,12 @@ export function pulumiRunner(cwd: string, bin = "pulumi"): PulumiRunner {
             return;
           }
           const code = typeof err.code === "number" ? err.code : undefined;
-          const detail = stderr.trim() !== "" ? stderr.trim() : err.message.split("\n")[0];
+          const detail =
+            err.code === "ENOENT"
+              ? `${bin} not found: install the Pulumi CLI or put it on PATH`
+              : stderr.trim() !== ""
+                ? stderr.trim()
+                : err.message.split("\n")[0];
           reject(new PulumiCliError(args, code, detail ?? "no output"));
         },
       );

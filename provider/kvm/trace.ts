@@ -5,7 +5,11 @@
  *   rpc=virDomainCreate host=edge dom=web-1 12.0ms libvirtError=VIR_ERR_OPERATION_INVALID libvirtCode=55 error="…"
  *
  * Level from KVMP_LOG: unset or 0 off, 1 calls, 2 calls plus the XML sent and
- * received (domain and volume XML, metadata, addresses). Never logged at any
+ * received (domain and volume XML, metadata, addresses). KVMP_TRACE_FILE=<path>
+ * sends the lines to that file instead of stderr (appended, one write per
+ * line, so several provider processes can share it) and turns level 1 on when
+ * KVMP_LOG is unset: the Pulumi engine does not pass a provider's stderr on
+ * reliably, and the benchmarks and call-count tests read this file. Never logged at any
  * level: upload bodies (the seed ISO carries user-data), guest-agent commands
  * and replies, keys. The domain and volume XML hold no secrets.
  *
@@ -14,6 +18,7 @@
  * (auth list, open, close) reach the connection's trace hook instead, which
  * {@link CallTracer.hook} logs, so every call appears exactly once.
  */
+import { appendFileSync } from "node:fs";
 import type { CallOptions, RpcCaller } from "../libvirt/connection";
 import { LibvirtError } from "../libvirt/errors";
 import type { Procedure } from "../libvirt/procedures";
@@ -27,9 +32,17 @@ export type TraceLevel = 0 | 1 | 2;
 /** The environment variable holding the level. */
 export const TRACE_ENV = "KVMP_LOG";
 
-/** Reads {@link TRACE_ENV}: `1` → 1, `2` (or more) → 2, anything else → 0. */
+/** The environment variable naming a file the lines are appended to. */
+export const TRACE_FILE_ENV = "KVMP_TRACE_FILE";
+
+/**
+ * Reads {@link TRACE_ENV}: `1` → 1, `2` (or more) → 2, anything else → 0;
+ * unset with {@link TRACE_FILE_ENV} set → 1.
+ */
 export function traceLevelFromEnv(env: NodeJS.ProcessEnv = process.env): TraceLevel {
-  const n = Number.parseInt(env[TRACE_ENV] ?? "0", 10);
+  const raw = env[TRACE_ENV];
+  if ((raw === undefined || raw === "") && env[TRACE_FILE_ENV]) return 1;
+  const n = Number.parseInt(raw ?? "0", 10);
   if (!Number.isFinite(n) || n <= 0) return 0;
   return n >= 2 ? 2 : 1;
 }
@@ -54,6 +67,20 @@ export type TraceSink = (line: string, record: TraceRecord) => void;
 export const stderrSink: TraceSink = (line) => {
   process.stderr.write(`${line}\n`);
 };
+
+/** Appends each line to `file` (created 0600: the lines name hosts and domains). */
+export function fileSink(file: string): TraceSink {
+  return (line) => {
+    // One append per line: O_APPEND keeps lines of concurrent writers whole.
+    appendFileSync(file, `${line}\n`, { mode: 0o600 });
+  };
+}
+
+/** The sink the environment asks for: {@link fileSink} when {@link TRACE_FILE_ENV} is set, else stderr. */
+export function sinkFromEnv(env: NodeJS.ProcessEnv = process.env): TraceSink {
+  const file = env[TRACE_FILE_ENV];
+  return file ? fileSink(file) : stderrSink;
+}
 
 // Calls the connection makes by itself, never through a wrapped caller.
 const HANDSHAKE_CALLS: ReadonlySet<string> = new Set(["virAuthList", "virConnectOpen", "virConnectClose"]);
@@ -185,7 +212,7 @@ export function formatTraceLine(r: TraceRecord): string {
 export interface CallTracerOptions {
   /** Default: from {@link TRACE_ENV}. */
   level?: TraceLevel;
-  /** Default: {@link stderrSink}. */
+  /** Default: from {@link TRACE_FILE_ENV} ({@link sinkFromEnv}). */
   sink?: TraceSink;
 }
 
@@ -199,7 +226,7 @@ export class CallTracer {
 
   constructor(options: CallTracerOptions = {}) {
     this.level = options.level ?? traceLevelFromEnv();
-    this.sink = options.sink ?? stderrSink;
+    this.sink = options.sink ?? sinkFromEnv();
   }
 
   get enabled(): boolean {

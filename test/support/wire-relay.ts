@@ -101,6 +101,8 @@ export class WireRelay {
   connections = 0;
   /** Stream data bytes forwarded to the daemon since the last reset(). */
   streamBytes = 0;
+  /** streamBytes when the last cut happened. */
+  streamBytesAtCut: number | undefined;
 
   private readonly dir: string;
   private readonly ownsDir: boolean;
@@ -144,6 +146,7 @@ export class WireRelay {
     this.cuts = 0;
     this.connections = 0;
     this.streamBytes = 0;
+    this.streamBytesAtCut = undefined;
   }
 
   /** Call names in order since the last reset(). */
@@ -294,10 +297,14 @@ export class WireRelay {
       const room = fault.atByte - this.streamBytes;
       if (room < p.body.length) {
         this.streamFault = undefined;
+        if (room <= 0) {
+          // At a packet boundary: nothing of this packet leaves.
+          this.cut(link);
+          return undefined;
+        }
         // The part before the cut reaches the daemon, then the line drops mid-packet.
-        const part = Buffer.concat(raw()).subarray(0, 28 + Math.max(0, room));
-        this.streamBytes += Math.max(0, room);
-        link.daemon.write(part, () => this.cut(link));
+        this.streamBytes += room;
+        this.cut(link, Buffer.concat(raw()).subarray(0, 28 + room));
         return undefined;
       }
     }
@@ -326,11 +333,16 @@ export class WireRelay {
     return [encodeHeader(p.header, p.body.length), p.body];
   }
 
-  private cut(link: Link): void {
+  /** Cuts both sockets; `last` (part of a packet) still reaches the daemon first. */
+  private cut(link: Link, last?: Buffer): void {
     if (link.dead) return;
     this.cuts += 1;
+    this.streamBytesAtCut = this.streamBytes;
     if (this.refuseAfterCut) this.refusing = true;
-    this.close(link);
+    // Dead at once: nothing queued behind the cut may be forwarded while `last` drains.
+    link.dead = true;
+    if (last === undefined) this.close(link);
+    else link.daemon.write(last, () => this.close(link));
   }
 
   private close(link: Link): void {

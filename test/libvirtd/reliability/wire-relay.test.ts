@@ -50,11 +50,11 @@ describe("wire relay", () => {
   it("forwards calls and replies unchanged and names every call in order", async () => {
     const { conn, lv } = viaRelay();
     expect(await lv.connectGetType()).toBe("QEMU");
-    await conn.close();
-    expect(relay.callNames).toEqual(["auth_list", "connect_open", "connect_get_type", "connect_close"]);
     // Every call got exactly one reply, matched by serial.
     const replies = relay.records.filter((r) => r.direction === "to-client");
     expect(replies.map((r) => r.serial)).toEqual(relay.calls.map((c) => c.serial));
+    await conn.close();
+    expect(relay.callNames).toEqual(["auth_list", "connect_open", "connect_get_type", "connect_close"]);
   });
 
   it("cut before: the call never reaches libvirtd and the caller sees a transient error", async () => {

@@ -288,6 +288,13 @@ export interface ParsedDomain {
   nic?: NicAttachment;
   /** Our metadata; undefined for domains this provider does not manage. */
   metadata?: ProxyMetadata;
+  /**
+   * The guest-agent channel as the live XML reports it: `none` when the
+   * domain has no such channel, else its target's `state` attribute
+   * (`connected`/`disconnected`), undefined when libvirt gives none
+   * (inactive XML). get() skips asking a disconnected agent.
+   */
+  guestAgent?: "none" | "connected" | "disconnected";
 }
 
 const UNIT_BYTES: Record<string, number> = {
@@ -382,7 +389,18 @@ export function parseDomainXml(xml: string): ParsedDomain {
     parsed.nic = { kind: "bridge", bridge: first.bridge };
   const metadata = findMetadata(root);
   if (metadata !== undefined) parsed.metadata = metadata;
+  const agent = agentChannelState(devices);
+  if (agent !== undefined) parsed.guestAgent = agent;
   return parsed;
+}
+
+function agentChannelState(devices: XmlNode | undefined): ParsedDomain["guestAgent"] {
+  const channel = (devices === undefined ? [] : childElements(devices, "channel")).find(
+    (c) => attribute(childElement(c, "target"), "name") === GUEST_AGENT_CHANNEL,
+  );
+  if (channel === undefined) return "none";
+  const state = attribute(childElement(channel, "target"), "state");
+  return state === "connected" || state === "disconnected" ? state : undefined;
 }
 
 function parseDisk(disk: XmlNode): ParsedDisk {

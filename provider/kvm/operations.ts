@@ -444,16 +444,29 @@ export class KvmOperations {
    * parsed domain and our metadata. A missing domain is `absent`; a host not
    * in the configuration is a permanent error (a typo must not look like a
    * missing VM, which the resource would rebuild).
+   *
+   * `known.uuid` (the UUID the state recorded) saves the lookup by name:
+   * libvirtd resolves a domain handle by its UUID, so the state call goes
+   * straight to it. A domain since deleted, recreated or renamed falls back
+   * to the lookup by name, so the answer is the same as without it. With the
+   * UUID a refresh makes 3 calls per running VM (see test/pulumi/call-counts).
    */
-  async get(hostKey: string, name: string): Promise<VmStatus> {
+  async get(hostKey: string, name: string, known: { uuid?: string } = {}): Promise<VmStatus> {
     const ctx: OperationContext = { operation: "get", host: hostKey, domain: name };
     return this.retrying(ctx, async () => {
       const lv = this.hosts.libvirt(hostKey);
-      const dom = await lookupDomain(lv, name);
-      if (dom === undefined) return { host: hostKey, name, state: "absent" };
-      const libvirtState = await lv.domainGetState(dom);
-      const domain = parseDomainXml(await lv.domainGetXmlDesc(dom));
-      const ip = isActiveState(libvirtState.state) ? await guestIpv4(lv, dom, domain.mac) : undefined;
+      let found = known.uuid === undefined ? undefined : await stateByUuid(lv, name, known.uuid);
+      let domain = found === undefined ? undefined : parseDomainXml(await lv.domainGetXmlDesc(found.dom));
+      if (found === undefined || domain?.name !== name) {
+        const byName = await lookupDomain(lv, name);
+        if (byName === undefined) return { host: hostKey, name, state: "absent" };
+        found = { dom: byName, libvirtState: await lv.domainGetState(byName) };
+        domain = parseDomainXml(await lv.domainGetXmlDesc(byName));
+      }
+      const { dom, libvirtState } = found;
+      const ip = isActiveState(libvirtState.state)
+        ? await guestIpv4(lv, dom, domain.mac, domain.guestAgent)
+        : undefined;
       const status: VmStatus = {
         host: hostKey,
         name,
@@ -682,6 +695,22 @@ export async function lookupDomain(lv: Libvirt, name: string): Promise<Domain | 
   }
 }
 
+/** The state of the domain with `uuid`, or undefined when libvirt has none (NO_DOMAIN). */
+async function stateByUuid(
+  lv: Libvirt,
+  name: string,
+  uuid: string,
+): Promise<{ dom: Domain; libvirtState: { state: number; reason: number } } | undefined> {
+  // id -1: the daemon ignores it; the UUID picks the domain.
+  const dom: Domain = { name, uuid, id: -1 };
+  try {
+    return { dom, libvirtState: await lv.domainGetState(dom) };
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return undefined;
+    throw err;
+  }
+}
+
 /** Starts a defined domain; one already running is fine. */
 async function startDomain(lv: Libvirt, dom: Domain): Promise<void> {
   try {
@@ -735,17 +764,27 @@ export function firstRoutableIpv4(ifaces: readonly DomainInterface[], mac?: stri
   return undefined;
 }
 
-/** The guest's IPv4: the agent first (authoritative), then the DHCP lease (may be stale for reused MACs). */
+/**
+ * The guest's IPv4: the agent first (authoritative), then the DHCP lease (may
+ * be stale for reused MACs). An agent the live XML shows disconnected (or a
+ * domain without the channel) is not asked: libvirt would only refuse.
+ */
 async function guestIpv4(
   lv: Libvirt,
   dom: Domain,
   mac: string | undefined,
+  agent?: ParsedDomain["guestAgent"],
 ): Promise<{ addr: string; source: "agent" | "lease" } | undefined> {
-  try {
-    const addr = firstRoutableIpv4(await lv.domainInterfaceAddresses(dom, InterfaceAddressSource.AGENT), mac);
-    if (addr !== undefined) return { addr, source: "agent" };
-  } catch (err) {
-    if (!hasCode(err, ...AGENT_NOT_READY)) throw err;
+  if (agent !== "none" && agent !== "disconnected") {
+    try {
+      const addr = firstRoutableIpv4(
+        await lv.domainInterfaceAddresses(dom, InterfaceAddressSource.AGENT),
+        mac,
+      );
+      if (addr !== undefined) return { addr, source: "agent" };
+    } catch (err) {
+      if (!hasCode(err, ...AGENT_NOT_READY)) throw err;
+    }
   }
   try {
     const addr = firstRoutableIpv4(await lv.domainInterfaceAddresses(dom, InterfaceAddressSource.LEASE), mac);

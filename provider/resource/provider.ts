@@ -184,8 +184,8 @@ export class KvmProxyRuntime {
 
     let status: VmStatus | undefined;
     try {
-      await o.create(createSpec(c));
-      status = await o.get(c.host, c.name);
+      const made = await o.create(createSpec(c));
+      status = await o.get(c.host, c.name, { uuid: made.uuid });
       if (c.waitForIp) {
         status = await o.waitForIp(c.host, c.name, { deadlineMs: left(), pollMs: this.pollMs });
       }
@@ -230,7 +230,9 @@ export class KvmProxyRuntime {
 
   async read(id: string, props: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {
     const { host, name } = parseProviderId(id);
-    const status = await this.ops().get(host, name);
+    // The recorded UUID saves a lookup per VM on refresh (KvmOperations.get).
+    const known = typeof props.uuid === "string" && props.uuid !== "" ? { uuid: props.uuid } : {};
+    const status = await this.ops().get(host, name, known);
     if (status.state === "absent") return {};
     const adopting = typeof props.name !== "string";
     if (adopting) {

@@ -111,6 +111,15 @@ function optBool(f: Failures, property: string, v: unknown, def: boolean): boole
   return v;
 }
 
+/**
+ * How failures of the seed texts name their property. The engine prints the
+ * value of a failing property beside the reason when the name is a top-level
+ * input, and these values are secrets (KvmProxy marks them so) that may also
+ * be megabytes long: a name it cannot look up keeps the value out of the
+ * output, and still names the field.
+ */
+export const SEED_FIELD = { userData: "userData (secret)", vendorData: "vendorData (secret)" } as const;
+
 function seedText(f: Failures, property: string, v: unknown): string | undefined {
   if (v === undefined || v === null) return undefined;
   if (v === UNKNOWN) return UNKNOWN;
@@ -353,16 +362,19 @@ export function checkInputs(
   const vcpus = intIn(f, "vcpus", news.vcpus, 1, MAX_VCPUS, DEFAULTS.vcpus);
   const diskGiB = intIn(f, "diskGiB", news.diskGiB, 1, MAX_DISK_GIB, DEFAULTS.diskGiB);
 
-  const userData = seedText(f, "userData", news.userData);
-  const vendorData = seedText(f, "vendorData", news.vendorData);
+  const userData = seedText(f, SEED_FIELD.userData, news.userData);
+  const vendorData = seedText(f, SEED_FIELD.vendorData, news.vendorData);
   if (vendorData !== undefined && vendorData !== UNKNOWN && news.installGuestAgent !== UNKNOWN) {
     try {
       const vd = buildVendorData({ installGuestAgent, vendorData });
       if (vd !== undefined && vd.length > MAX_SEED_FILE_BYTES) {
-        f.fail("vendorData", `with the guest-agent script it is ${vd.length} bytes, over the seed limit`);
+        f.fail(
+          SEED_FIELD.vendorData,
+          `with the guest-agent script it is ${vd.length} bytes, over the seed limit`,
+        );
       }
     } catch (err) {
-      f.fail("vendorData", (err as Error).message);
+      f.fail(SEED_FIELD.vendorData, (err as Error).message);
     }
   }
 

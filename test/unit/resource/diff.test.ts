@@ -195,7 +195,7 @@ describe("user-data and vendor-data in the state", () => {
 
   it("state written with the texts in the outputs (older versions) still diffs by content", () => {
     const olds = created(base);
-    const legacy = { ...olds, userData: base.userData };
+    const legacy: Record<string, unknown> = { ...olds, userData: base.userData };
     delete legacy.userDataSha256;
     expect(diffProxy(legacy, checked(base, legacy)).changes).toBe(false);
     expect(

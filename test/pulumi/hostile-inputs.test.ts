@@ -1,0 +1,188 @@
+/**
+ * Hostile and wrong inputs through the real Pulumi CLI (issue 7, item 5):
+ * every row of test/support/bad-inputs.ts is rejected by `pulumi preview`
+ * with a message naming the property, and nothing reaches libvirt. The rows
+ * the unit test of `check` also runs are packed into as few previews as
+ * possible: one proxy reports all of its failures at once, but the engine
+ * stops at the first proxy that fails, so each preview carries one proxy whose
+ * rows touch different properties.
+ *
+ * Two wrong inputs only the first step of `up` can see are here too: an image
+ * that is not the format its config declares, and two proxies with the same
+ * fixed name on one host.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseImage } from "../../provider/kvm/config";
+import { cachedImageVolumeName } from "../../provider/kvm/names";
+import { Failures } from "../../provider/kvm/validation";
+import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, UNIT_ONLY } from "../support/bad-inputs";
+import { type TestHost, testHost } from "../support/test-host";
+import {
+  allDomains,
+  domainsOfStack,
+  E2E_ROOT,
+  hostsConfig,
+  poolVolumes,
+  removeByHand,
+  TEST_PROXY_ARGS,
+  Workspace,
+} from "./harness";
+
+let host: TestHost;
+const workspaces: Workspace[] = [];
+
+beforeAll(() => {
+  host = testHost();
+});
+
+afterAll(() => {
+  for (const ws of workspaces) {
+    ws.cleanup();
+    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+});
+
+function pair(tag: string): Workspace {
+  const ws = new Workspace(tag, { name: "kvmpt-hostile", main: "test/pulumi/programs/pair" });
+  workspaces.push(ws);
+  return ws;
+}
+
+type Row = (typeof BAD)[number];
+
+// Properties check validates together: one's failure can hide the other's,
+// so rows touching either never share a preview.
+const COUPLED: Record<string, string> = {
+  installGuestAgent: "vendorData",
+  waitForIp: "healthCheck",
+  bridge: "network",
+};
+
+/** Packs rows into groups whose changes touch different top-level properties. */
+function pack(rows: Row[]): Row[][] {
+  const groups: { keys: Set<string>; rows: Row[] }[] = [];
+  for (const row of rows) {
+    const keys = Object.keys(row[1]).map((k) => COUPLED[k] ?? k);
+    let g = groups.find((x) => keys.every((k) => !x.keys.has(k)));
+    if (g === undefined) {
+      g = { keys: new Set(), rows: [] };
+      groups.push(g);
+    }
+    for (const k of keys) g.keys.add(k);
+    g.rows.push(row);
+  }
+  return groups.map((g) => g.rows);
+}
+
+/** The "has a problem: ..." text the engine printed for `property` of `resource`, if any. */
+function problem(output: string, resource: string, property: string): string | undefined {
+  const marker = `resource '${resource}': property ${property} value {`;
+  const at = output.indexOf(marker);
+  if (at < 0) return undefined;
+  const rest = output.slice(at + marker.length);
+  const end = rest.search(/\n {4}error: |\n\n/);
+  const text = end < 0 ? rest : rest.slice(0, end);
+  const p = text.indexOf("} has a problem: ");
+  return p < 0 ? undefined : text.slice(p + "} has a problem: ".length);
+}
+
+describe("bad inputs through pulumi preview", () => {
+  const rows = BAD.filter(([what]) => !UNIT_ONLY.has(what));
+  const groups = pack(rows);
+
+  it("the table is the unit test's: at least 30 rows, packed into far fewer previews", () => {
+    expect(rows.length).toBeGreaterThanOrEqual(30);
+    expect(groups.length).toBeLessThan(rows.length / 3);
+  });
+
+  it.each(groups.map((g, i) => [i, g] as const))(
+    "preview %i rejects each of its rows naming the property, and nothing is created",
+    (i, group) => {
+      const ws = pair(`hostile${i}`);
+      const resource = `g${i}`;
+      const args: Record<string, unknown> = { ...GOOD_INPUTS };
+      for (const [, change] of group) Object.assign(args, change);
+      for (const k of Object.keys(args)) if (args[k] === undefined) delete args[k];
+      ws.setConfig({ ...BAD_INPUT_CONFIG, "pair:proxies": { [resource]: args } });
+      const r = ws.run("preview");
+      expect(r.code).not.toBe(0);
+      const missed = group
+        .filter(([, , property, reason]) => !reason.test(problem(r.output, resource, property) ?? ""))
+        .map(([what, , property]) => `${what} (${property})`);
+      expect(missed, r.output.slice(-3000)).toEqual([]);
+      // A secret input's value never appears beside its failure.
+      for (const [, change, property] of group) {
+        if (!property.endsWith("(secret)")) continue;
+        for (const v of Object.values(change))
+          if (typeof v === "string") expect(r.output).not.toContain(v.trim());
+      }
+      // Preview stops before any create, and so does up (run once: it is the same check).
+      if (i === 0) {
+        const up = ws.run("up", "--yes", "--skip-preview");
+        expect(up.code).not.toBe(0);
+      }
+      expect(ws.proxies()).toEqual([]);
+      expect(domainsOfStack(host, ws.stack)).toEqual([]);
+    },
+  );
+});
+
+describe("wrong inputs only the first step can see", () => {
+  it("an image that is not the format it declares fails the create naming the image, and leaves nothing behind", () => {
+    const ws = pair("wrongformat");
+    const dir = path.join(E2E_ROOT, "images");
+    mkdirSync(dir, { recursive: true });
+    const raw = path.join(dir, `not-qcow2-${process.pid}.img`);
+    writeFileSync(raw, Buffer.alloc(1024 * 1024, 0x5a));
+    const name = `kvmpt-wrongfmt-${process.pid}`;
+    const volumesBefore = poolVolumes(host);
+    ws.setConfig({
+      ...hostsConfig(host),
+      "kvm:images": { liar: { url: raw, format: "qcow2", firmware: "bios" } },
+      "pair:proxies": { liar: { host: "local", image: "liar", ...TEST_PROXY_ARGS, name } },
+    });
+    const up = ws.run("up", "--yes", "--skip-preview");
+    expect(up.code).not.toBe(0);
+    expect(up.output).toMatch(
+      new RegExp(`${raw.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}.*qcow2|qcow2.*${path.basename(raw)}`),
+    );
+    expect(allDomains(host)).not.toContain(name);
+    // No per-VM volume, no cached image and no marker for this image (other
+    // tests may add volumes of their own meanwhile).
+    const image = parseImage(undefined, { url: raw, format: "qcow2" }, new Failures());
+    if (image === undefined) throw new Error("the test image config does not parse");
+    const cached = cachedImageVolumeName(image);
+    const mine = (v: string) => v.includes(name) || v === cached || v === `${cached}.partial`;
+    expect(volumesBefore.filter(mine)).toEqual([]);
+    expect(poolVolumes(host).filter(mine)).toEqual([]);
+    expect(ws.proxies()).toEqual([]);
+    execFileSync("rm", ["-f", raw]);
+  });
+
+  it("two proxies with the same fixed name on one host: one is created, the other is refused and does not touch it", () => {
+    const ws = pair("dupname");
+    const name = `kvmpt-dup-${process.pid}`;
+    ws.setConfig({
+      ...hostsConfig(host),
+      "pair:proxies": {
+        first: { host: "local", image: "tiny", ...TEST_PROXY_ARGS, name },
+        second: { host: "local", image: "tiny", ...TEST_PROXY_ARGS, name },
+      },
+    });
+    const up = ws.run("up", "--yes", "--skip-preview", "--parallel", "1");
+    expect(up.code).not.toBe(0);
+    expect(up.output).toMatch(
+      new RegExp(`domain ${name} already exists on host local and belongs to urn:pulumi:`),
+    );
+    // Exactly one VM, owned by the proxy the state holds; the refused one rolled nothing back.
+    expect(allDomains(host).filter((d) => d === name)).toEqual([name]);
+    const held = ws.proxies();
+    expect(held).toHaveLength(1);
+    expect(held[0]?.id).toBe(`kvm://local/${name}`);
+    ws.destroy();
+    expect(allDomains(host)).not.toContain(name);
+  });
+});

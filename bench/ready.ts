@@ -25,7 +25,7 @@
  */
 import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFileSync, rmSync, symlinkSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import path from "node:path";
 import { type ImageConfig, parseConfig, parseImage } from "../provider/kvm/config";
 import { HostPool } from "../provider/kvm/hosts";
@@ -321,6 +321,7 @@ async function child(): Promise<void> {
   const sha256 = execFileSync("sha256sum", [imagePath], { encoding: "utf8" }).split(" ")[0] as string;
   // A path no earlier run used: the cache is keyed by URL, so the first run misses.
   const link = path.join(repoRoot, ".state/bench", `ready-image-${process.pid}.qcow2`);
+  mkdirSync(path.dirname(link), { recursive: true });
   symlinkSync(imagePath, link);
   const image = imageFor(link, sha256, firmware);
   const pollMs = new KvmProxyRuntime().pollMs;

@@ -4,7 +4,9 @@
  * property at fault (`hosts.edge.uri`, `images.debian.sha256`), and throws
  * them together as one ValidationError.
  */
+
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseDuration } from "./duration";
 import { Failures, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
@@ -69,7 +71,12 @@ export interface HostConfig {
   nic: NicAttachment;
   /** Present exactly for ssh endpoints. */
   ssh?: SshAuthConfig;
+  /** Deadline for each libvirt call's reply, ms (config `callTimeout`; default the connection's 60 s). */
+  callTimeoutMs?: number;
 }
+
+/** Bounds of a host's `callTimeout`, seconds. */
+export const CALL_TIMEOUT_RANGE = { min: 1, max: 3600 } as const;
 
 /** Where an image's bytes come from. */
 export type ImageSource = { kind: "http"; url: string } | { kind: "file"; path: string };
@@ -193,6 +200,7 @@ const HOST_FIELDS = [
   "privateKeyPath",
   "agentSocket",
   "passphrase",
+  "callTimeout",
 ] as const;
 
 const SSH_FIELDS = [
@@ -320,8 +328,20 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   }
   if (endpoint?.kind === "ssh") checkSshAuth(input, ssh, f);
 
+  let callTimeoutMs: number | undefined;
+  if (input.callTimeout !== undefined) {
+    const secs = parseDuration(input.callTimeout);
+    const { min, max } = CALL_TIMEOUT_RANGE;
+    if (secs === undefined || secs < min || secs > max) {
+      f.fail("callTimeout", `must be a duration from ${min}s to ${max / 60}m, such as "30s" or 90`);
+    } else {
+      callTimeoutMs = Math.round(secs * 1000);
+    }
+  }
+
   if (f.list.length > before || endpoint === undefined) return undefined;
   const host: HostConfig = { key, uri: uri as string, endpoint, driverUri, domainType, pool, nic };
+  if (callTimeoutMs !== undefined) host.callTimeoutMs = callTimeoutMs;
   if (endpoint.kind === "ssh") {
     host.ssh =
       ssh.knownHosts === undefined && ssh.knownHostsPath === undefined

@@ -127,11 +127,16 @@ export class HostPool {
     const connection = new LibvirtConnection({
       transport,
       uri: host.driverUri,
-      ...(this.options.callTimeoutMs !== undefined ? { callTimeoutMs: this.options.callTimeoutMs } : {}),
+      // The host's own setting wins over the pool's default.
+      ...optionalTimeout(host.callTimeoutMs ?? this.options.callTimeoutMs),
       ...(hook ? { onCall: hook } : {}),
     });
     const entry = { connection, libvirt: new Libvirt(this.tracer.wrap(key, connection)) };
     this.entries.set(key, entry);
     return entry;
   }
+}
+
+function optionalTimeout(ms: number | undefined): { callTimeoutMs?: number } {
+  return ms === undefined ? {} : { callTimeoutMs: ms };
 }

@@ -8,6 +8,10 @@
  * passed through unvalidated. Pure apart from the random bytes of autonames,
  * which the caller supplies.
  */
+import { parseDuration } from "../kvm/duration";
+
+export { parseDuration };
+
 import { buildVendorData } from "../kvm/cloud-init";
 import {
   FIRMWARES,
@@ -78,16 +82,6 @@ function isObject(v: unknown): v is Record<string, unknown> {
  * `"45s"`, `"10m"`, `"1h30m"`, `"2h"` (units h, m, s; a bare number is
  * seconds). Returns seconds, or undefined when unparsable.
  */
-export function parseDuration(v: unknown): number | undefined {
-  if (typeof v === "number") return Number.isFinite(v) ? v : undefined;
-  if (typeof v !== "string") return undefined;
-  const t = v.trim();
-  if (/^\d+(\.\d+)?$/.test(t)) return Number(t);
-  const m = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(t);
-  if (!m || t === "") return undefined;
-  return Number(m[1] ?? 0) * 3600 + Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0);
-}
-
 function intIn(f: Failures, property: string, v: unknown, min: number, max: number, def: number): number {
   if (v === undefined || v === null) return def;
   if (v === UNKNOWN) return def;

@@ -217,7 +217,12 @@ export class KvmProxyRuntime {
             "it is recorded in the state: run `pulumi up` or `pulumi destroy` to retry",
           id,
           props,
-          [message(err), message(rollbackErr)],
+          // The engine shows only these lines, so each says what it is about.
+          [
+            `create of ${id} failed: ${message(err)}`,
+            `deleting it again failed too: ${message(rollbackErr)}; ` +
+              "the VM is recorded in the state: run `pulumi up` or `pulumi destroy` to finish",
+          ],
         );
       }
       throw new ProviderError(

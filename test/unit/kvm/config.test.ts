@@ -65,6 +65,18 @@ describe("host configuration", () => {
     expect(host({ uri, agentSocket: "/run/agent" }).endpoint).toEqual(endpoint);
   });
 
+  it.each([
+    ["30s", 30_000],
+    [90, 90_000],
+    ["1m30s", 90_000],
+  ])(
+    "takes callTimeout %j as the per-call deadline (%i ms); absent, the connection's default applies",
+    (v, ms) => {
+      expect(host({ uri: "unix:///s", callTimeout: v }).callTimeoutMs).toBe(ms);
+      expect(host({ uri: "unix:///s" }).callTimeoutMs).toBeUndefined();
+    },
+  );
+
   it("parses a unix socket URI and needs no SSH material", () => {
     const h = host({ uri: "unix:///var/run/libvirt/libvirt-sock" });
     expect(h.endpoint).toEqual({ kind: "unix", socketPath: "/var/run/libvirt/libvirt-sock" });
@@ -120,6 +132,9 @@ describe("host configuration", () => {
     ["a non-string network", { network: 5 }, "hosts.edge.network"],
     ["a driverUri that is not a URI", { driverUri: "system" }, "hosts.edge.driverUri"],
     ["an unknown property", { privatekey: KEY }, "hosts.edge.privatekey"],
+    ["a callTimeout of zero", { callTimeout: "0s" }, "hosts.edge.callTimeout"],
+    ["a callTimeout over an hour", { callTimeout: "2h" }, "hosts.edge.callTimeout"],
+    ["a callTimeout that is no duration", { callTimeout: "soon" }, "hosts.edge.callTimeout"],
   ])("rejects %s", (_, extra, property) => {
     const f = failures({ hosts: { edge: { uri: "unix:///s", ...extra } } });
     expect(f.map((x) => x.property)).toContain(property);

@@ -265,6 +265,13 @@ export class KvmProxyRuntime {
     const started = performance.now();
     const deadlineMs = c.timeouts.create * 1000;
     let status = await o.get(host, name);
+    // A record left by a create whose rollback failed (no UUID: the domain was
+    // never seen) is not a VM that went away: finish the create it started.
+    const unfinished = olds.uuid === "";
+    if (status.state === "absent" && unfinished) {
+      await this.opsFor(c).create(createSpec(c));
+      status = await o.get(host, name);
+    }
     if (status.state === "absent") {
       throw new ProviderError(
         "permanent",

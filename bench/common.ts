@@ -23,6 +23,21 @@ function envInt(name: string, fallback: number): number {
   return n;
 }
 
+function envList(name: string, fallback: number[]): number[] {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const xs = raw.split(",").map((x) => Number(x.trim()));
+  if (xs.some((n) => !Number.isInteger(n) || n < 1))
+    throw new Error(`${name} must be a comma list of positive integers, got ${raw}`);
+  return xs;
+}
+
+/** True when KVMP_BENCH_ONLY selects `part`. */
+export function selected(part: "rpc" | "upload" | "fleet" | "scale"): boolean {
+  const only = config.only.split(",").map((x) => x.trim());
+  return only.includes("all") || only.includes(part);
+}
+
 /** Sizes and rounds; the defaults keep a full run under about 10 minutes on 2 cores. */
 export const config = {
   rounds: envInt("KVMP_BENCH_ROUNDS", 5),
@@ -45,8 +60,17 @@ export const config = {
    * the main figures read 1 MiB at a time and extra contenders show ours with 64 KiB reads.
    */
   readChunk: envInt("KVMP_BENCH_READ_CHUNK", 1024 * 1024),
-  /** "rpc", "upload" or "all". */
+  /** Fleet sizes (proxies on one host) for figures 3-5. */
+  fleet: envList("KVMP_BENCH_FLEET", [1, 10, 50]),
+  /** Rounds of the fleet figures; each round runs every size, two hosts and the virsh loops once. */
+  fleetRounds: envInt("KVMP_BENCH_FLEET_ROUNDS", 2),
+  /** Upload sizes in MiB for the scaling figure (the 1 GiB of figure 2 is the largest point). */
+  scaleMiB: envList("KVMP_BENCH_SCALE_MIB", [1, 64, 256]),
+  scaleRounds: envInt("KVMP_BENCH_SCALE_ROUNDS", 3),
+  /** Parts to run: "all" or a comma list of rpc, upload, fleet, scale. */
   only: process.env.KVMP_BENCH_ONLY ?? "all",
+  /** The raw results; a run of some parts keeps the other parts' last results in it. */
+  results: process.env.KVMP_BENCH_RESULTS ?? path.join(benchDir, "results.json"),
   out: process.env.KVMP_BENCH_OUT ?? path.join(repoRoot, "docs/benchmarks.md"),
 };
 

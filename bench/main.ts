@@ -1,16 +1,19 @@
 /**
  * Entry point of `npm run bench` (scripts/bench compiles this into dist-bench/
- * and runs it): runs the figures, writes the raw samples to
- * .state/bench/results.json and the report to docs/benchmarks.md.
+ * and runs it): runs the figures KVMP_BENCH_ONLY selects, merges them into the
+ * raw results (.state/bench/results.json, keeping the other parts' last
+ * results) and writes the report (docs/benchmarks.md) from all of them.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { benchDir, config, log, repoRoot } from "./common";
-import { type Environment, render } from "./report";
-import { benchRpc, type RpcResults } from "./rpc";
-import { benchUpload, type UploadResults } from "./upload";
+import { benchDir, config, log, repoRoot, selected } from "./common";
+import { benchFleet } from "./fleet";
+import { type Environment, type Part, type Results, render } from "./report";
+import { benchRpc } from "./rpc";
+import { benchScale } from "./scale";
+import { benchUpload } from "./upload";
 
 /** stdout and stderr of a command (ssh -V prints to stderr). */
 function cmdOutput(cmd: string, args: string[]): string {
@@ -42,21 +45,25 @@ function busyNeighbours(): string {
     : "";
 }
 
-function writeReport(env: Environment, rpc: RpcResults | undefined, upload: UploadResults | undefined): void {
+type Saved = Omit<Results, "env"> & { env: Environment; config?: unknown };
+
+function writeReport(results: Results): void {
   const notesFile = path.join(repoRoot, "bench/notes.md");
   const notes = existsSync(notesFile) ? readFileSync(notesFile, "utf8") : "";
-  writeFileSync(config.out, render(env, rpc, upload, notes));
+  writeFileSync(config.out, render(results, notes));
+}
+
+function loadSaved(): Saved | undefined {
+  if (!existsSync(config.results)) return undefined;
+  return JSON.parse(readFileSync(config.results, "utf8")) as Saved;
 }
 
 /** KVMP_BENCH_RENDER_ONLY=1: rewrite the report from the last run's results.json (after editing notes.md). */
 function renderOnly(): void {
-  const saved = JSON.parse(readFileSync(path.join(benchDir, "results.json"), "utf8")) as {
-    env: Environment;
-    rpc?: RpcResults;
-    upload?: UploadResults;
-  };
-  writeReport(saved.env, saved.rpc, saved.upload);
-  log(`re-rendered ${config.out} from ${path.join(benchDir, "results.json")}`);
+  const saved = loadSaved();
+  if (saved === undefined) throw new Error(`no ${config.results} to render from`);
+  writeReport(saved);
+  log(`re-rendered ${config.out} from ${config.results}`);
 }
 
 async function main(): Promise<void> {
@@ -72,11 +79,32 @@ async function main(): Promise<void> {
   sampler.unref();
   log(`config ${JSON.stringify(config)}; load ${loadBefore}`);
 
-  let rpc: RpcResults | undefined;
-  let upload: UploadResults | undefined;
+  // Parts not run now keep their last results, so partial runs merge into one report.
+  const saved = loadSaved();
+  const results: Partial<Results> = {
+    ...(saved ?? {}),
+    ranAt: { ...(saved?.ranAt ?? {}) },
+  };
+  const stamp = (part: Part) => {
+    (results.ranAt as Record<string, string>)[part] = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+  };
   try {
-    if (config.only === "all" || config.only === "rpc") rpc = await benchRpc();
-    if (config.only === "all" || config.only === "upload") upload = await benchUpload();
+    if (selected("rpc")) {
+      results.rpc = await benchRpc();
+      stamp("rpc");
+    }
+    if (selected("upload")) {
+      results.upload = await benchUpload();
+      stamp("upload");
+    }
+    if (selected("scale")) {
+      results.scale = await benchScale();
+      stamp("scale");
+    }
+    if (selected("fleet")) {
+      results.fleet = await benchFleet();
+      stamp("fleet");
+    }
   } finally {
     clearInterval(sampler);
   }
@@ -88,7 +116,7 @@ async function main(): Promise<void> {
       version: string;
     }
   ).version;
-  const env: Environment = {
+  results.env = {
     startedAt: started.toISOString().replace(/\.\d+Z$/, "Z"),
     finishedAt: finished.toISOString().replace(/\.\d+Z$/, "Z"),
     durationSeconds: (finished.getTime() - started.getTime()) / 1000,
@@ -102,12 +130,10 @@ async function main(): Promise<void> {
     ssh2: ssh2Version,
     otherProcesses: busyNeighbours(),
   };
-  writeFileSync(
-    path.join(benchDir, "results.json"),
-    `${JSON.stringify({ config, env, rpc, upload }, null, 2)}\n`,
-  );
-  writeReport(env, rpc, upload);
-  log(`wrote ${config.out} in ${env.durationSeconds.toFixed(0)} s; load ${env.loadAfter}`);
+  const full = results as Results;
+  writeFileSync(config.results, `${JSON.stringify({ config, ...full }, null, 2)}\n`);
+  writeReport(full);
+  log(`wrote ${config.out} in ${full.env.durationSeconds.toFixed(0)} s; load ${full.env.loadAfter}`);
 }
 
 main().then(

@@ -96,7 +96,7 @@ export function sourceFile(bytes: number): string {
   return file;
 }
 
-async function readThrough(file: string): Promise<void> {
+export async function readThrough(file: string): Promise<void> {
   for await (const _ of createReadStream(file, { highWaterMark: 1024 * 1024 })) {
     // Only to pull the file into the page cache.
   }
@@ -107,7 +107,7 @@ function volumeXml(name: string, bytes: number): string {
 }
 
 /** The admin connection that creates and deletes the volumes (never timed). */
-class Volumes {
+export class Volumes {
   private serial = 0;
   constructor(
     private readonly lv: Libvirt,
@@ -153,7 +153,7 @@ function rssWatcher(): { stop: () => number } {
   };
 }
 
-async function ours(
+export async function ours(
   volumes: Volumes,
   make: () => Transport,
   file: string,
@@ -179,7 +179,12 @@ async function ours(
   }
 }
 
-async function virsh(volumes: Volumes, uri: string, file: string, bytes: number): Promise<UploadSample> {
+export async function virsh(
+  volumes: Volumes,
+  uri: string,
+  file: string,
+  bytes: number,
+): Promise<UploadSample> {
   const name = await volumes.create("virsh");
   try {
     const base = ["-q", "-c", uri];

@@ -9,7 +9,6 @@
  * The VM that never gets an IP is the `pulumi` project's create-deadline
  * test; the upload and RPC deadlines are pinned in the unit tests.
  */
-import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { testHost } from "../support/test-host";
 import { WireRelay } from "../support/wire-relay";
@@ -17,8 +16,6 @@ import {
   allDomains,
   domainsOfStack,
   poolVolumes,
-  pulumiEnv,
-  type RunResult,
   removeByHand,
   TEST_IMAGE,
   TEST_PROXY_ARGS,
@@ -30,33 +27,11 @@ const host = testHost();
 const relay = new WireRelay({ target: host.socketPath });
 let ws: Workspace | undefined;
 
-/** Runs the CLI without blocking this process (the relay lives in it). */
-function pulumi(w: Workspace, ...args: string[]): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("pulumi", [...args, "--stack", w.stack, "--non-interactive", "--color", "never"], {
-      cwd: w.dir,
-      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${w.backend}` },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (b: Buffer) => {
-      stdout += b.toString();
-    });
-    child.stderr.on("data", (b: Buffer) => {
-      stderr += b.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code) =>
-      resolve({ code: code ?? -1, stdout, stderr, output: `${stdout}\n${stderr}` }),
-    );
-  });
-}
-
 beforeAll(() => relay.start());
 afterAll(async () => {
   relay.reset();
   if (ws !== undefined) {
-    await pulumi(ws, "destroy", "--yes", "--skip-preview");
+    await ws.runAsync(["destroy", "--yes", "--skip-preview"]);
     for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
   }
   await relay.stop();
@@ -93,7 +68,7 @@ describe("a daemon that stops answering", () => {
       return wedged ? { kind: "stall", ms: 3_600_000 } : undefined;
     };
 
-    const up = await pulumi(ws, "up", "--yes", "--skip-preview");
+    const up = await ws.runAsync(["up", "--yes", "--skip-preview"]);
     expect(wedged).toBe(true);
     expect(up.code).not.toBe(0);
     // Each failure names the call it waited for (the create retries past its
@@ -111,7 +86,7 @@ describe("a daemon that stops answering", () => {
     expect(ws.proxies().map((p) => p.id)).toEqual([`kvm://local/${name}`]);
 
     relay.reset();
-    const destroy = await pulumi(ws, "destroy", "--yes", "--skip-preview");
+    const destroy = await ws.runAsync(["destroy", "--yes", "--skip-preview"]);
     expect(destroy.code, destroy.output.slice(-3000)).toBe(0);
     expect(allDomains(host)).not.toContain(name);
     expect(poolVolumes(host).filter((v) => v.startsWith(`${name}-`))).toEqual([]);

@@ -1,4 +1,4 @@
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
@@ -103,6 +103,36 @@ export class Workspace {
       stderr: r.stderr,
       output: `${r.stdout}\n${r.stderr}`,
     };
+  }
+
+  /**
+   * Runs the CLI without blocking this process: tests that host something
+   * the provider talks to (a wire relay) must keep serving meanwhile, which
+   * the synchronous {@link run} would prevent. `env` adds to the CLI's.
+   */
+  runAsync(args: string[], env: NodeJS.ProcessEnv = {}): Promise<RunResult> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(
+        "pulumi",
+        [...args, "--stack", this.stack, "--non-interactive", "--color", "never"],
+        {
+          cwd: this.dir,
+          env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}`, ...env },
+        },
+      );
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (b: Buffer) => {
+        stdout += b.toString();
+      });
+      child.stderr.on("data", (b: Buffer) => {
+        stderr += b.toString();
+      });
+      child.on("error", reject);
+      child.on("close", (code) =>
+        resolve({ code: code ?? -1, stdout, stderr, output: `${stdout}\n${stderr}` }),
+      );
+    });
   }
 
   /** Runs and throws with the whole output unless the exit code is 0. */

@@ -9,7 +9,7 @@
  * state folder, namespace and addresses): restarting the shared host's
  * libvirtd would break every other suite running at the same time.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,8 +18,6 @@ import { repoRoot, type TestHost } from "../support/test-host";
 import {
   domainsOfStack,
   poolVolumes,
-  pulumiEnv,
-  type RunResult,
   removeByHand,
   TEST_IMAGE,
   TEST_PROXY_ARGS,
@@ -50,27 +48,6 @@ const PROXIES = 4;
 const prefix = `kvmpt-rst-${process.pid}-`;
 const names = Array.from({ length: PROXIES }, (_, i) => `${prefix}${i + 1}`);
 
-function pulumi(w: Workspace, args: string[], env: NodeJS.ProcessEnv = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("pulumi", [...args, "--stack", w.stack, "--non-interactive", "--color", "never"], {
-      cwd: w.dir,
-      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${w.backend}`, ...env },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (b: Buffer) => {
-      stdout += b.toString();
-    });
-    child.stderr.on("data", (b: Buffer) => {
-      stderr += b.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code) =>
-      resolve({ code: code ?? -1, stdout, stderr, output: `${stdout}\n${stderr}` }),
-    );
-  });
-}
-
 const ours = (which = "--all"): string[] =>
   virsh(host, "list", which, "--name")
     .split("\n")
@@ -86,7 +63,7 @@ beforeAll(() => {
 
 afterAll(async () => {
   try {
-    if (ws !== undefined) await pulumi(ws, ["destroy", "--yes", "--skip-preview"]);
+    if (ws !== undefined) await ws.runAsync(["destroy", "--yes", "--skip-preview"]);
     for (const n of names) removeByHand(host, n);
   } finally {
     testHostScript("stop");
@@ -115,7 +92,7 @@ describe("libvirtd restarted during a four-proxy pulumi up", () => {
 
     // The provider's libvirt calls, to see it reconnect (one virConnectOpen per connection).
     const trace = path.join(w.dir, "trace.log");
-    const running = pulumi(w, ["up", "--yes", "--skip-preview"], { KVMP_TRACE_FILE: trace });
+    const running = w.runAsync(["up", "--yes", "--skip-preview"], { KVMP_TRACE_FILE: trace });
     let finished = false;
     void running.then(() => {
       finished = true;
@@ -147,7 +124,7 @@ describe("libvirtd restarted during a four-proxy pulumi up", () => {
       expect(first.output).toMatch(/connection to libvirtd|cannot connect to libvirtd|transient|timed out/i);
     }
 
-    const rerun = await pulumi(w, ["up", "--yes", "--skip-preview"]);
+    const rerun = await w.runAsync(["up", "--yes", "--skip-preview"]);
     expect(rerun.code, rerun.output).toBe(0);
     expect(domainsOfStack(host, w.stack)).toEqual([...names].sort());
     const vols = poolVolumes(host);
@@ -160,7 +137,7 @@ describe("libvirtd restarted during a four-proxy pulumi up", () => {
       outcome: `completed: ${domainsOfStack(host, w.stack).length} domains, ${perVm.length} per-VM volumes, ${markers.length} partial markers`,
     });
 
-    const gone = await pulumi(w, ["destroy", "--yes", "--skip-preview"]);
+    const gone = await w.runAsync(["destroy", "--yes", "--skip-preview"]);
     expect(gone.code, gone.output).toBe(0);
     const left = ours().length + poolVolumes(host).filter((v) => v.startsWith(prefix)).length;
     rows.push({ step: "`pulumi destroy`", outcome: `completed: ${left} objects left` });

@@ -12,7 +12,6 @@
  * full per-call tables live in the libvirtd project
  * (test/libvirtd/reliability/cut-points.test.ts).
  */
-import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeResults } from "../libvirtd/reliability/support";
 import { testHost } from "../support/test-host";
@@ -21,7 +20,6 @@ import {
   domainsOfStack,
   E2E_ROOT,
   poolVolumes,
-  pulumiEnv,
   type RunResult,
   removeByHand,
   TEST_IMAGE,
@@ -41,33 +39,8 @@ const workspaces: Workspace[] = [];
 const CREATE_SAMPLE = ["storage_vol_create_xml", "domain_define_xml", "domain_create"];
 const DELETE_SAMPLE = ["domain_destroy", "storage_vol_delete"];
 
-/**
- * The harness runs the CLI synchronously, which would freeze this process
- * and so the relay inside it; this runs it without blocking.
- */
-function pulumi(ws: Workspace, ...args: string[]): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("pulumi", [...args, "--stack", ws.stack, "--non-interactive", "--color", "never"], {
-      cwd: ws.dir,
-      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (b: Buffer) => {
-      stdout += b.toString();
-    });
-    child.stderr.on("data", (b: Buffer) => {
-      stderr += b.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code) =>
-      resolve({ code: code ?? -1, stdout, stderr, output: `${stdout}\n${stderr}` }),
-    );
-  });
-}
-
-const up = (ws: Workspace) => pulumi(ws, "up", "--yes", "--skip-preview");
-const destroy = (ws: Workspace) => pulumi(ws, "destroy", "--yes", "--skip-preview");
+const up = (ws: Workspace) => ws.runAsync(["up", "--yes", "--skip-preview"]);
+const destroy = (ws: Workspace) => ws.runAsync(["destroy", "--yes", "--skip-preview"]);
 
 let seq = 0;
 function stack(): { ws: Workspace; name: string } {

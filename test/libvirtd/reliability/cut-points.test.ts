@@ -24,7 +24,6 @@ import {
   TraceLog,
   uniqueName,
   virsh,
-  virshQuiet,
 } from "../kvm/ops-helpers";
 import {
   domainsWith,
@@ -36,7 +35,7 @@ import {
   outcomeOf,
   RELAYED,
   relayedOps,
-  volumesWith,
+  removeAllWith,
   writeResults,
 } from "./support";
 
@@ -93,11 +92,7 @@ describe("cut points", async () => {
   // A failed case must not leave its VM to the next one (or to other suites).
   afterEach(() => {
     relay.reset();
-    for (const d of domainsWith(host, ours)) {
-      virshQuiet(host, "destroy", d);
-      virshQuiet(host, "undefine", "--nvram", d);
-    }
-    for (const v of volumesWith(host, ours)) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
+    removeAllWith(host, ours);
   });
 
   afterAll(async () => {

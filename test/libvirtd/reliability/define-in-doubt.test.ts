@@ -10,16 +10,7 @@ import { ImageCache } from "../../../provider/kvm/image-cache";
 import type { CreateSpec } from "../../../provider/kvm/operations";
 import { testHost } from "../../support/test-host";
 import { WireRelay } from "../../support/wire-relay";
-import {
-  baseSpec,
-  imageConfig,
-  makeQcow2,
-  PREFIX,
-  scratchDir,
-  uniqueName,
-  virsh,
-  virshQuiet,
-} from "../kvm/ops-helpers";
+import { baseSpec, imageConfig, makeQcow2, PREFIX, scratchDir, uniqueName, virsh } from "../kvm/ops-helpers";
 import {
   domainsWith,
   dropCachedImage,
@@ -27,6 +18,7 @@ import {
   NO_LEFTOVERS,
   RELAYED,
   relayedOps,
+  removeAllWith,
   volumesWith,
 } from "./support";
 
@@ -55,11 +47,7 @@ const defineLanded = () => relay.until((r) => r.direction === "to-client" && r.n
 beforeAll(() => relay.start());
 afterEach(() => {
   relay.reset();
-  for (const d of domainsWith(host, ours)) {
-    virshQuiet(host, "destroy", d);
-    virshQuiet(host, "undefine", "--nvram", d);
-  }
-  for (const v of volumesWith(host, ours)) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
+  removeAllWith(host, ours);
 });
 afterAll(async () => {
   dropCachedImage(host, cacheName);

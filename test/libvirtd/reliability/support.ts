@@ -15,7 +15,7 @@ import { KvmOperations, type KvmOperationsOptions } from "../../../provider/kvm/
 import type { RetryPolicy } from "../../../provider/kvm/retry";
 import type { CallTracer } from "../../../provider/kvm/trace";
 import { repoRoot, type TestHost, virshUri } from "../../support/test-host";
-import { sha256File, virsh } from "../kvm/ops-helpers";
+import { sha256File, virsh, virshQuiet } from "../kvm/ops-helpers";
 
 /** Host key of the relayed host in these tests' configuration. */
 export const RELAYED = "relayed";
@@ -93,6 +93,15 @@ export function volumesWith(host: TestHost, prefix: string): string[] {
     .split("\n")
     .map((l) => l.trim().split(/\s+/)[0] ?? "")
     .filter((n) => n.startsWith(prefix));
+}
+
+/** Removes every domain and pool volume starting with `prefix`: a failed case must not leave its VM to the next. */
+export function removeAllWith(host: TestHost, prefix: string): void {
+  for (const d of domainsWith(host, prefix)) {
+    virshQuiet(host, "destroy", d);
+    virshQuiet(host, "undefine", "--nvram", d);
+  }
+  for (const v of volumesWith(host, prefix)) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
 }
 
 /** Files in the pool folder starting with `prefix` (catches files libvirt does not list). */

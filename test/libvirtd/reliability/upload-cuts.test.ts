@@ -25,10 +25,8 @@ import {
   sha256File,
   TraceLog,
   uniqueName,
-  virshQuiet,
 } from "../kvm/ops-helpers";
 import {
-  domainsWith,
   dropCachedImage,
   leftovers,
   NO_LEFTOVERS,
@@ -36,7 +34,7 @@ import {
   outcomeOf,
   RELAYED,
   relayedOps,
-  volumesWith,
+  removeAllWith,
   writeResults,
 } from "./support";
 
@@ -139,11 +137,7 @@ describe("uploads cut at many offsets", async () => {
 
   afterEach(() => {
     relay.reset();
-    for (const d of domainsWith(host, ours)) {
-      virshQuiet(host, "destroy", d);
-      virshQuiet(host, "undefine", "--nvram", d);
-    }
-    for (const v of volumesWith(host, ours)) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
+    removeAllWith(host, ours);
   });
 
   afterAll(async () => {

@@ -19,14 +19,9 @@ import {
   REMOTE_PROGRAM,
 } from "../../../provider/libvirt/constants";
 import type { Packet } from "../../../provider/libvirt/packet";
-import { duplexPair, errorBody, FakeDaemon } from "./fake-daemon";
+import { clientWithDaemon, duplexPair, errorBody, FakeDaemon, uploadRequest } from "./fake-daemon";
 
-function setup() {
-  const [clientEnd, serverEnd] = duplexPair();
-  const client = new RpcClient(clientEnd, { defaultTimeoutMs: 0 });
-  const daemon = new FakeDaemon(serverEnd);
-  return { client, daemon, clientEnd, serverEnd };
-}
+const setup = clientWithDaemon;
 
 function lookup(name: string, timeoutMs?: number): CallRequest {
   const w = new XdrWriter();
@@ -274,17 +269,6 @@ describe("RpcClient hot path", () => {
     expect(liveTimers()).toBe(before);
   });
 });
-
-function uploadRequest(): CallRequest {
-  const w = new XdrWriter();
-  Procedures.storageVolUpload.encodeArgs(w, {
-    vol: { pool: "p", name: "v", key: "k" },
-    offset: 0,
-    length: 0,
-    flags: 0,
-  });
-  return { program: REMOTE_PROGRAM, version: 1, proc: 208, body: w.finish(), call: "virStorageVolUpload" };
-}
 
 /** Plays libvirtd's side of an upload: REPLY OK to the call, collect data, confirm the end. */
 async function serveUpload(daemon: FakeDaemon) {

@@ -1,7 +1,8 @@
 import { Duplex } from "node:stream";
-import { XdrWriter } from "../../../provider/libvirt";
+import { Procedures, RpcClient, XdrWriter } from "../../../provider/libvirt";
+import type { CallRequest } from "../../../provider/libvirt/client";
 import { writeRemoteError } from "../../../provider/libvirt/codec";
-import { PacketStatus, PacketType } from "../../../provider/libvirt/constants";
+import { PacketStatus, PacketType, REMOTE_PROGRAM } from "../../../provider/libvirt/constants";
 import type { RemoteErrorFields } from "../../../provider/libvirt/errors";
 import {
   encodePacket,
@@ -142,4 +143,24 @@ export function prng(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** An RpcClient (no default deadline) wired to a FakeDaemon through a duplex pair. */
+export function clientWithDaemon() {
+  const [clientEnd, serverEnd] = duplexPair();
+  const client = new RpcClient(clientEnd, { defaultTimeoutMs: 0 });
+  const daemon = new FakeDaemon(serverEnd);
+  return { client, daemon, clientEnd, serverEnd };
+}
+
+/** A storage_vol_upload call of a made-up volume, as the client would send it. */
+export function uploadRequest(): CallRequest {
+  const w = new XdrWriter();
+  Procedures.storageVolUpload.encodeArgs(w, {
+    vol: { pool: "p", name: "v", key: "k" },
+    offset: 0,
+    length: 0,
+    flags: 0,
+  });
+  return { program: REMOTE_PROGRAM, version: 1, proc: 208, body: w.finish(), call: "virStorageVolUpload" };
 }

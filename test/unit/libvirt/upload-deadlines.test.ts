@@ -1,37 +1,15 @@
 import { describe, expect, it } from "vitest";
 import { isTransient, TimeoutError } from "../../../provider/errors";
-import {
-  ConnectionClosedError,
-  Procedures,
-  RpcClient,
-  uploadStream,
-  XdrWriter,
-} from "../../../provider/libvirt";
+import { ConnectionClosedError, Procedures, uploadStream, XdrWriter } from "../../../provider/libvirt";
 import type { CallRequest } from "../../../provider/libvirt/client";
 import { PacketStatus, PacketType, REMOTE_PROGRAM } from "../../../provider/libvirt/constants";
-import { duplexPair, FakeDaemon } from "./fake-daemon";
+import { clientWithDaemon, uploadRequest } from "./fake-daemon";
 
 // Every wait of an upload has a deadline (issue 7, item 8): the reply to the
 // opening call and the final confirmation had one; these pin the waits in
 // between, for a daemon that stops reading the socket.
 
-function setup() {
-  const [clientEnd, serverEnd] = duplexPair();
-  const client = new RpcClient(clientEnd, { defaultTimeoutMs: 0 });
-  const daemon = new FakeDaemon(serverEnd);
-  return { client, daemon, clientEnd };
-}
-
-function uploadRequest(): CallRequest {
-  const w = new XdrWriter();
-  Procedures.storageVolUpload.encodeArgs(w, {
-    vol: { pool: "p", name: "v", key: "k" },
-    offset: 0,
-    length: 0,
-    flags: 0,
-  });
-  return { program: REMOTE_PROGRAM, version: 1, proc: 208, body: w.finish(), call: "virStorageVolUpload" };
-}
+const setup = clientWithDaemon;
 
 function lookupRequest(): CallRequest {
   const w = new XdrWriter();

@@ -10,6 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { benchDir, config, log, repoRoot, selected } from "./common";
 import { benchFleet } from "./fleet";
+import { benchReady } from "./ready";
 import { type Environment, type Part, type Results, render } from "./report";
 import { benchRpc } from "./rpc";
 import { benchScale } from "./scale";
@@ -104,6 +105,10 @@ async function main(): Promise<void> {
     if (selected("fleet")) {
       results.fleet = await benchFleet();
       stamp("fleet");
+    }
+    if (selected("ready")) {
+      results.ready = await benchReady();
+      stamp("ready");
     }
   } finally {
     clearInterval(sampler);

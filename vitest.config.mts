@@ -3,6 +3,14 @@ import { defineConfig } from "vitest/config";
 // Tests are grouped by what they need: `unit` needs nothing; `libvirtd` needs
 // the real test host (scripts/test-host), which the global setup starts;
 // `pulumi` drives the real Pulumi CLI; `guest` boots real guests.
+//
+// Two files run at once in the first group (vitest 4 otherwise runs one at a
+// time on 2 cores): the files wait on libvirtd, QEMU and CLI processes much of
+// the time, and every file names its libvirt objects uniquely and counts only
+// its own (a sweep of a whole pool uses a pool of its own). The projects of
+// one group must state the same worker count.
+const FIRST_GROUP_WORKERS = 2;
+
 export default defineConfig({
   test: {
     projects: [
@@ -10,12 +18,14 @@ export default defineConfig({
         test: {
           name: "unit",
           include: ["test/unit/**/*.test.ts"],
+          maxWorkers: FIRST_GROUP_WORKERS,
         },
       },
       {
         test: {
           name: "libvirtd",
           include: ["test/libvirtd/**/*.test.ts"],
+          maxWorkers: FIRST_GROUP_WORKERS,
           globalSetup: ["test/support/global-setup.ts"],
           testTimeout: 60_000,
           hookTimeout: 120_000,
@@ -27,6 +37,7 @@ export default defineConfig({
           // the package for the repo's own programs, builds the CLI if needed.
           name: "pulumi",
           include: ["test/pulumi/**/*.test.ts"],
+          maxWorkers: FIRST_GROUP_WORKERS,
           globalSetup: ["test/support/global-setup.ts", "test/pulumi/global-setup.ts"],
           testTimeout: 600_000,
           hookTimeout: 600_000,

@@ -8,27 +8,37 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { chmodSync } from "node:fs";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { HostPool } from "../../../provider/kvm/hosts";
 import { refreshPool } from "../../../provider/kvm/volumes";
 import { ErrorCode } from "../../../provider/libvirt/error-codes";
 import { LibvirtError } from "../../../provider/libvirt/errors";
 import { type TestHost, testHost, virshUri } from "../../support/test-host";
-import { hostPool, TraceLog, virsh, virshQuiet } from "./ops-helpers";
+import { hostPool, scratchDir, TraceLog, virsh, virshQuiet } from "./ops-helpers";
 
 const SOURCE = `kvmpt-refresh-src-${process.pid}.raw`;
 const CLONE = `kvmpt-refresh-clone-${process.pid}.raw`;
 
 let host: TestHost;
 let pool: HostPool;
+// A pool of its own: the clone's job blocks refreshes of its pool, and other
+// test files running beside this one refresh the shared pool.
+const POOL = `kvmpt-refresh-${process.pid}`;
 const log = new TraceLog();
 
 beforeAll(async () => {
   host = testHost();
+  const dir = scratchDir(host, "pool-refresh");
+  chmodSync(dir, 0o755);
+  virsh(host, "pool-define-as", POOL, "dir", "--target", path.join(dir, "pool"));
+  virsh(host, "pool-build", POOL);
+  virsh(host, "pool-start", POOL);
   pool = hostPool(host, { tracer: log.tracer });
   // 512 MiB of data that does not compress or sparsify: the clone copies it all.
   const lv = pool.libvirt("local");
-  const p = await lv.storagePoolLookupByName(host.poolName);
+  const p = await lv.storagePoolLookupByName(POOL);
   const vol = await lv.storageVolCreateXml(
     p,
     `<volume><name>${SOURCE}</name><capacity>536870912</capacity><target><format type='raw'/></target></volume>`,
@@ -40,20 +50,18 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, CLONE);
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, SOURCE);
+  virshQuiet(host, "vol-delete", "--pool", POOL, CLONE);
+  virshQuiet(host, "vol-delete", "--pool", POOL, SOURCE);
+  virshQuiet(host, "pool-destroy", POOL);
+  virshQuiet(host, "pool-undefine", POOL);
   await pool.closeAll();
 });
 
 /** Starts `virsh vol-clone` in the background: libvirt holds a pool job until it ends. */
 function startClone(): { child: ChildProcess; done: Promise<number> } {
-  const child = spawn(
-    "virsh",
-    ["-q", "-c", virshUri(host), "vol-clone", "--pool", host.poolName, SOURCE, CLONE],
-    {
-      stdio: "ignore",
-    },
-  );
+  const child = spawn("virsh", ["-q", "-c", virshUri(host), "vol-clone", "--pool", POOL, SOURCE, CLONE], {
+    stdio: "ignore",
+  });
   const done = new Promise<number>((resolve) => child.once("exit", (code) => resolve(code ?? -1)));
   return { child, done };
 }
@@ -69,7 +77,7 @@ function isJobsRunning(err: unknown): boolean {
 describe("pool refresh during a pool job", () => {
   it("ten refreshes at once while a clone holds the pool all succeed once the job ends", async () => {
     const lv = pool.libvirt("local");
-    const p = await lv.storagePoolLookupByName(host.poolName);
+    const p = await lv.storagePoolLookupByName(POOL);
     const clone = startClone();
     // Positive control: a bare refresh is refused while the job runs.
     let refused = false;
@@ -91,6 +99,6 @@ describe("pool refresh during a pool job", () => {
     const refreshes = log.records.slice(before).filter((r) => r.call === "virStoragePoolRefresh");
     expect(refreshes.filter((r) => isJobsRunning(r.error)).length).toBeGreaterThanOrEqual(10);
     expect(refreshes.filter((r) => r.error === undefined).length).toBe(10);
-    expect(virsh(host, "vol-list", host.poolName)).toContain(CLONE);
+    expect(virsh(host, "vol-list", POOL)).toContain(CLONE);
   });
 });

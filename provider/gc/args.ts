@@ -4,7 +4,7 @@
  */
 import { parseArgs } from "node:util";
 import { ProviderError } from "../errors";
-import { parseDuration } from "../resource/check";
+import { parseDuration } from "../kvm/duration";
 
 /** Default `--min-age`: longer than any create's default deadline (10m) plus slack. */
 export const DEFAULT_MIN_AGE = "15m";

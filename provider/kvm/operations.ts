@@ -7,7 +7,7 @@
  * KvmOperationError naming host, domain, libvirt call and code.
  */
 import { Readable } from "node:stream";
-import { ProviderError, TimeoutError } from "../errors";
+import { isTransient, ProviderError, TimeoutError } from "../errors";
 import {
   DomainMetadataType,
   DomainUndefineFlags,
@@ -209,7 +209,7 @@ const AGENT_NOT_READY = [
   ErrorCode.AGENT_UNRESPONSIVE,
   ErrorCode.AGENT_UNSYNCED,
   ErrorCode.OPERATION_INVALID,
-  74, // VIR_ERR_ARGUMENT_UNSUPPORTED: no agent channel in the domain
+  ErrorCode.ARGUMENT_UNSUPPORTED, // no agent channel in the domain
   ErrorCode.OPERATION_UNSUPPORTED,
   ErrorCode.NO_SUPPORT,
   ErrorCode.OPERATION_TIMEOUT,
@@ -218,7 +218,7 @@ const AGENT_NOT_READY = [
 /** Lease lookups fail like this when the NIC is not on a libvirt network with DHCP. */
 const LEASE_NOT_AVAILABLE = [
   ErrorCode.OPERATION_INVALID,
-  74,
+  ErrorCode.ARGUMENT_UNSUPPORTED,
   ErrorCode.OPERATION_UNSUPPORTED,
   ErrorCode.NO_SUPPORT,
   ErrorCode.NO_NETWORK,
@@ -592,9 +592,8 @@ export class KvmOperations {
   async waitForIp(hostKey: string, name: string, options: WaitForIpOptions = {}): Promise<VmStatus> {
     const deadlineMs = options.deadlineMs ?? 300_000;
     const pollMs = options.pollMs ?? 1_000;
-    const now = this.env.now ?? (() => performance.now());
     const wait = this.env.sleep ?? sleep;
-    const started = now();
+    const started = this.now();
     const fullEvery = Math.max(1, Math.round(FULL_READ_MS / pollMs));
     const ctx: OperationContext = { operation: "wait for IP", host: hostKey, domain: name };
     let status = await this.get(hostKey, name);
@@ -603,7 +602,7 @@ export class KvmOperations {
       if (status.state !== "provisioning") {
         throw new KvmStateError(hostKey, name, status.state, "an IPv4 address");
       }
-      if (now() - started + pollMs > deadlineMs) {
+      if (this.now() - started + pollMs > deadlineMs) {
         throw new TimeoutError(
           `an IPv4 address of domain ${name} on host ${hostKey} (guest agent or DHCP lease)`,
           deadlineMs,
@@ -611,8 +610,7 @@ export class KvmOperations {
       }
       await wait(pollMs, options.signal);
       if (poll % fullEvery !== 0 && status.uuid !== undefined) {
-        // libvirtd finds the domain by UUID; the id in the handle is not used.
-        const dom: Domain = { name, uuid: status.uuid, id: -1 };
+        const dom = domainByUuid(name, status.uuid);
         const lv = this.hosts.libvirt(hostKey);
         const mac = status.mac;
         const probe = await this.retrying(ctx, () => probeAddress(lv, dom, mac));
@@ -696,14 +694,18 @@ export async function lookupDomain(lv: Libvirt, name: string): Promise<Domain | 
   }
 }
 
+/** A handle for the domain with `uuid`, without a lookup: libvirtd resolves it by the UUID and ignores the id. */
+function domainByUuid(name: string, uuid: string): Domain {
+  return { name, uuid, id: -1 };
+}
+
 /** The state of the domain with `uuid`, or undefined when libvirt has none (NO_DOMAIN). */
 async function stateByUuid(
   lv: Libvirt,
   name: string,
   uuid: string,
 ): Promise<{ dom: Domain; libvirtState: { state: number; reason: number } } | undefined> {
-  // id -1: the daemon ignores it; the UUID picks the domain.
-  const dom: Domain = { name, uuid, id: -1 };
+  const dom = domainByUuid(name, uuid);
   try {
     return { dom, libvirtState: await lv.domainGetState(dom) };
   } catch (err) {
@@ -741,7 +743,7 @@ async function removeDomain(lv: Libvirt, name: string): Promise<boolean> {
   } catch (err) {
     if (hasCode(err, ErrorCode.NO_DOMAIN)) return true;
     // Drivers without NVRAM support refuse the flag (INVALID_ARG "unsupported flags").
-    if (!hasCode(err, ErrorCode.INVALID_ARG, 74, ErrorCode.NO_SUPPORT)) throw err;
+    if (!hasCode(err, ErrorCode.INVALID_ARG, ErrorCode.ARGUMENT_UNSUPPORTED, ErrorCode.NO_SUPPORT)) throw err;
     try {
       await lv.domainUndefineFlags(dom, UNDEFINE_FLAGS_NO_NVRAM);
     } catch (err2) {
@@ -802,7 +804,12 @@ const FULL_READ_MS = 5_000;
 /** Agent errors that only mean "no answer yet" from a running domain (not connected, not synced, slow). */
 const AGENT_SILENT = [ErrorCode.AGENT_UNRESPONSIVE, ErrorCode.AGENT_UNSYNCED, ErrorCode.OPERATION_TIMEOUT];
 /** Errors that say the source does not exist for this domain: asking again changes nothing. */
-const SOURCE_ABSENT = [74, ErrorCode.OPERATION_UNSUPPORTED, ErrorCode.NO_SUPPORT, ErrorCode.NO_NETWORK];
+const SOURCE_ABSENT = [
+  ErrorCode.ARGUMENT_UNSUPPORTED,
+  ErrorCode.OPERATION_UNSUPPORTED,
+  ErrorCode.NO_SUPPORT,
+  ErrorCode.NO_NETWORK,
+];
 
 /**
  * One cheap address probe for waitForIp: the agent's addresses, then the
@@ -832,6 +839,6 @@ async function probeAddress(
 
 /** A transient failure (a dropped connection) goes to the retry loop; anything else asks for a full read. */
 function checkOrRetry(err: unknown): "check" {
-  if (err instanceof ProviderError && err.kind === "transient") throw err;
+  if (isTransient(err)) throw err;
   return "check";
 }

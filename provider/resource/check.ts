@@ -8,9 +8,6 @@
  * passed through unvalidated. Pure apart from the random bytes of autonames,
  * which the caller supplies.
  */
-import { parseDuration } from "../kvm/duration";
-
-export { parseDuration };
 
 import { buildVendorData } from "../kvm/cloud-init";
 import {
@@ -22,6 +19,7 @@ import {
   resolveImage,
 } from "../kvm/config";
 import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain-xml";
+import { parseDuration } from "../kvm/duration";
 import { MAX_TAGS } from "../kvm/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/names";
 import { buildMetaData, MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";

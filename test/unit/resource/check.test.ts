@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { parseDuration } from "../../../provider/kvm/duration";
 import { UNKNOWN } from "../../../provider/resource/args";
-import { checkInputs, parseDuration } from "../../../provider/resource/check";
+import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, KEY } from "../../support/bad-inputs";
 

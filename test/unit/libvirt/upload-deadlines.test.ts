@@ -23,16 +23,22 @@ async function* packets(n: number) {
   for (let i = 0; i < n; i++) yield Buffer.alloc(PACKET, i);
 }
 
+/** An upload (stall deadline 200 ms) whose daemon answered the call, then stopped reading. */
+async function stalledUpload() {
+  const { client, daemon, clientEnd } = setup();
+  const upload = uploadStream(client, uploadRequest(), packets(1000), {
+    chunkSize: PACKET,
+    stallTimeoutMs: 200,
+  }).catch((e: unknown) => e);
+  const call = await daemon.next();
+  clientEnd.held = [];
+  daemon.reply(call);
+  return { client, upload };
+}
+
 describe("upload deadlines", () => {
   it("a daemon that stops reading mid-stream fails the upload with a transient TimeoutError naming the stream", async () => {
-    const { client, daemon, clientEnd } = setup();
-    const upload = uploadStream(client, uploadRequest(), packets(1000), {
-      chunkSize: PACKET,
-      stallTimeoutMs: 200,
-    }).catch((e: unknown) => e);
-    const call = await daemon.next();
-    clientEnd.held = [];
-    daemon.reply(call);
+    const { upload } = await stalledUpload();
     const err = await upload;
     expect(err).toBeInstanceOf(TimeoutError);
     expect(isTransient(err)).toBe(true);
@@ -43,14 +49,7 @@ describe("upload deadlines", () => {
   });
 
   it("the stalled connection is closed, so other calls on it fail at once instead of queueing behind it", async () => {
-    const { client, daemon, clientEnd } = setup();
-    const upload = uploadStream(client, uploadRequest(), packets(1000), {
-      chunkSize: PACKET,
-      stallTimeoutMs: 200,
-    }).catch((e: unknown) => e);
-    const call = await daemon.next();
-    clientEnd.held = [];
-    daemon.reply(call);
+    const { client, upload } = await stalledUpload();
     const other = client.call(lookupRequest()).catch((e: unknown) => e);
     expect(await upload).toBeInstanceOf(TimeoutError);
     expect(await other).toBeInstanceOf(ConnectionClosedError);

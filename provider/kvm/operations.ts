@@ -90,6 +90,8 @@ export interface CreateResult {
   mac: string | undefined;
   /** False when the domain already existed and was only started. */
   defined: boolean;
+  /** The domain's live XML, read once it was started (parsed). */
+  domain: ParsedDomain;
   /** True when this create uploaded the base image. */
   imageUploaded: boolean;
 }
@@ -114,6 +116,20 @@ export interface CreateOptions {
   onStep?: (step: CreateStep) => void | Promise<void>;
   /** Creation time recorded in the metadata (default now). */
   now?: () => Date;
+  /**
+   * The caller looked the domain up just now and found none: the first
+   * attempt skips its own lookup (a retry after a failure still looks, since
+   * that attempt may have defined it). Saves a round trip per create.
+   */
+  knownAbsent?: boolean;
+  /**
+   * Ends the create early (the resource's `timeouts.create`): checked before
+   * each step and each retry, and given to the seed upload and to this
+   * create's wait for the cached image. A libvirt call already running ends
+   * on its own deadline (callTimeout). The rejection carries the signal's
+   * reason; the caller rolls back what was made.
+   */
+  signal?: AbortSignal;
 }
 
 /** What get reports. */
@@ -163,9 +179,14 @@ export interface ListResult {
 export interface WaitForIpOptions {
   /** Overall deadline (default 5 min). */
   deadlineMs?: number;
-  /** Pause between polls (default 5 s). */
+  /** Pause between polls (default 1 s). */
   pollMs?: number;
   signal?: AbortSignal;
+  /**
+   * The VM's status as the caller read it just now ({@link KvmOperations.get}):
+   * the wait starts from it instead of reading it again.
+   */
+  from?: VmStatus;
 }
 
 /** Options of {@link KvmOperations}. */
@@ -262,11 +283,21 @@ export class KvmOperations {
    */
   async create(spec: CreateSpec, options: CreateOptions = {}): Promise<CreateResult> {
     const ctx: OperationContext = { operation: "create", host: spec.host, domain: spec.name };
-    return this.retrying(ctx, () => this.createOnce(spec, options));
+    return this.retrying(
+      ctx,
+      (attempt) => this.createOnce(spec, options, options.knownAbsent === true && attempt === 1),
+      options.signal,
+    );
   }
 
-  private async createOnce(spec: CreateSpec, options: CreateOptions): Promise<CreateResult> {
+  private async createOnce(
+    spec: CreateSpec,
+    options: CreateOptions,
+    skipLookup: boolean,
+  ): Promise<CreateResult> {
+    const { signal } = options;
     const step = async (s: CreateStep): Promise<void> => {
+      signal?.throwIfAborted();
       await options.onStep?.(s);
     };
     const host = this.hosts.config(spec.host);
@@ -275,12 +306,24 @@ export class KvmOperations {
 
     await step("lookup-domain");
     const late = await this.awaitDefineInDoubt(lv, spec.host, spec.name);
-    const existing = typeof late === "object" ? late : await lookupDomain(lv, spec.name);
+    const existing =
+      typeof late === "object"
+        ? late
+        : late === undefined && skipLookup
+          ? undefined
+          : await lookupDomain(lv, spec.name);
     if (existing !== undefined) {
       await step("start");
       await startDomain(lv, existing);
       const parsed = parseDomainXml(await lv.domainGetXmlDesc(existing));
-      return { ...base, uuid: existing.uuid, mac: parsed.mac, defined: false, imageUploaded: false };
+      return {
+        ...base,
+        uuid: existing.uuid,
+        mac: parsed.mac,
+        defined: false,
+        imageUploaded: false,
+        domain: parsed,
+      };
     }
 
     await step("pool");
@@ -293,7 +336,8 @@ export class KvmOperations {
     }
 
     await step("image");
-    const image = await this.images.ensure({ host: spec.host, lv, pool }, spec.image);
+    // Other creates may share this upload: the signal ends this create's wait, not the upload.
+    const image = await untilAborted(this.images.ensure({ host: spec.host, lv, pool }, spec.image), signal);
 
     await step("overlay");
     const overlay = await this.ensureOverlay(lv, pool, spec, image.path, image.virtualSize);
@@ -324,7 +368,7 @@ export class KvmOperations {
     );
 
     await step("seed-upload");
-    await lv.storageVolUpload(seed, Readable.from([iso]));
+    await lv.storageVolUpload(seed, Readable.from([iso]), signal === undefined ? {} : { signal });
 
     await step("paths");
     const diskPath = await lv.storageVolGetPath(overlay);
@@ -362,7 +406,14 @@ export class KvmOperations {
     await step("start");
     await startDomain(lv, dom);
     const parsed = parseDomainXml(await lv.domainGetXmlDesc(dom));
-    return { ...base, uuid: dom.uuid, mac: parsed.mac, defined: true, imageUploaded: image.uploaded };
+    return {
+      ...base,
+      uuid: dom.uuid,
+      mac: parsed.mac,
+      defined: true,
+      imageUploaded: image.uploaded,
+      domain: parsed,
+    };
   }
 
   /** virDomainDefineXML, remembering a define whose deadline passed: its outcome is unknown. */
@@ -450,13 +501,22 @@ export class KvmOperations {
    * straight to it. A domain since deleted, recreated or renamed falls back
    * to the lookup by name, so the answer is the same as without it. With the
    * UUID a refresh makes 3 calls per running VM (see test/pulumi/call-counts).
+   * `known.domain`, the XML the caller parsed just now (create's), saves the
+   * XML read too.
    */
-  async get(hostKey: string, name: string, known: { uuid?: string } = {}): Promise<VmStatus> {
+  async get(
+    hostKey: string,
+    name: string,
+    known: { uuid?: string; domain?: ParsedDomain } = {},
+  ): Promise<VmStatus> {
     const ctx: OperationContext = { operation: "get", host: hostKey, domain: name };
     return this.retrying(ctx, async () => {
       const lv = this.hosts.libvirt(hostKey);
       let found = known.uuid === undefined ? undefined : await stateByUuid(lv, name, known.uuid);
-      let domain = found === undefined ? undefined : parseDomainXml(await lv.domainGetXmlDesc(found.dom));
+      let domain =
+        found === undefined
+          ? undefined
+          : (known.domain ?? parseDomainXml(await lv.domainGetXmlDesc(found.dom)));
       if (found === undefined || domain?.name !== name) {
         const byName = await lookupDomain(lv, name);
         if (byName === undefined) return { host: hostKey, name, state: "absent" };
@@ -583,7 +643,8 @@ export class KvmOperations {
    *
    * Between full reads ({@link get}: state, XML and addresses, 3-4 calls)
    * it polls only the addresses: the guest agent, then the DHCP lease (2 calls),
-   * so a short poll interval stays cheap. A full read happens first, when a
+   * so a short poll interval stays cheap. A full read happens first (unless
+   * the caller hands its own over in `from`), when a
    * probe finds an address (to return the whole status), when a probe fails in
    * a way that may mean the domain changed state, and every {@link FULL_READ_MS}
    * in any case (a paused or crashed guest answers probes like a booting one).
@@ -596,7 +657,7 @@ export class KvmOperations {
     const started = this.now();
     const fullEvery = Math.max(1, Math.round(FULL_READ_MS / pollMs));
     const ctx: OperationContext = { operation: "wait for IP", host: hostKey, domain: name };
-    let status = await this.get(hostKey, name);
+    let status = options.from ?? (await this.get(hostKey, name));
     for (let poll = 1; ; poll++) {
       if (status.state === "running") return status;
       if (status.state !== "provisioning") {
@@ -657,8 +718,12 @@ export class KvmOperations {
     });
   }
 
-  private retrying<T>(ctx: OperationContext, fn: () => Promise<T>): Promise<T> {
-    return withRetry(fn, { ...this.retry, ...this.env, context: ctx });
+  private retrying<T>(
+    ctx: OperationContext,
+    fn: (attempt: number) => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T> {
+    return withRetry(fn, { ...this.retry, ...this.env, context: ctx, ...optional("signal", signal) });
   }
 }
 
@@ -674,6 +739,17 @@ export class KvmStateError extends ProviderError {
     this.domain = domain;
     this.state = state;
   }
+}
+
+/** `p`, or the signal's reason as soon as it aborts (`p` runs on; its outcome is then ignored). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return p;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 function doubtKey(hostKey: string, name: string): string {

@@ -202,7 +202,11 @@ export async function withRetry<T>(
       const delay = backoffDelay(attempt, policy, random);
       if (now() - started + delay >= policy.deadlineMs) fail(err, attempt);
       options.onRetry?.(err, attempt, delay);
-      await wait(delay, options.signal);
+      try {
+        await wait(delay, options.signal);
+      } catch (abortReason) {
+        fail(abortReason, attempt);
+      }
     }
   }
 }

@@ -10,7 +10,7 @@
  * connection per host are shared.
  */
 import { randomBytes } from "node:crypto";
-import { ProviderError } from "../errors";
+import { ProviderError, TimeoutError } from "../errors";
 import type { HostConfig, ImageConfig, NicAttachment } from "../kvm/config";
 import { HostPool } from "../kvm/hosts";
 import { ImageCache } from "../kvm/image-cache";
@@ -182,12 +182,25 @@ export class KvmProxyRuntime {
       }
     }
 
+    // timeouts.create bounds the libvirt steps too: create stops before its next step once it passes.
+    const deadline = new AbortController();
+    const timer = setTimeout(
+      () => deadline.abort(new TimeoutError(`the create of ${id} to finish (timeouts.create)`, deadlineMs)),
+      left(),
+    );
+    const { signal } = deadline;
     let status: VmStatus | undefined;
     try {
-      const made = await o.create(createSpec(c));
-      status = await o.get(c.host, c.name, { uuid: made.uuid });
+      // The adoption check above just found no domain; create's XML and UUID save the reads after it.
+      const made = await o.create(createSpec(c), { knownAbsent: before.state === "absent", signal });
+      status = await o.get(c.host, c.name, { uuid: made.uuid, domain: made.domain });
       if (c.waitForIp) {
-        status = await o.waitForIp(c.host, c.name, { deadlineMs: left(), pollMs: this.pollMs });
+        status = await o.waitForIp(c.host, c.name, {
+          deadlineMs: left(),
+          pollMs: this.pollMs,
+          from: status,
+          signal,
+        });
       }
       if (c.healthCheck !== false) {
         if (status.ipv4 === undefined) throw new ProviderError("permanent", "no IP to health-check");
@@ -230,6 +243,8 @@ export class KvmProxyRuntime {
         `create of ${id} failed and was rolled back (the VM and its volumes were deleted): ${message(err)}`,
         { cause: err },
       );
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -264,13 +279,15 @@ export class KvmProxyRuntime {
     const o = this.ops();
     const started = performance.now();
     const deadlineMs = c.timeouts.create * 1000;
-    let status = await o.get(host, name);
+    // The recorded UUID saves the lookup by name (a domain recreated by hand is still found by name).
+    const known = typeof olds.uuid === "string" && olds.uuid !== "" ? { uuid: olds.uuid } : {};
+    let status = await o.get(host, name, known);
     // A record left by a create whose rollback failed (no UUID: the domain was
     // never seen) is not a VM that went away: finish the create it started.
     const unfinished = olds.uuid === "";
     if (status.state === "absent" && unfinished) {
-      await this.opsFor(c).create(createSpec(c));
-      status = await o.get(host, name);
+      const made = await this.opsFor(c).create(createSpec(c), { knownAbsent: true });
+      status = await o.get(host, name, { uuid: made.uuid, domain: made.domain });
     }
     if (status.state === "absent") {
       throw new ProviderError(
@@ -279,17 +296,18 @@ export class KvmProxyRuntime {
       );
     }
     if (status.state === "stopped" || status.state === "failed") {
-      await this.opsFor(c).create(createSpec(c));
-      status = await o.get(host, name);
+      const made = await this.opsFor(c).create(createSpec(c));
+      status = await o.get(host, name, { uuid: made.uuid, domain: made.domain });
     }
     if (!same(olds.tags, c.tags) && status.metadata !== undefined) {
       await this.setMetadata(host, name, { ...status.metadata, tags: c.tags });
-      status = await o.get(host, name);
+      status = await o.get(host, name, status.uuid === undefined ? {} : { uuid: status.uuid });
     }
     if (c.waitForIp && status.ipv4 === undefined) {
       status = await o.waitForIp(host, name, {
         deadlineMs: Math.max(0, deadlineMs - (performance.now() - started)),
         pollMs: this.pollMs,
+        from: status,
       });
     }
     return { outs: outputsFrom(c, status) };

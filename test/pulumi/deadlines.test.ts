@@ -6,19 +6,31 @@
  * with a timeout error naming the call it waited for; what it may have made
  * must be recorded in the state (the rollback cannot reach the daemon
  * either); and once the daemon answers again, `pulumi destroy` removes it.
+ * A second case holds only the image upload: the resource's `timeouts.create`
+ * (5 s), not the host's callTimeout (60 s), must end that create, and the
+ * rollback must leave nothing.
  * The VM that never gets an IP is the `pulumi` project's create-deadline
  * test; the upload and RPC deadlines are pinned in the unit tests.
  */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, rmSync } from "node:fs";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseImage } from "../../provider/kvm/config";
+import { ImageCache } from "../../provider/kvm/image-cache";
+import { partialMarkerVolumeName } from "../../provider/kvm/names";
+import { Failures } from "../../provider/kvm/validation";
 import { testHost } from "../support/test-host";
 import { WireRelay } from "../support/wire-relay";
 import {
   allDomains,
   domainsOfStack,
+  E2E_ROOT,
   poolVolumes,
   removeByHand,
   TEST_IMAGE,
   TEST_PROXY_ARGS,
+  virshQuiet,
   Workspace,
 } from "./harness";
 
@@ -26,13 +38,32 @@ const host = testHost();
 // A folder of its own: other files host relays too.
 const relay = new WireRelay({ target: host.socketPath });
 let ws: Workspace | undefined;
+let held: Workspace | undefined;
+/** An image file of this test's own, so its cache volume (and any partial marker) is ours alone. */
+let heldImage: string | undefined;
+
+/** The image cache's volume for an image file, as the provider names it from the stack config. */
+function cacheVolume(file: string): string {
+  const f = new Failures();
+  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
+  f.throwIfAny();
+  return ImageCache.volumeName(img as NonNullable<typeof img>);
+}
 
 beforeAll(() => relay.start());
 afterAll(async () => {
   relay.reset();
-  if (ws !== undefined) {
-    await ws.runAsync(["destroy", "--yes", "--skip-preview"]);
-    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  for (const w of [ws, held]) {
+    if (w === undefined) continue;
+    await w.runAsync(["destroy", "--yes", "--skip-preview"]);
+    for (const d of domainsOfStack(host, w.stack)) removeByHand(host, d);
+    w.cleanup();
+  }
+  if (heldImage !== undefined) {
+    const volume = cacheVolume(heldImage);
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, volume);
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, partialMarkerVolumeName(volume));
+    rmSync(heldImage, { force: true });
   }
   await relay.stop();
 });
@@ -91,5 +122,55 @@ describe("a daemon that stops answering", () => {
     expect(allDomains(host)).not.toContain(name);
     expect(poolVolumes(host).filter((v) => v.startsWith(`${name}-`))).toEqual([]);
     expect(ws.proxies()).toEqual([]);
+  });
+
+  it("ends a create held in its image upload at timeouts.create, well before callTimeout, and rolls it back", async () => {
+    const name = `kvmpt-slow-image-${process.pid}`;
+    const dir = path.join(E2E_ROOT, "images");
+    mkdirSync(dir, { recursive: true });
+    heldImage = path.join(dir, `held-${process.pid}.qcow2`);
+    execFileSync("qemu-img", ["create", "-q", "-f", "qcow2", heldImage, "64M"]);
+    held = new Workspace("held-upload", { name: "kvmpt-pair", main: "test/pulumi/programs/pair" });
+    held.setConfig({
+      "kvm:hosts": {
+        local: {
+          uri: `unix://${relay.socketPath}`,
+          domainType: "qemu",
+          pool: host.poolName,
+          network: host.network,
+          callTimeout: "60s",
+        },
+      },
+      "kvm:images": { own: { url: heldImage, firmware: "bios" } },
+      "pair:proxies": {
+        p: {
+          host: "local",
+          image: "own",
+          name,
+          ...TEST_PROXY_ARGS,
+          timeouts: { create: "5s", delete: "30s" },
+        },
+      },
+    });
+    let uploads = 0;
+    relay.onCall = (c) => {
+      if (c.name !== "storage_vol_upload") return undefined;
+      uploads += 1;
+      return { kind: "stall", ms: 3_600_000 };
+    };
+
+    const up = await held.runAsync(["up", "--yes", "--skip-preview"]);
+    relay.reset();
+    expect(uploads).toBe(1);
+    expect(up.code).not.toBe(0);
+    expect(up.output).toMatch(
+      new RegExp(
+        `create of kvm://local/${name} failed and was rolled back .*timed out after 5000 ms waiting for the create of kvm://local/${name} to finish \\(timeouts.create\\)`,
+      ),
+    );
+    expect(up.output).not.toMatch(/waiting for reply to virStorageVolUpload/);
+    expect(allDomains(host)).not.toContain(name);
+    expect(poolVolumes(host).filter((v) => v.startsWith(`${name}-`))).toEqual([]);
+    expect(held.proxies()).toEqual([]);
   });
 });

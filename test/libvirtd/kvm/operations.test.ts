@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, createReadStream, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { ProviderError } from "../../../provider/errors";
+import { ProviderError, TimeoutError } from "../../../provider/errors";
 import type { ImageConfig } from "../../../provider/kvm/config";
 import { buildDomainXml } from "../../../provider/kvm/domain-xml";
 import { HostPool } from "../../../provider/kvm/hosts";
@@ -234,6 +234,75 @@ describe("create", () => {
       expect(volumesOf(name), dropAt).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
       await o.delete("local", name);
     }
+  });
+
+  it("told the domain is known absent, skips its lookup; a retry after a cut looks again and keeps the one define", async () => {
+    const log = new TraceLog();
+    const cuts = new CuttableTransports();
+    const o = ops({ pool: hostPool(host, { transportFor: cuts.factory, tracer: log.tracer }) });
+    const name = track(uniqueName("absent"));
+    let dropped = false;
+    const done = await o.create(baseSpec("local", name, sharedImage), {
+      knownAbsent: true,
+      // After the define: the retry must find the domain the first attempt defined.
+      onStep: (s) => {
+        if (s === "start" && !dropped) {
+          dropped = true;
+          cuts.cut();
+        }
+      },
+    });
+    expect(dropped).toBe(true);
+    const calls = log.records.map((r) => r.call);
+    const firstDefine = calls.indexOf("virDomainDefineXML");
+    expect(firstDefine).toBeGreaterThan(-1);
+    expect(calls.slice(0, firstDefine)).not.toContain("virDomainLookupByName");
+    expect(calls.slice(firstDefine)).toContain("virDomainLookupByName");
+    expect(calls.filter((c) => c === "virDomainDefineXML")).toHaveLength(1);
+    expect(done.defined).toBe(false);
+    expect(domainsNamed(name)).toEqual([name]);
+    expect(domainState(name)).toBe("running");
+    // The live XML read after the start comes back parsed, so a caller need not read it again.
+    expect(done.domain.name).toBe(name);
+    expect(done.domain.mac).toBe(done.mac);
+    await o.delete("local", name);
+  });
+
+  it("stops where it is when its signal aborts: waiting for the image, no later step runs and nothing of the VM is made", async () => {
+    const log = new TraceLog();
+    const o = ops({ pool: hostPool(host, { tracer: log.tracer }) });
+    const name = track(uniqueName("abort"));
+    const img = makeQcow2(subdir("held"), "held", 2);
+    const url = `/held-${process.pid}.qcow2`;
+    server.files.set(url, img.path);
+    server.holdAfter.set(url, 64 * 1024);
+    const image = imageConfig({ url: server.url(url), sha256: img.sha256 });
+    const volume = trackImage(image);
+    const deadline = new AbortController();
+    const reason = new TimeoutError("the create to finish (the test's deadline)", 1_000);
+    // Abort once the image download is under way and stalled: create is then inside the image step.
+    server.onHeld = () => deadline.abort(reason);
+    const steps: string[] = [];
+    const err = await o
+      .create(baseSpec("local", name, image), { signal: deadline.signal, onStep: (s) => void steps.push(s) })
+      .catch((e: unknown) => e);
+    server.onHeld = undefined;
+    expect(err).toBe(reason);
+    expect(steps).toEqual(["lookup-domain", "pool", "image"]);
+    expect(log.records.map((r) => r.call)).not.toContain("virDomainDefineXML");
+    expect(domainsNamed(name)).toEqual([]);
+    expect(volumesOf(name)).toEqual([]);
+    // The shared upload ran on without this create; cut it short: the next create must upload again.
+    server.releaseHeld();
+    server.holdAfter.delete(url);
+    const loc = { host: "local", pool: { name: host.poolName, uuid: "" } };
+    for (let i = 0; i < 300 && o.images.uploading(loc, volume); i++)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(o.images.uploading(loc, volume)).toBe(false);
+    const done = await o.create(baseSpec("local", name, image));
+    expect(done.imageUploaded).toBe(true);
+    expect(sha256File(path.join(host.poolPath, volume))).toBe(img.sha256);
+    await o.delete("local", name);
   });
 
   it("rewrites the seed with user-data byte for byte on every create", async () => {

@@ -173,6 +173,11 @@ export class ImageServer {
   readonly files = new Map<string, string>();
   /** Paths whose body is cut after this many bytes (Content-Length still announces the whole file). */
   readonly cutAfter = new Map<string, number>();
+  /** Paths whose body stops after this many bytes and stays open until {@link releaseHeld}. */
+  readonly holdAfter = new Map<string, number>();
+  /** Called once a held body has sent its bytes. */
+  onHeld: (() => void) | undefined;
+  private readonly held = new Set<http.ServerResponse>();
   requests = 0;
 
   async start(): Promise<void> {
@@ -192,6 +197,12 @@ export class ImageServer {
       }
       const body = readFileSync(file);
       res.writeHead(200, { "content-length": body.length, "content-type": "application/octet-stream" });
+      const hold = this.holdAfter.get(url);
+      if (hold !== undefined) {
+        this.held.add(res);
+        res.write(body.subarray(0, hold), () => this.onHeld?.());
+        return;
+      }
       const cut = this.cutAfter.get(url);
       if (cut === undefined) {
         res.end(body);
@@ -209,7 +220,14 @@ export class ImageServer {
     return `http://127.0.0.1:${addr.port}${p}`;
   }
 
+  /** Cuts every held body short (the client sees the connection drop). */
+  releaseHeld(): void {
+    for (const res of this.held) res.socket?.destroy();
+    this.held.clear();
+  }
+
   async stop(): Promise<void> {
+    this.releaseHeld();
     await new Promise<void>((resolve) => this.server?.close(() => resolve()));
   }
 }

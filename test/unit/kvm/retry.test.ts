@@ -172,6 +172,30 @@ describe("withRetry", () => {
     expect(calls).toBe(1);
     expect((err as Error).message).toBe("busy");
   });
+
+  it("surfaces the abort's reason as the operation's error when the signal aborts during the wait between attempts", async () => {
+    const ac = new AbortController();
+    const reason = new ProviderError("permanent", "cancelled by the caller");
+    let calls = 0;
+    const err = await withRetry(
+      async () => {
+        calls += 1;
+        throw new ProviderError("transient", "busy");
+      },
+      {
+        context: ctx,
+        signal: ac.signal,
+        sleep: (_ms, signal) => {
+          ac.abort(reason);
+          return Promise.reject(signal?.reason);
+        },
+      },
+    ).catch((e: unknown) => e);
+    expect(calls).toBe(1);
+    expect(err).toBeInstanceOf(KvmOperationError);
+    expect(err).toMatchObject({ kind: "permanent" });
+    expect((err as Error).message).toContain("cancelled by the caller");
+  });
 });
 
 describe("toOperationError", () => {

@@ -156,7 +156,20 @@ export interface DeleteResult {
   /** Per-VM volumes removed. */
   volumesRemoved: string[];
   /** Why nothing could be done, when that was the case (still a success). */
-  noop?: "host-not-configured" | "pool-missing";
+  noop?: "host-not-configured" | "pool-missing" | "not-ours";
+  /** With noop "not-ours": the owner the domain's metadata names, or "unmanaged". */
+  foreignOwner?: string;
+}
+
+/** Options of {@link KvmOperations.delete}. */
+export interface DeleteOptions {
+  /**
+   * Delete only what belongs to this owner URN: a domain of the name whose
+   * metadata names another owner, or none, is left alone with its volumes
+   * (they back it). A create's rollback passes its own: two creates of one
+   * name at once must not roll back each other's VM.
+   */
+  owner?: string;
 }
 
 /** A managed VM found by list. */
@@ -552,7 +565,7 @@ export class KvmOperations {
    * fine; a host no longer configured or a missing pool is a successful no-op.
    * Cached images stay (see {@link pruneImages}).
    */
-  async delete(hostKey: string, name: string): Promise<DeleteResult> {
+  async delete(hostKey: string, name: string, options: DeleteOptions = {}): Promise<DeleteResult> {
     if (!this.hosts.has(hostKey))
       return { domainRemoved: false, volumesRemoved: [], noop: "host-not-configured" };
     const ctx: OperationContext = { operation: "delete", host: hostKey, domain: name };
@@ -566,6 +579,11 @@ export class KvmOperations {
     const result = await this.retrying(ctx, async (): Promise<DeleteResult> => {
       const lv = this.hosts.libvirt(hostKey);
       const host = this.hosts.config(hostKey);
+      if (options.owner !== undefined) {
+        const foreignOwner = await ownerOtherThan(lv, name, options.owner);
+        if (foreignOwner !== undefined)
+          return { domainRemoved: false, volumesRemoved: [], noop: "not-ours", foreignOwner };
+      }
       const domainRemoved = await removeDomain(lv, name);
       const pool = await lookupPool(lv, host.pool);
       if (pool === undefined) return { domainRemoved, volumesRemoved: [], noop: "pool-missing" };
@@ -802,6 +820,26 @@ async function startDomain(lv: Libvirt, dom: Domain): Promise<void> {
       return;
     throw err;
   }
+}
+
+/**
+ * The owner URN in the metadata of domain `name` when it is not `owner`
+ * ("unmanaged" without our metadata); undefined when there is no such domain
+ * or it is `owner`'s.
+ */
+async function ownerOtherThan(lv: Libvirt, name: string, owner: string): Promise<string | undefined> {
+  const dom = await lookupDomain(lv, name);
+  if (dom === undefined) return undefined;
+  let urn: string | undefined;
+  try {
+    const xml = await lv.domainGetMetadata(dom, DomainMetadataType.ELEMENT, METADATA_NAMESPACE);
+    urn = parseMetadata(xml)?.owner.urn;
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return undefined;
+    if (!hasCode(err, ErrorCode.NO_DOMAIN_METADATA)) throw err;
+  }
+  if (urn === owner) return undefined;
+  return urn ?? "unmanaged";
 }
 
 /** Destroys and undefines a domain, tolerating every already-gone case. True when one existed. */

@@ -21,7 +21,13 @@ import {
   METADATA_PREFIX,
   type ProxyMetadata,
 } from "../kvm/metadata";
-import { type CreateSpec, KvmOperations, lookupDomain, type VmStatus } from "../kvm/operations";
+import {
+  type CreateSpec,
+  type DeleteResult,
+  KvmOperations,
+  lookupDomain,
+  type VmStatus,
+} from "../kvm/operations";
 import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { type OperationContext, withRetry } from "../kvm/retry";
 import { isActiveState } from "../kvm/states";
@@ -189,10 +195,11 @@ export class KvmProxyRuntime {
       left(),
     );
     const { signal } = deadline;
+    const spec = createSpec(c);
     let status: VmStatus | undefined;
     try {
       // The adoption check above just found no domain; create's XML and UUID save the reads after it.
-      const made = await o.create(createSpec(c), { knownAbsent: before.state === "absent", signal });
+      const made = await o.create(spec, { knownAbsent: before.state === "absent", signal });
       status = await o.get(c.host, c.name, { uuid: made.uuid, domain: made.domain });
       if (c.waitForIp) {
         status = await o.waitForIp(c.host, c.name, {
@@ -218,8 +225,10 @@ export class KvmProxyRuntime {
       return { id, outs: outputsFrom(c, status) };
     } catch (err) {
       // Roll back: whatever this create made goes again, so no VM lives outside the state.
+      // Only what is ours: another create of this name may have won the define.
+      let rollback: DeleteResult;
       try {
-        await o.delete(c.host, c.name);
+        rollback = await o.delete(c.host, c.name, { owner: spec.owner.urn });
       } catch (rollbackErr) {
         const props: Props = {
           ...outputsFrom(c, status ?? { host: c.host, name: c.name, state: "failed" }),
@@ -238,9 +247,13 @@ export class KvmProxyRuntime {
           ],
         );
       }
+      const undone =
+        rollback.noop === "not-ours"
+          ? `a domain of that name that belongs to ${rollback.foreignOwner} was left alone`
+          : "the VM and its volumes were deleted";
       throw new ProviderError(
         err instanceof ProviderError ? err.kind : "permanent",
-        `create of ${id} failed and was rolled back (the VM and its volumes were deleted): ${message(err)}`,
+        `create of ${id} failed and was rolled back (${undone}): ${message(err)}`,
         { cause: err },
       );
     } finally {

@@ -498,6 +498,37 @@ describe("delete", () => {
     expect(virsh(host, "list", "--all", "--name")).not.toContain(name);
   });
 
+  it("with an owner, leaves another owner's domain and an unmanaged one alone, volumes included, and removes its own", async () => {
+    const o = ops();
+    const name = track(uniqueName("delown"));
+    const spec = baseSpec("local", name, sharedImage);
+    await o.create(spec);
+    const other = "urn:pulumi:other::kvmpt::kvm:Proxy::someone-else";
+    const volumes = [`${name}-root.qcow2`, `${name}-seed.iso`];
+    expect(await o.delete("local", name, { owner: other })).toEqual({
+      domainRemoved: false,
+      volumesRemoved: [],
+      noop: "not-ours",
+      foreignOwner: spec.owner.urn,
+    });
+    expect(domainState(name)).toBe("running");
+    expect(volumesOf(name)).toEqual(volumes);
+    // Without our metadata the domain is nobody's we know: left alone too.
+    virsh(host, "metadata", name, METADATA_NAMESPACE, "--remove", "--live", "--config");
+    expect(await o.delete("local", name, { owner: spec.owner.urn })).toMatchObject({
+      noop: "not-ours",
+      foreignOwner: "unmanaged",
+    });
+    expect(domainState(name)).toBe("running");
+    expect(volumesOf(name)).toEqual(volumes);
+    removeDomainByHand(name);
+    await o.create(spec);
+    const own = await o.delete("local", name, { owner: spec.owner.urn });
+    expect(own.domainRemoved).toBe(true);
+    expect(own.volumesRemoved.sort()).toEqual(volumes);
+    expect(domainsNamed(name)).toEqual([]);
+  });
+
   it("succeeds after the volumes were removed by hand with virsh vol-delete", async () => {
     const o = ops();
     const name = track(uniqueName("delhand"));

@@ -8,11 +8,9 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseImage } from "../../provider/kvm/config";
-import { ImageCache } from "../../provider/kvm/image-cache";
-import { Failures } from "../../provider/kvm/validation";
 import { type TestHost, testHost } from "../support/test-host";
 import {
+  cacheVolumeOf,
   domainsOfStack,
   E2E_ROOT,
   hostsConfig,
@@ -24,14 +22,6 @@ import {
 } from "./harness";
 
 const HANDSHAKE = new Set(["virAuthList", "virConnectOpen", "virConnectClose"]);
-
-/** The image cache's volume for an image file, as the provider names it from the stack config. */
-function cacheVolume(file: string): string {
-  const f = new Failures();
-  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
-  f.throwIfAny();
-  return ImageCache.volumeName(img as NonNullable<typeof img>);
-}
 
 let host: TestHost;
 let ws: Workspace;
@@ -93,7 +83,7 @@ afterAll(() => {
   if (host !== undefined && ws !== undefined)
     for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
   if (image !== undefined) {
-    virshQuiet(host, "vol-delete", "--pool", host.poolName, cacheVolume(image));
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, cacheVolumeOf(image));
     rmSync(image, { force: true });
   }
 });
@@ -104,7 +94,7 @@ describe("libvirt calls of Pulumi runs, five proxies on one host", () => {
     domains = Object.values(ws.outputs().names as Record<string, string>).sort();
     expect(domains).toHaveLength(5);
     const uploads = lines.filter((l) => l.call === "virStorageVolUpload");
-    const imageVolume = cacheVolume(image);
+    const imageVolume = cacheVolumeOf(image);
     expect(uploads.filter((l) => l.text.includes(`/${imageVolume} `))).toHaveLength(1);
     // The rest are the five seed ISOs.
     expect(uploads.filter((l) => / vol=\S+-seed\.iso /.test(l.text))).toHaveLength(5);

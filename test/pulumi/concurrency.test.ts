@@ -11,11 +11,9 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseImage } from "../../provider/kvm/config";
-import { cachedImageVolumeName } from "../../provider/kvm/names";
-import { Failures } from "../../provider/kvm/validation";
 import { type TestHost, testHost } from "../support/test-host";
 import {
+  cacheVolumeOf,
   domainsOfStack,
   E2E_ROOT,
   hostsConfig,
@@ -41,10 +39,7 @@ beforeAll(() => {
   mkdirSync(dir, { recursive: true });
   image = path.join(dir, `conc-${process.pid}.qcow2`);
   execFileSync("qemu-img", ["create", "-q", "-f", "qcow2", image, "64M"]);
-  const f = new Failures();
-  const parsed = parseImage(undefined, { url: image, firmware: "bios" }, f);
-  f.throwIfAny();
-  cacheVolume = cachedImageVolumeName(parsed as NonNullable<typeof parsed>);
+  cacheVolume = cacheVolumeOf(image);
   ws = new Workspace("conc", { name: "kvmpt-pair", main: "test/pulumi/programs/pair" });
   ws.setConfig({
     ...hostsConfig(host),

@@ -16,14 +16,12 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseImage } from "../../provider/kvm/config";
-import { ImageCache } from "../../provider/kvm/image-cache";
 import { partialMarkerVolumeName } from "../../provider/kvm/names";
-import { Failures } from "../../provider/kvm/validation";
 import { testHost } from "../support/test-host";
 import { WireRelay } from "../support/wire-relay";
 import {
   allDomains,
+  cacheVolumeOf,
   domainsOfStack,
   E2E_ROOT,
   poolVolumes,
@@ -42,14 +40,6 @@ let held: Workspace | undefined;
 /** An image file of this test's own, so its cache volume (and any partial marker) is ours alone. */
 let heldImage: string | undefined;
 
-/** The image cache's volume for an image file, as the provider names it from the stack config. */
-function cacheVolume(file: string): string {
-  const f = new Failures();
-  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
-  f.throwIfAny();
-  return ImageCache.volumeName(img as NonNullable<typeof img>);
-}
-
 beforeAll(() => relay.start());
 afterAll(async () => {
   relay.reset();
@@ -60,7 +50,7 @@ afterAll(async () => {
     w.cleanup();
   }
   if (heldImage !== undefined) {
-    const volume = cacheVolume(heldImage);
+    const volume = cacheVolumeOf(heldImage);
     virshQuiet(host, "vol-delete", "--pool", host.poolName, volume);
     virshQuiet(host, "vol-delete", "--pool", host.poolName, partialMarkerVolumeName(volume));
     rmSync(heldImage, { force: true });

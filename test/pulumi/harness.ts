@@ -2,7 +2,10 @@ import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
+import { parseImage } from "../../provider/kvm/config";
+import { ImageCache } from "../../provider/kvm/image-cache";
 import { METADATA_NAMESPACE } from "../../provider/kvm/metadata";
+import { Failures } from "../../provider/kvm/validation";
 import { repoRoot, type TestHost, virshUri } from "../support/test-host";
 
 /** Where every workspace lives: inside the repo, so programs resolve its node_modules. */
@@ -284,3 +287,11 @@ export function hostsConfig(
 
 /** Arguments every test proxy gets: nothing here boots an OS, so no IP and no health check. */
 export const TEST_PROXY_ARGS = { healthCheck: false, waitForIp: false, memoryMiB: 128, diskGiB: 1 };
+
+/** The image cache's volume for a local image file (bios), as the provider names it from the stack config. */
+export function cacheVolumeOf(file: string): string {
+  const f = new Failures();
+  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
+  f.throwIfAny();
+  return ImageCache.volumeName(img as NonNullable<typeof img>);
+}

@@ -8,11 +8,9 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseImage } from "../../provider/kvm/config";
-import { ImageCache } from "../../provider/kvm/image-cache";
-import { Failures } from "../../provider/kvm/validation";
 import { type TestHost, testHost } from "../support/test-host";
 import {
+  cacheVolumeOf,
   domainsOfStack,
   E2E_ROOT,
   hostsConfig,
@@ -22,14 +20,6 @@ import {
   virshQuiet,
   Workspace,
 } from "./harness";
-
-/** The image cache's volume for an image file, as the provider names it from the stack config. */
-function cacheVolume(file: string): string {
-  const f = new Failures();
-  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
-  f.throwIfAny();
-  return ImageCache.volumeName(img as NonNullable<typeof img>);
-}
 
 let host: TestHost;
 const workspaces: Workspace[] = [];
@@ -68,7 +58,7 @@ afterAll(() => {
     for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
   }
   for (const f of images) {
-    virshQuiet(host, "vol-delete", "--pool", host.poolName, cacheVolume(f));
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, cacheVolumeOf(f));
     rmSync(f, { force: true });
   }
 });

@@ -123,6 +123,14 @@ export interface CreateOptions {
    */
   knownAbsent?: boolean;
   /**
+   * Start an existing domain of the name whatever owner its metadata names
+   * (the caller knows it is its own, e.g. restarting the VM its state
+   * records, whose URN a stack rename may have changed). By default create
+   * converges only onto a domain of `spec.owner` and fails with
+   * {@link DomainTakenError} on any other.
+   */
+  anyOwner?: boolean;
+  /**
    * Ends the create early (the resource's `timeouts.create`): checked before
    * each step and each retry, and given to the seed upload and to this
    * create's wait for the cached image. A libvirt call already running ends
@@ -326,6 +334,12 @@ export class KvmOperations {
           ? undefined
           : await lookupDomain(lv, spec.name);
     if (existing !== undefined) {
+      // Converge only onto our own: after a failed attempt, the domain found
+      // may be another create's of the same name (another stack) that won.
+      if (options.anyOwner !== true) {
+        const owner = parseDomainXml(await lv.domainGetXmlDesc(existing)).metadata?.owner.urn;
+        if (owner !== spec.owner.urn) throw new DomainTakenError(spec.host, spec.name, owner);
+      }
       await step("start");
       await startDomain(lv, existing);
       const parsed = parseDomainXml(await lv.domainGetXmlDesc(existing));
@@ -742,6 +756,18 @@ export class KvmOperations {
     signal?: AbortSignal,
   ): Promise<T> {
     return withRetry(fn, { ...this.retry, ...this.env, context: ctx, ...optional("signal", signal) });
+  }
+}
+
+/** A domain of the name exists and is not the creator's (another owner, or unmanaged). Permanent. */
+export class DomainTakenError extends ProviderError {
+  constructor(host: string, name: string, owner: string | undefined) {
+    super(
+      "permanent",
+      `domain ${name} already exists on host ${host}` +
+        (owner === undefined ? " and is not managed by pulumi-kvm-proxy" : ` and belongs to ${owner}`) +
+        "; choose another name (or adopt it read-only with KvmProxy.get)",
+    );
   }
 }
 

@@ -24,6 +24,7 @@ import {
 import {
   type CreateSpec,
   type DeleteResult,
+  DomainTakenError,
   KvmOperations,
   lookupDomain,
   type VmStatus,
@@ -92,6 +93,8 @@ export class KvmProxyRuntime {
   pollMs = 1_000;
   /** Milliseconds between retries of a delete that failed transiently. */
   retryMs = 5_000;
+  /** The create in flight for each host and domain name (see {@link create}). */
+  private readonly creating = new Map<string, Promise<unknown>>();
 
   configure(req: ConfigureRequest): Promise<void> {
     const previous = [this.base, ...this.byNic.values()];
@@ -166,8 +169,28 @@ export class KvmProxyRuntime {
     });
   }
 
+  /**
+   * Creates one proxy. Two creates of one fixed name in this process (one
+   * stack's program with `--parallel`) run one after the other: both would
+   * otherwise pass the adoption check before either defined the domain, and
+   * share the volumes named after it, so the loser's rollback could delete
+   * the winner's disks. Serialized, the second is refused by the adoption
+   * check before it makes anything.
+   */
   async create(inputs: Props): Promise<{ id: string; outs: Props }> {
     const c = asChecked(inputs);
+    const key = `${c.host}\0${c.name}`;
+    const previous = this.creating.get(key) ?? Promise.resolve();
+    const mine = previous.catch(() => undefined).then(() => this.createNow(inputs, c));
+    this.creating.set(key, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.creating.get(key) === mine) this.creating.delete(key);
+    }
+  }
+
+  private async createNow(inputs: Props, c: CheckedInputs): Promise<{ id: string; outs: Props }> {
     const started = performance.now();
     const deadlineMs = c.timeouts.create * 1000;
     const left = () => Math.max(0, deadlineMs - (performance.now() - started));
@@ -179,12 +202,7 @@ export class KvmProxyRuntime {
     if (before.state !== "absent") {
       const urn = before.metadata?.owner.urn;
       if (urn === undefined || c.owner === undefined || urn !== c.owner.urn) {
-        throw new ProviderError(
-          "permanent",
-          `domain ${c.name} already exists on host ${c.host}` +
-            (urn === undefined ? " and is not managed by pulumi-kvm-proxy" : ` and belongs to ${urn}`) +
-            "; choose another name (or adopt it read-only with KvmProxy.get)",
-        );
+        throw new DomainTakenError(c.host, c.name, urn);
       }
     }
 
@@ -309,7 +327,8 @@ export class KvmProxyRuntime {
       );
     }
     if (status.state === "stopped" || status.state === "failed") {
-      const made = await this.opsFor(c).create(createSpec(c));
+      // The VM this resource records, whatever URN its metadata holds (a stack rename changes it).
+      const made = await this.opsFor(c).create(createSpec(c), { anyOwner: true });
       status = await o.get(host, name, { uuid: made.uuid, domain: made.domain });
     }
     if (!same(olds.tags, c.tags) && status.metadata !== undefined) {

@@ -16,6 +16,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseImage } from "../../provider/kvm/config";
+import { parseMetadata } from "../../provider/kvm/metadata";
 import { cachedImageVolumeName } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, UNIT_ONLY } from "../support/bad-inputs";
@@ -25,6 +26,7 @@ import {
   domainsOfStack,
   E2E_ROOT,
   hostsConfig,
+  metadataOf,
   poolVolumes,
   removeByHand,
   TEST_PROXY_ARGS,
@@ -162,7 +164,7 @@ describe("wrong inputs only the first step can see", () => {
     execFileSync("rm", ["-f", raw]);
   });
 
-  it("two proxies with the same fixed name on one host: one is created, the other is refused and does not touch it", () => {
+  it("two proxies with the same fixed name on one host, created at once: one is created, the other is refused and does not touch it", () => {
     const ws = pair("dupname");
     const name = `kvmpt-dup-${process.pid}`;
     ws.setConfig({
@@ -172,16 +174,23 @@ describe("wrong inputs only the first step can see", () => {
         second: { host: "local", image: "tiny", ...TEST_PROXY_ARGS, name },
       },
     });
-    const up = ws.run("up", "--yes", "--skip-preview", "--parallel", "1");
+    // Pulumi's default parallelism starts both creates together; the provider runs creates of one name in turn.
+    const up = ws.run("up", "--yes", "--skip-preview");
     expect(up.code).not.toBe(0);
     expect(up.output).toMatch(
       new RegExp(`domain ${name} already exists on host local and belongs to urn:pulumi:`),
     );
-    // Exactly one VM, owned by the proxy the state holds; the refused one rolled nothing back.
+    // Exactly one VM, owned by the proxy the state holds, with its disks; the refused one rolled nothing back.
     expect(allDomains(host).filter((d) => d === name)).toEqual([name]);
+    expect(
+      poolVolumes(host)
+        .filter((v) => v.startsWith(`${name}-`))
+        .sort(),
+    ).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
     const held = ws.proxies();
     expect(held).toHaveLength(1);
     expect(held[0]?.id).toBe(`kvm://local/${name}`);
+    expect(parseMetadata(metadataOf(host, name) ?? "")?.owner.urn).toBe(held[0]?.urn);
     ws.destroy();
     expect(allDomains(host)).not.toContain(name);
   });

@@ -236,6 +236,40 @@ describe("create", () => {
     }
   });
 
+  it("after a failed attempt, converges only onto its own domain: another owner's of the same name is refused and left as it was", async () => {
+    const o = ops();
+    const name = track(uniqueName("taken"));
+    const mine = baseSpec("local", name, sharedImage);
+    const first = await o.create(mine);
+    // Another stack's create that looked before the first defined, then failed transiently once.
+    const other = baseSpec("local", name, sharedImage);
+    other.owner = { project: "kvmpt", stack: "other", urn: "urn:pulumi:other::kvmpt::kvm:Proxy::late" };
+    let failed = false;
+    const err = await o
+      .create(other, {
+        knownAbsent: true,
+        onStep: (s) => {
+          if (s === "seed-upload" && !failed) {
+            failed = true;
+            throw new ProviderError("transient", "injected: connection reset");
+          }
+        },
+      })
+      .catch((e: unknown) => e);
+    expect(failed).toBe(true);
+    expect(err).toBeInstanceOf(KvmOperationError);
+    expect((err as KvmOperationError).kind).toBe("permanent");
+    expect((err as KvmOperationError).message).toContain(
+      `domain ${name} already exists on host local and belongs to ${mine.owner.urn}`,
+    );
+    expect(domainsNamed(name)).toEqual([name]);
+    expect(domainState(name)).toBe("running");
+    expect(virsh(host, "domuuid", name).trim()).toBe(first.uuid);
+    // Its own owner converges onto it as before.
+    expect((await o.create(mine)).uuid).toBe(first.uuid);
+    await o.delete("local", name);
+  });
+
   it("told the domain is known absent, skips its lookup; a retry after a cut looks again and keeps the one define", async () => {
     const log = new TraceLog();
     const cuts = new CuttableTransports();

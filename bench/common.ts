@@ -55,6 +55,11 @@ export const config = {
   /** Each upload round moves 6 × the file; 5 rounds of 1 GiB take about 5 minutes on a busy 2-core machine. */
   uploadRounds: envInt("KVMP_BENCH_UPLOAD_ROUNDS", 5),
   uploadMiB: envInt("KVMP_BENCH_UPLOAD_MIB", 1024),
+  /**
+   * Where figures 2 and 7 upload to: "memory" (default), a transient dir pool on tmpfs, so
+   * they measure the pipe and not the disk; "disk", the test host's own pool.
+   */
+  uploadPool: (process.env.KVMP_BENCH_UPLOAD_POOL === "disk" ? "disk" : "memory") as "memory" | "disk",
   /** Bytes per STREAM packet for our upload (UploadOptions.chunkSize); default: the library's. */
   uploadChunk: process.env.KVMP_BENCH_UPLOAD_CHUNK ? envInt("KVMP_BENCH_UPLOAD_CHUNK", 1) : undefined,
   /**

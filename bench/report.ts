@@ -256,6 +256,9 @@ function uploadSection(u: UploadResults): string {
     "is an ssh2 Client with the same key and host key check, timed from the exec channel being open",
     `to the remote \`cat\` exiting; ssh2 negotiated \`${u.cipher}\`. Each uploaded volume is deleted right after`,
     `its upload. ${u.rounds} rounds, all eight contenders per round, order rotated by one per round.`,
+    u.pool === "memory"
+      ? "Every contender that writes a volume writes it into a transient dir pool on tmpfs (`/dev/shm`), so the figure measures the pipe (client, SSH, libvirtd), not the disk; the bare ssh2 and OpenSSH contenders write to `/dev/null`. `KVMP_BENCH_UPLOAD_POOL=disk` uses the test host's pool on disk instead."
+      : "The volumes are in the test host's pool, on disk (each 1 GiB leaves dirty pages that the kernel writes back during the next contender's turn; see Findings).",
     'The rows marked "64 KiB reads" run ours again with Node\'s default read size, which is what',
     "a caller gets from a plain `fs.createReadStream(path)` (see Findings).",
     "Ratios are medians of per-round ratios.",

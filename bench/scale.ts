@@ -5,7 +5,7 @@
  * MiB); figure 2's size (1 GiB by default) is the largest point.
  */
 import { config, log, rotate, sshTransport, sshUri, unixTransport, unixUri } from "./common";
-import { ours, readThrough, sourceFile, type UploadSample, Volumes, virsh } from "./upload";
+import { dropMemoryPool, ours, readThrough, sourceFile, type UploadSample, Volumes, virsh } from "./upload";
 
 export type ScaleContender = "oursUnix" | "virshUnix" | "oursSsh" | "virshSsh";
 
@@ -46,6 +46,7 @@ export async function benchScale(): Promise<ScaleResults> {
       }
     } finally {
       await conn.close();
+      await dropMemoryPool();
     }
     points.push({ bytes, samples });
   }

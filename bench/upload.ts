@@ -20,7 +20,16 @@
  * Each uploaded volume is deleted right after its upload.
  */
 import { randomFillSync } from "node:crypto";
-import { closeSync, createReadStream, mkdirSync, openSync, readFileSync, statSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  createReadStream,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from "node:fs";
 import path from "node:path";
 import { pipeline } from "node:stream/promises";
 import { Client } from "ssh2";
@@ -66,6 +75,8 @@ export interface UploadSample {
 }
 
 export interface UploadResults {
+  /** Where the volumes were (absent in results of runs before it was recorded: the disk pool). */
+  pool?: "memory" | "disk";
   rounds: number;
   bytes: number;
   chunkSize: number | undefined;
@@ -75,6 +86,48 @@ export interface UploadResults {
 }
 
 const VOL_PREFIX = "kvmpb-upload";
+
+/**
+ * With config.uploadPool "memory", every contender uploads into this transient
+ * dir pool on tmpfs. Into a disk pool each 1 GiB upload leaves dirty pages the
+ * kernel writes back during the next contender's turn, which moved the ratios
+ * more than any code change (bench/notes.md); the bare ssh2 and OpenSSH
+ * contenders write to /dev/null, so on disk they were also spared that cost.
+ */
+const MEMORY_POOL = "kvmpb-mem";
+const MEMORY_POOL_DIR = "/dev/shm/kvmpb-mem-pool";
+
+/** The pool the upload figures use (see config.uploadPool). */
+export function uploadPoolName(): string {
+  return config.uploadPool === "memory" ? MEMORY_POOL : host.poolName;
+}
+
+async function ensureMemoryPool(lv: Libvirt): Promise<void> {
+  try {
+    await lv.storagePoolLookupByName(MEMORY_POOL);
+    return;
+  } catch {
+    // Not there yet.
+  }
+  mkdirSync(MEMORY_POOL_DIR, { recursive: true });
+  await run("virsh", [
+    "-q",
+    "-c",
+    unixUri(),
+    "pool-create-as",
+    MEMORY_POOL,
+    "dir",
+    "--target",
+    MEMORY_POOL_DIR,
+  ]);
+}
+
+/** Removes the tmpfs pool and its folder (no-op with the disk pool). */
+export async function dropMemoryPool(): Promise<void> {
+  if (config.uploadPool !== "memory") return;
+  await run("virsh", ["-q", "-c", unixUri(), "pool-destroy", MEMORY_POOL]).catch(() => undefined);
+  rmSync(MEMORY_POOL_DIR, { recursive: true, force: true });
+}
 
 /** The shared source file: pseudo-random bytes, written 1 MiB at a time, reused while its size fits. */
 export function sourceFile(bytes: number): string {
@@ -117,7 +170,8 @@ export class Volumes {
 
   static async open(bytes: number): Promise<{ volumes: Volumes; conn: LibvirtConnection }> {
     const { conn, lv } = connect(unixTransport);
-    const pool = await lv.storagePoolLookupByName(host.poolName);
+    if (config.uploadPool === "memory") await ensureMemoryPool(lv);
+    const pool = await lv.storagePoolLookupByName(uploadPoolName());
     // Leftovers of an interrupted run.
     for (const v of await lv.storagePoolListAllVolumes(pool)) {
       if (v.name.startsWith(VOL_PREFIX)) await lv.storageVolDelete(v);
@@ -163,7 +217,7 @@ export async function ours(
   const name = await volumes.create("ours");
   const { conn, lv } = connect(make);
   try {
-    const pool = await lv.storagePoolLookupByName(host.poolName);
+    const pool = await lv.storagePoolLookupByName(uploadPoolName());
     const vol = await lv.storageVolLookupByName(pool, name);
     const source = createReadStream(file, { highWaterMark: readChunk });
     const watch = rssWatcher();
@@ -191,12 +245,12 @@ export async function virsh(
     // The same connection set-up and one trivial call on the volume, without the transfer.
     const idle: number[] = [];
     for (let i = 0; i < 3; i++)
-      idle.push((await run("virsh", [...base, "vol-info", "--pool", host.poolName, name])).seconds);
+      idle.push((await run("virsh", [...base, "vol-info", "--pool", uploadPoolName(), name])).seconds);
     const { seconds: total } = await run("virsh", [
       ...base,
       "vol-upload",
       "--pool",
-      host.poolName,
+      uploadPoolName(),
       name,
       file,
     ]);
@@ -318,8 +372,10 @@ export async function benchUpload(): Promise<UploadResults> {
     }
   } finally {
     await conn.close();
+    await dropMemoryPool();
   }
   return {
+    pool: config.uploadPool,
     rounds: config.uploadRounds,
     bytes,
     chunkSize: config.uploadChunk,

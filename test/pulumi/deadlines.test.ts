@@ -25,6 +25,7 @@ import {
   domainsOfStack,
   E2E_ROOT,
   poolVolumes,
+  relayHostsConfig,
   removeByHand,
   TEST_IMAGE,
   TEST_PROXY_ARGS,
@@ -63,15 +64,7 @@ describe("a daemon that stops answering", () => {
     const name = `kvmpt-wedged-${process.pid}`;
     ws = new Workspace("deadlines", { name: "kvmpt-pair", main: "test/pulumi/programs/pair" });
     ws.setConfig({
-      "kvm:hosts": {
-        local: {
-          uri: `unix://${relay.socketPath}`,
-          domainType: "qemu",
-          pool: host.poolName,
-          network: host.network,
-          callTimeout: "2s",
-        },
-      },
+      "kvm:hosts": relayHostsConfig(host, relay.socketPath, { callTimeout: "2s" }),
       "kvm:images": { tiny: { url: TEST_IMAGE, firmware: "bios" } },
       "pair:proxies": {
         p: {
@@ -122,15 +115,7 @@ describe("a daemon that stops answering", () => {
     execFileSync("qemu-img", ["create", "-q", "-f", "qcow2", heldImage, "64M"]);
     held = new Workspace("held-upload", { name: "kvmpt-pair", main: "test/pulumi/programs/pair" });
     held.setConfig({
-      "kvm:hosts": {
-        local: {
-          uri: `unix://${relay.socketPath}`,
-          domainType: "qemu",
-          pool: host.poolName,
-          network: host.network,
-          callTimeout: "60s",
-        },
-      },
+      "kvm:hosts": relayHostsConfig(host, relay.socketPath, { callTimeout: "60s" }),
       "kvm:images": { own: { url: heldImage, firmware: "bios" } },
       "pair:proxies": {
         p: {

@@ -265,6 +265,26 @@ export function removeByHand(host: TestHost, name: string): void {
 }
 
 /** `kvm:*` config pointing at the test host: `local` over the unix socket, `remote` over SSH. */
+/**
+ * `kvm:hosts` with one host, `local`, reached through a wire relay's socket
+ * (test/support/wire-relay.ts) in front of the test host's libvirtd.
+ */
+export function relayHostsConfig(
+  host: TestHost,
+  socketPath: string,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    local: {
+      uri: `unix://${socketPath}`,
+      domainType: "qemu",
+      pool: host.poolName,
+      network: host.network,
+      ...extra,
+    },
+  };
+}
+
 export function hostsConfig(
   host: TestHost,
   which: ("local" | "remote")[] = ["local"],

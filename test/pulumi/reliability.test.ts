@@ -21,6 +21,7 @@ import {
   E2E_ROOT,
   poolVolumes,
   type RunResult,
+  relayHostsConfig,
   removeByHand,
   TEST_IMAGE,
   TEST_PROXY_ARGS,
@@ -49,14 +50,7 @@ function stack(): { ws: Workspace; name: string } {
   const ws = new Workspace("reliability", { name: "kvmpt-pair", main: "test/pulumi/programs/pair" });
   workspaces.push(ws);
   ws.setConfig({
-    "kvm:hosts": {
-      local: {
-        uri: `unix://${relay.socketPath}`,
-        domainType: "qemu",
-        pool: host.poolName,
-        network: host.network,
-      },
-    },
+    "kvm:hosts": relayHostsConfig(host, relay.socketPath),
     "kvm:images": { tiny: { url: TEST_IMAGE, firmware: "bios" } },
     // A short delete deadline: a destroy cut with reconnection refused retries until it, then fails.
     "pair:proxies": {

@@ -337,7 +337,7 @@ export class KvmOperations {
       // Converge only onto our own: after a failed attempt, the domain found
       // may be another create's of the same name (another stack) that won.
       if (options.anyOwner !== true) {
-        const owner = parseDomainXml(await lv.domainGetXmlDesc(existing)).metadata?.owner.urn;
+        const owner = (await managedMetadata(lv, existing))?.owner.urn;
         if (owner !== spec.owner.urn) throw new DomainTakenError(spec.host, spec.name, owner);
       }
       await step("start");
@@ -593,12 +593,14 @@ export class KvmOperations {
     const result = await this.retrying(ctx, async (): Promise<DeleteResult> => {
       const lv = this.hosts.libvirt(hostKey);
       const host = this.hosts.config(hostKey);
-      if (options.owner !== undefined) {
-        const foreignOwner = await ownerOtherThan(lv, name, options.owner);
-        if (foreignOwner !== undefined)
-          return { domainRemoved: false, volumesRemoved: [], noop: "not-ours", foreignOwner };
+      let dom = await lookupDomain(lv, name);
+      if (dom !== undefined && options.owner !== undefined) {
+        const owner = await ownerOf(lv, dom);
+        if (owner === "gone") dom = undefined;
+        else if (owner !== options.owner)
+          return { domainRemoved: false, volumesRemoved: [], noop: "not-ours", foreignOwner: owner };
       }
-      const domainRemoved = await removeDomain(lv, name);
+      const domainRemoved = dom !== undefined && (await removeDomain(lv, dom));
       const pool = await lookupPool(lv, host.pool);
       if (pool === undefined) return { domainRemoved, volumesRemoved: [], noop: "pool-missing" };
       const names = [overlayVolumeName(name), seedVolumeName(name)];
@@ -646,8 +648,7 @@ export class KvmOperations {
     const result: ListResult = { vms: [], skipped: [] };
     for (const dom of domains) {
       try {
-        const xml = await lv.domainGetMetadata(dom, DomainMetadataType.ELEMENT, METADATA_NAMESPACE);
-        const metadata = parseMetadata(xml);
+        const metadata = await managedMetadata(lv, dom);
         if (metadata === undefined) continue;
         result.vms.push({
           host: hostKey,
@@ -657,7 +658,7 @@ export class KvmOperations {
           metadata,
         });
       } catch (err) {
-        if (hasCode(err, ErrorCode.NO_DOMAIN_METADATA, ErrorCode.NO_DOMAIN)) continue;
+        if (hasCode(err, ErrorCode.NO_DOMAIN)) continue;
         result.skipped.push({
           host: hostKey,
           name: dom.name,
@@ -848,30 +849,28 @@ async function startDomain(lv: Libvirt, dom: Domain): Promise<void> {
   }
 }
 
-/**
- * The owner URN in the metadata of domain `name` when it is not `owner`
- * ("unmanaged" without our metadata); undefined when there is no such domain
- * or it is `owner`'s.
- */
-async function ownerOtherThan(lv: Libvirt, name: string, owner: string): Promise<string | undefined> {
-  const dom = await lookupDomain(lv, name);
-  if (dom === undefined) return undefined;
-  let urn: string | undefined;
+/** Our metadata of `dom`, or undefined when it has none (not managed by us). */
+async function managedMetadata(lv: Libvirt, dom: Domain): Promise<ProxyMetadata | undefined> {
   try {
-    const xml = await lv.domainGetMetadata(dom, DomainMetadataType.ELEMENT, METADATA_NAMESPACE);
-    urn = parseMetadata(xml)?.owner.urn;
+    return parseMetadata(await lv.domainGetMetadata(dom, DomainMetadataType.ELEMENT, METADATA_NAMESPACE));
   } catch (err) {
-    if (hasCode(err, ErrorCode.NO_DOMAIN)) return undefined;
-    if (!hasCode(err, ErrorCode.NO_DOMAIN_METADATA)) throw err;
+    if (hasCode(err, ErrorCode.NO_DOMAIN_METADATA)) return undefined;
+    throw err;
   }
-  if (urn === owner) return undefined;
-  return urn ?? "unmanaged";
+}
+
+/** The owner URN our metadata of `dom` names, "unmanaged" without it, "gone" when the domain went away. */
+async function ownerOf(lv: Libvirt, dom: Domain): Promise<string> {
+  try {
+    return (await managedMetadata(lv, dom))?.owner.urn ?? "unmanaged";
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return "gone";
+    throw err;
+  }
 }
 
 /** Destroys and undefines a domain, tolerating every already-gone case. True when one existed. */
-async function removeDomain(lv: Libvirt, name: string): Promise<boolean> {
-  const dom = await lookupDomain(lv, name);
-  if (dom === undefined) return false;
+async function removeDomain(lv: Libvirt, dom: Domain): Promise<boolean> {
   try {
     await lv.domainDestroy(dom);
   } catch (err) {

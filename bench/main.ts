@@ -89,26 +89,19 @@ async function main(): Promise<void> {
   const stamp = (part: Part) => {
     (results.ranAt as Record<string, string>)[part] = new Date().toISOString().replace(/\.\d+Z$/, "Z");
   };
+  // In this order; each part's results replace its last ones.
+  const parts: { [P in Part]: () => Promise<NonNullable<Results[P]>> } = {
+    rpc: benchRpc,
+    upload: benchUpload,
+    scale: benchScale,
+    fleet: benchFleet,
+    ready: benchReady,
+  };
   try {
-    if (selected("rpc")) {
-      results.rpc = await benchRpc();
-      stamp("rpc");
-    }
-    if (selected("upload")) {
-      results.upload = await benchUpload();
-      stamp("upload");
-    }
-    if (selected("scale")) {
-      results.scale = await benchScale();
-      stamp("scale");
-    }
-    if (selected("fleet")) {
-      results.fleet = await benchFleet();
-      stamp("fleet");
-    }
-    if (selected("ready")) {
-      results.ready = await benchReady();
-      stamp("ready");
+    for (const part of Object.keys(parts) as Part[]) {
+      if (!selected(part)) continue;
+      (results as Record<Part, unknown>)[part] = await parts[part]();
+      stamp(part);
     }
   } finally {
     clearInterval(sampler);

@@ -1,7 +1,7 @@
 /**
- * Shared pieces of the benchmark harness: configuration from the environment,
- * the test host's facts, child processes timed from spawn to exit, libvirtd's
- * CPU counters, and small statistics.
+ * Shared pieces of the benchmark harness: the knobs' values (the table is
+ * bench/knobs.ts), the test host's facts, child processes timed from spawn to
+ * exit, libvirtd's CPU counters, and the small statistics of bench/stats.ts.
  */
 import { spawn } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
@@ -10,27 +10,16 @@ import { Libvirt, LibvirtConnection } from "../provider/libvirt";
 import { SshTransport } from "../provider/transport/ssh";
 import type { Transport } from "../provider/transport/types";
 import { UnixSocketTransport } from "../provider/transport/unix";
+import { readKnobs } from "./knobs";
 
-/** The repository root: scripts/bench exports it; falls back to the working directory. */
-export const repoRoot = process.env.KVMP_ROOT ?? process.cwd();
+export { median, minMax, pairedRatio } from "./stats";
+
+/** The knobs' values (KVMP_BENCH_* and the others of bench/knobs.ts), read once. */
+export const config = readKnobs(process.env);
+
+/** The repository root: scripts/bench exports it (KVMP_ROOT); falls back to the working directory. */
+export const repoRoot = config.root;
 export const benchDir = path.join(repoRoot, ".state/bench");
-
-function envInt(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === "") return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, got ${raw}`);
-  return n;
-}
-
-function envList(name: string, fallback: number[]): number[] {
-  const raw = process.env[name];
-  if (raw === undefined || raw === "") return fallback;
-  const xs = raw.split(",").map((x) => Number(x.trim()));
-  if (xs.some((n) => !Number.isInteger(n) || n < 1))
-    throw new Error(`${name} must be a comma list of positive integers, got ${raw}`);
-  return xs;
-}
 
 /**
  * True when KVMP_BENCH_ONLY selects `part`. `ready` boots real guests for
@@ -40,47 +29,6 @@ export function selected(part: "rpc" | "upload" | "fleet" | "scale" | "ready"): 
   const only = config.only.split(",").map((x) => x.trim());
   return only.includes(part) || (only.includes("all") && part !== "ready");
 }
-
-/** Sizes and rounds; the defaults keep a full run under about 10 minutes on 2 cores. */
-export const config = {
-  rounds: envInt("KVMP_BENCH_ROUNDS", 5),
-  /** Timed lookups per contender per round. */
-  lookups: envInt("KVMP_BENCH_LOOKUPS", 10_000),
-  /** Untimed lookups on the same connection before the timed ones. */
-  warmup: envInt("KVMP_BENCH_WARMUP", 1_000),
-  /** Untimed lookups per transport and mode once per process, before the first round (JIT warm-up). */
-  processWarmup: envInt("KVMP_BENCH_PROCESS_WARMUP", 10_000),
-  /** Calls in flight for the pipelined figure. */
-  depth: envInt("KVMP_BENCH_DEPTH", 64),
-  /** Each upload round moves 6 × the file; 5 rounds of 1 GiB take about 5 minutes on a busy 2-core machine. */
-  uploadRounds: envInt("KVMP_BENCH_UPLOAD_ROUNDS", 5),
-  uploadMiB: envInt("KVMP_BENCH_UPLOAD_MIB", 1024),
-  /**
-   * Where figures 2 and 7 upload to: "memory" (default), a transient dir pool on tmpfs, so
-   * they measure the pipe and not the disk; "disk", the test host's own pool.
-   */
-  uploadPool: (process.env.KVMP_BENCH_UPLOAD_POOL === "disk" ? "disk" : "memory") as "memory" | "disk",
-  /** Bytes per STREAM packet for our upload (UploadOptions.chunkSize); default: the library's. */
-  uploadChunk: process.env.KVMP_BENCH_UPLOAD_CHUNK ? envInt("KVMP_BENCH_UPLOAD_CHUNK", 1) : undefined,
-  /**
-   * highWaterMark of the file read streams of ours and the bare ssh2 channel (bytes). Node's
-   * default is 64 KiB; with it our upload stalls between packets (see docs/benchmarks.md), so
-   * the main figures read 1 MiB at a time and extra contenders show ours with 64 KiB reads.
-   */
-  readChunk: envInt("KVMP_BENCH_READ_CHUNK", 1024 * 1024),
-  /** Fleet sizes (proxies on one host) for figures 3-5. */
-  fleet: envList("KVMP_BENCH_FLEET", [1, 10, 50]),
-  /** Rounds of the fleet figures; each round runs every size, two hosts and the virsh loops once. */
-  fleetRounds: envInt("KVMP_BENCH_FLEET_ROUNDS", 2),
-  /** Upload sizes in MiB for the scaling figure (the 1 GiB of figure 2 is the largest point). */
-  scaleMiB: envList("KVMP_BENCH_SCALE_MIB", [1, 64, 256]),
-  scaleRounds: envInt("KVMP_BENCH_SCALE_ROUNDS", 3),
-  /** Parts to run: "all" or a comma list of rpc, upload, fleet, scale. */
-  only: process.env.KVMP_BENCH_ONLY ?? "all",
-  /** The raw results; a run of some parts keeps the other parts' last results in it. */
-  results: process.env.KVMP_BENCH_RESULTS ?? path.join(benchDir, "results.json"),
-  out: process.env.KVMP_BENCH_OUT ?? path.join(repoRoot, "docs/benchmarks.md"),
-};
 
 /** Connection facts of the running test host (scripts/test-host start writes them). */
 export interface TestHost {
@@ -96,8 +44,7 @@ export interface TestHost {
 }
 
 export function testHost(): TestHost {
-  const dir = process.env.KVMP_TEST_HOST_DIR ?? path.join(repoRoot, ".state/test-host");
-  return JSON.parse(readFileSync(path.join(dir, "host.json"), "utf8")) as TestHost;
+  return JSON.parse(readFileSync(path.join(config.testHostDir, "host.json"), "utf8")) as TestHost;
 }
 
 export const host = testHost();
@@ -216,26 +163,6 @@ export function runWithInput(cmd: string, args: string[], inputFile: string): Pr
       else reject(new Error(`${cmd} exited with ${code}: ${stderr.trim()}`));
     });
   });
-}
-
-export function median(xs: readonly number[]): number {
-  if (xs.length === 0) return Number.NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
-}
-
-export function minMax(xs: readonly number[]): [number, number] {
-  return [Math.min(...xs), Math.max(...xs)];
-}
-
-/** Median and range of per-round ratios a[i]/b[i] (a round pairs contenders that ran side by side). */
-export function pairedRatio(
-  a: readonly number[],
-  b: readonly number[],
-): { median: number; range: [number, number] } {
-  const ratios = a.map((x, i) => x / (b[i] as number));
-  return { median: median(ratios), range: minMax(ratios) };
 }
 
 /** Rotates a list by `round` so no contender always runs first. */

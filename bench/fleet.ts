@@ -467,7 +467,7 @@ async function virshLoop(h: FleetHost, domains: number, transport: "ssh" | "unix
 
 export async function benchFleet(): Promise<FleetResults> {
   const h1 = readHost(mainHost.stateDir) as FleetHost;
-  const h2dir = process.env.KVMP_BENCH_HOST2_DIR;
+  const h2dir = config.host2Dir;
   const h2 = h2dir ? readHost(h2dir) : h1;
   if (!h2dir) log("fleet: no KVMP_BENCH_HOST2_DIR; the second host key points at the same daemon");
   await cleanHost(h1, new Set());

@@ -3,15 +3,18 @@
  * and runs it): runs the figures KVMP_BENCH_ONLY selects, merges them into the
  * raw results (.state/bench/results.json, keeping the other parts' last
  * results) and writes the report (docs/benchmarks.md) from all of them.
+ * Re-rendering alone (KVMP_BENCH_RENDER_ONLY) is bench/render.ts, which
+ * scripts/bench runs instead, without a test host.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { benchDir, config, log, repoRoot, selected } from "./common";
 import { benchFleet } from "./fleet";
 import { benchReady } from "./ready";
-import { type Environment, type Part, type Results, render } from "./report";
+import type { Part, Results } from "./report";
+import { loadResults, renderSaved, saveResults, writeReport } from "./results";
 import { benchRpc } from "./rpc";
 import { benchScale } from "./scale";
 import { benchUpload } from "./upload";
@@ -46,31 +49,12 @@ function busyNeighbours(): string {
     : "";
 }
 
-type Saved = Omit<Results, "env"> & { env: Environment; config?: unknown };
-
-function writeReport(results: Results): void {
-  const notesFile = path.join(repoRoot, "bench/notes.md");
-  const notes = existsSync(notesFile) ? readFileSync(notesFile, "utf8") : "";
-  writeFileSync(config.out, render(results, notes));
-}
-
-function loadSaved(): Saved | undefined {
-  if (!existsSync(config.results)) return undefined;
-  return JSON.parse(readFileSync(config.results, "utf8")) as Saved;
-}
-
-/** KVMP_BENCH_RENDER_ONLY=1: rewrite the report from the last run's results.json (after editing notes.md). */
-function renderOnly(): void {
-  const saved = loadSaved();
-  if (saved === undefined) throw new Error(`no ${config.results} to render from`);
-  writeReport(saved);
-  log(`re-rendered ${config.out} from ${config.results}`);
-}
-
 async function main(): Promise<void> {
   mkdirSync(benchDir, { recursive: true });
-  if (process.env.KVMP_BENCH_RENDER_ONLY) {
-    renderOnly();
+  if (config.renderOnly) {
+    // scripts/bench runs render.js for this; here only if main.js is run by hand.
+    renderSaved(config);
+    log(`re-rendered ${config.out} from ${config.results}`);
     return;
   }
   const started = new Date();
@@ -81,7 +65,7 @@ async function main(): Promise<void> {
   log(`config ${JSON.stringify(config)}; load ${loadBefore}`);
 
   // Parts not run now keep their last results, so partial runs merge into one report.
-  const saved = loadSaved();
+  const saved = loadResults(config.results);
   const results: Partial<Results> = {
     ...(saved ?? {}),
     ranAt: { ...(saved?.ranAt ?? {}) },
@@ -129,8 +113,8 @@ async function main(): Promise<void> {
     otherProcesses: busyNeighbours(),
   };
   const full = results as Results;
-  writeFileSync(config.results, `${JSON.stringify({ config, ...full }, null, 2)}\n`);
-  writeReport(full);
+  saveResults(config.results, config, full);
+  writeReport(full, config);
   log(`wrote ${config.out} in ${full.env.durationSeconds.toFixed(0)} s; load ${full.env.loadAfter}`);
 }
 

@@ -39,8 +39,11 @@ import type { Domain } from "../provider/libvirt/types";
 import { probeOnce, waitHealthy } from "../provider/resource/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
 import { defaultUserData } from "../provider/resource/squid";
+import { readKnobs } from "./knobs";
 
-const repoRoot = process.env.KVMP_ROOT ?? process.cwd();
+// The knobs through their table, not common.ts: this file also runs on its own inside the namespace.
+const config = readKnobs(process.env);
+const repoRoot = config.root;
 const OBSERVE_MS = 200;
 const DEADLINE_MS = 20 * 60_000;
 const PROXY_PORT = 3128;
@@ -102,7 +105,7 @@ interface HostInfo {
 }
 
 function hostInfo(): HostInfo {
-  return JSON.parse(readFileSync(path.join(repoRoot, ".state/test-host/host.json"), "utf8")) as HostInfo;
+  return JSON.parse(readFileSync(path.join(config.testHostDir, "host.json"), "utf8")) as HostInfo;
 }
 
 function log(msg: string): void {
@@ -313,8 +316,8 @@ async function runOnce(
 
 async function child(): Promise<void> {
   const host = hostInfo();
-  const runs = Number.parseInt(process.env.KVMP_BENCH_READY_RUNS ?? "2", 10);
-  const firmware = process.env.KVMP_BENCH_READY_FIRMWARE === "bios" ? "bios" : "uefi";
+  const runs = config.readyRuns;
+  const firmware = config.readyFirmware;
   const imagePath = execFileSync(path.join(repoRoot, "scripts/guest-image"), ["path"], {
     encoding: "utf8",
   }).trim();

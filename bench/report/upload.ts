@@ -1,0 +1,113 @@
+/** Figure 2 (upload MB/s and RSS) in the report: its summary rows and its section. */
+import { median, minMax, pairedRatio } from "../stats";
+import type { UploadContender, UploadResults } from "../upload";
+import { fmt, type Row, range, yesNo } from "./table";
+
+export function uploadRows(u: UploadResults): Row[] {
+  const mbs = (k: UploadContender): number[] => u.samples[k].map((s) => s.mbPerSecond);
+  const rows: Row[] = [];
+  const add = (figure: string, ours: UploadContender, ref: UploadContender, goal?: number) => {
+    const ratio = pairedRatio(mbs(ours), mbs(ref)).median;
+    rows.push({
+      figure,
+      ours: `${fmt(median(mbs(ours)))} MB/s`,
+      reference: `${fmt(median(mbs(ref)))} MB/s`,
+      ratio: `${fmt(ratio, 2)}×`,
+      goal: goal === undefined ? "info" : `≥ ${fmt(goal, 2)}×`,
+      met: goal === undefined ? "—" : yesNo(ratio >= goal),
+    });
+  };
+  const gib = fmt(u.bytes / 2 ** 30, u.bytes % 2 ** 30 ? 2 : 0);
+  add(`2a. upload ${gib} GiB, SSH (vs virsh vol-upload, qemu+ssh)`, "oursSsh", "virshSsh", 2);
+  add(`2b. upload ${gib} GiB, SSH (vs bare ssh2 channel, cat > /dev/null)`, "oursSsh", "ssh2Bare", 0.9);
+  add(`2c. upload ${gib} GiB, SSH (vs OpenSSH aes128-gcm, cat > /dev/null)`, "oursSsh", "opensshGcm");
+  add(`2d. upload ${gib} GiB, unix (vs virsh vol-upload, unix)`, "oursUnix", "virshUnix");
+  add(`2f. upload ${gib} GiB, SSH, 64 KiB reads (vs virsh vol-upload, qemu+ssh)`, "oursSsh64k", "virshSsh");
+  add(`2f. upload ${gib} GiB, SSH, 64 KiB reads (vs bare ssh2 channel)`, "oursSsh64k", "ssh2Bare");
+  add(`2f. upload ${gib} GiB, unix, 64 KiB reads (vs virsh vol-upload, unix)`, "oursUnix64k", "virshUnix");
+  const rss = u.samples.oursSsh.map((s) => (s.rssGrowth ?? 0) / 2 ** 20);
+  rows.push({
+    figure: "2e. peak RSS growth during the SSH upload (worst round)",
+    ours: `${fmt(Math.max(...rss), 1)} MiB`,
+    reference: "—",
+    ratio: "—",
+    goal: "< 64 MiB",
+    met: yesNo(Math.max(...rss) < 64),
+  });
+  return rows;
+}
+
+export function uploadSection(u: UploadResults): string {
+  const names: [UploadContender, string][] = [
+    ["oursSsh", "ours, SshTransport (stream-local)"],
+    ["virshSsh", "virsh vol-upload, qemu+ssh"],
+    ["ssh2Bare", "bare ssh2 exec channel, cat > /dev/null"],
+    ["opensshGcm", "OpenSSH -c aes128-gcm, cat > /dev/null"],
+    ["oursUnix", "ours, unix socket"],
+    ["virshUnix", "virsh vol-upload, unix socket"],
+    ["oursSsh64k", "ours, SshTransport, 64 KiB reads"],
+    ["oursUnix64k", "ours, unix socket, 64 KiB reads"],
+  ];
+  const lines = [
+    "| contender | MB/s median | MB/s min–max | seconds median | set-up subtracted (s, median) |",
+    "|---|---:|---:|---:|---:|",
+  ];
+  for (const [k, label] of names) {
+    const s = u.samples[k];
+    const mbs = s.map((x) => x.mbPerSecond);
+    const over = s.map((x) => x.overheadSeconds).filter((x): x is number => x !== undefined);
+    lines.push(
+      `| ${label} | ${fmt(median(mbs))} | ${range(minMax(mbs))} | ${fmt(median(s.map((x) => x.seconds)), 2)} | ` +
+        `${over.length ? fmt(median(over), 2) : "—"} |`,
+    );
+  }
+  const ratioLine = (label: string, a: UploadContender, b: UploadContender): string => {
+    const p = pairedRatio(
+      u.samples[a].map((x) => x.mbPerSecond),
+      u.samples[b].map((x) => x.mbPerSecond),
+    );
+    return `- ${label}: median ${fmt(p.median, 2)}×, per-round range ${range(p.range, 2)}`;
+  };
+  const rss = (k: UploadContender): string =>
+    u.samples[k].map((x) => fmt((x.rssGrowth ?? 0) / 2 ** 20, 1)).join(", ");
+  return [
+    "## 2. Upload: MB/s into the pool",
+    "",
+    `Method: \`bench/upload.ts\`. One file of ${fmt(u.bytes)} pseudo-random bytes, generated once in`,
+    "`.state/bench/` and read through once before the rounds (so every contender reads it from the page",
+    "cache), is streamed by every contender. MB = 10^6 bytes. Ours is `Libvirt.storageVolUpload(vol,",
+    `fs.createReadStream(file, { highWaterMark: ${fmt(u.readChunk)} }))\` into a fresh raw volume of the pool,`,
+    `packets of ${u.chunkSize ? `${fmt(u.chunkSize)} bytes (KVMP_BENCH_UPLOAD_CHUNK)` : "the library default (256 KiB)"},`,
+    "timed from the call to libvirtd's confirmation on an already open connection. virsh and OpenSSH run",
+    "as processes timed from spawn to exit, minus the median of three runs of the same command without",
+    "the transfer in the same round (`virsh vol-info` on the same volume with the same URI; `ssh host",
+    "true`), which removes connection set-up and the remote shell's start-up. The bare ssh2 channel",
+    "is an ssh2 Client with the same key and host key check, timed from the exec channel being open",
+    `to the remote \`cat\` exiting; ssh2 negotiated \`${u.cipher}\`. Each uploaded volume is deleted right after`,
+    `its upload. ${u.rounds} rounds, all eight contenders per round, order rotated by one per round.`,
+    u.pool === "memory"
+      ? "Every contender that writes a volume writes it into a transient dir pool on tmpfs (`/dev/shm`), so the figure measures the pipe (client, SSH, libvirtd), not the disk; the bare ssh2 and OpenSSH contenders write to `/dev/null`. `KVMP_BENCH_UPLOAD_POOL=disk` uses the test host's pool on disk instead."
+      : "The volumes are in the test host's pool, on disk (`KVMP_BENCH_UPLOAD_POOL=disk`; see Findings for what the disk's writeback does to the ratios).",
+    'The rows marked "64 KiB reads" run ours again with Node\'s default read size, which is what',
+    "a caller gets from a plain `fs.createReadStream(path)` (see Findings).",
+    "Ratios are medians of per-round ratios.",
+    "",
+    ...lines,
+    "",
+    "Spread of the paired ratios:",
+    ratioLine("ours SSH / virsh qemu+ssh", "oursSsh", "virshSsh"),
+    ratioLine("ours SSH / bare ssh2 channel", "oursSsh", "ssh2Bare"),
+    ratioLine("ours SSH / OpenSSH aes128-gcm", "oursSsh", "opensshGcm"),
+    ratioLine("ours unix / virsh unix", "oursUnix", "virshUnix"),
+    ratioLine("ours SSH, 64 KiB reads / virsh qemu+ssh", "oursSsh64k", "virshSsh"),
+    ratioLine("ours SSH, 64 KiB reads / bare ssh2", "oursSsh64k", "ssh2Bare"),
+    ratioLine("ours unix, 64 KiB reads / virsh unix", "oursUnix64k", "virshUnix"),
+    ratioLine("ours SSH, 1 MiB reads / 64 KiB reads", "oursSsh", "oursSsh64k"),
+    ratioLine("ours unix, 1 MiB reads / 64 KiB reads", "oursUnix", "oursUnix64k"),
+    "",
+    "Peak RSS growth of our process (sampled every 50 ms from just before the upload call, after a",
+    `forced GC), MiB per round: SSH ${rss("oursSsh")}; unix ${rss("oursUnix")}; SSH with 64 KiB reads`,
+    `${rss("oursSsh64k")}; unix with 64 KiB reads ${rss("oursUnix64k")}.`,
+    "",
+  ].join("\n");
+}

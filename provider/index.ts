@@ -9,20 +9,20 @@
  */
 
 export { buildVendorData, GUEST_AGENT_SCRIPT, type VendorDataOptions } from "./kvm/cloud-init";
+export { type DomainType, type HostConfig, parseConfig, validateConfig } from "./kvm/config";
+export { buildDomainXml, type DomainSpec, macAddressProblem, parseDomainXml } from "./kvm/domain-xml";
 export {
-  type DomainType,
   type Firmware,
-  type HostConfig,
   type ImageConfig,
   type ImageFormat,
-  parseConfig,
+  type ImageIdentity,
+  imageSourceOf,
   resolveImage,
-  validateConfig,
-} from "./kvm/config";
-export { buildDomainXml, type DomainSpec, macAddressProblem, parseDomainXml } from "./kvm/domain-xml";
+} from "./kvm/image";
 export { buildMetadataXml, METADATA_NAMESPACE, type ProxyMetadata, parseMetadata } from "./kvm/metadata";
 export { autoDomainName, domainNameProblem, overlayVolumeName, seedVolumeName } from "./kvm/names";
 export { formatProviderId, parseProviderId } from "./kvm/provider-id";
+export { buildSeed, type SeedSpec } from "./kvm/seed";
 export { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./kvm/seed-iso";
 export { ValidationError, type ValidationFailure } from "./kvm/validation";
 export { buildOverlayVolumeXml, buildSeedVolumeXml } from "./kvm/volume-xml";

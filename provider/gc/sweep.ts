@@ -8,8 +8,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
-import { HostPool } from "../kvm/hosts";
-import { KvmOperations } from "../kvm/operations";
+import { HostPool } from "../kvm/host/hosts";
+import { KvmOperations } from "../kvm/host/operations";
 import { readStackConfig } from "../resource/config";
 import type { GcOptions } from "./args";
 import {

@@ -5,41 +5,32 @@
  * them together as one ValidationError.
  */
 
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { LIBVIRT_DEFAULTS } from "../transport/defaults";
 import { parseDuration } from "./duration";
+import { isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
+import { type ImageConfig, parseImage } from "./image";
+import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
 import { Failures, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
 export type DomainType = "kvm" | "qemu";
-/** Disk image formats the provider handles. */
-export type ImageFormat = "qcow2" | "raw";
-/** Guest firmware: UEFI (OVMF, auto-selected by libvirt) or legacy BIOS (SeaBIOS). */
-export type Firmware = "uefi" | "bios";
 
 export const DOMAIN_TYPES: readonly DomainType[] = ["kvm", "qemu"];
-export const IMAGE_FORMATS: readonly ImageFormat[] = ["qcow2", "raw"];
-export const FIRMWARES: readonly Firmware[] = ["uefi", "bios"];
 
-export const DEFAULT_SSH_USER = "root";
-export const DEFAULT_SSH_PORT = 22;
-export const DEFAULT_DRIVER_URI = "qemu:///system";
+export const DEFAULT_SSH_USER = LIBVIRT_DEFAULTS.sshUser;
+export const DEFAULT_SSH_PORT = LIBVIRT_DEFAULTS.sshPort;
+export const DEFAULT_DRIVER_URI = LIBVIRT_DEFAULTS.driverUri;
 export const DEFAULT_DOMAIN_TYPE: DomainType = "kvm";
 export const DEFAULT_POOL = "default";
-export const DEFAULT_NETWORK = "default";
 /** libvirtd's socket on the remote end of an ssh:// host unless the URI gives `?socket=`. */
-export const DEFAULT_REMOTE_SOCKET = "/var/run/libvirt/libvirt-sock";
+export const DEFAULT_REMOTE_SOCKET = LIBVIRT_DEFAULTS.socketPath;
 /** Where host keys are looked up when neither knownHosts nor knownHostsPath is set (the transport expands `~`). */
 export const DEFAULT_KNOWN_HOSTS_PATH = "~/.ssh/known_hosts";
-export const DEFAULT_IMAGE_FORMAT: ImageFormat = "qcow2";
-export const DEFAULT_FIRMWARE: Firmware = "uefi";
 
 /** How to reach a host's libvirtd. */
 export type HostEndpoint =
   | { kind: "ssh"; user: string; host: string; port: number; socketPath: string }
   | { kind: "unix"; socketPath: string };
-
-/** Where VM NICs attach: a libvirt network or an existing host bridge. */
-export type NicAttachment = { kind: "network"; network: string } | { kind: "bridge"; bridge: string };
 
 /** SSH material for an ssh:// host, as configured (contents or paths; the transport loads paths lazily). */
 export interface SshAuthConfig {
@@ -78,22 +69,6 @@ export interface HostConfig {
 /** Bounds of a host's `callTimeout`, seconds. */
 export const CALL_TIMEOUT_RANGE = { min: 1, max: 3600 } as const;
 
-/** Where an image's bytes come from. */
-export type ImageSource = { kind: "http"; url: string } | { kind: "file"; path: string };
-
-/** One validated image, defaults applied. */
-export interface ImageConfig {
-  /** The key under `images`; undefined for an image given directly by URL. */
-  key?: string;
-  /** Canonical URL: an http(s) URL normalised by WHATWG URL, or a `file://` URL for local files. */
-  url: string;
-  source: ImageSource;
-  format: ImageFormat;
-  firmware: Firmware;
-  /** Lower-case hex SHA-256 of the image file, when pinned. */
-  sha256?: string;
-}
-
 /** The whole validated configuration. */
 export interface ProviderConfig {
   hosts: Record<string, HostConfig>;
@@ -115,72 +90,6 @@ export function configKeyProblem(key: unknown): string | undefined {
     return "must be 1-63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit";
   }
   return undefined;
-}
-
-// ---------------------------------------------------------------------------
-// Field readers: each records a failure and returns undefined on bad input.
-// ---------------------------------------------------------------------------
-
-type Obj = Record<string, unknown>;
-
-function isObject(v: unknown): v is Obj {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-function rejectUnknown(obj: Obj, known: readonly string[], f: Failures): void {
-  for (const k of Object.keys(obj)) {
-    if (!known.includes(k)) f.fail(k, `unknown property (known: ${known.join(", ")})`);
-  }
-}
-
-function optString(obj: Obj, field: string, f: Failures): string | undefined {
-  const v = obj[field];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== "string") {
-    f.fail(field, "must be a string");
-    return undefined;
-  }
-  if (v === "") {
-    f.fail(field, "must not be empty");
-    return undefined;
-  }
-  if (v.includes("\0")) {
-    f.fail(field, "must not contain NUL characters");
-    return undefined;
-  }
-  return v;
-}
-
-function optEnum<T extends string>(
-  obj: Obj,
-  field: string,
-  allowed: readonly T[],
-  f: Failures,
-): T | undefined {
-  const v = optString(obj, field, f);
-  if (v === undefined) return undefined;
-  if (!(allowed as readonly string[]).includes(v)) {
-    f.fail(
-      field,
-      `must be one of ${allowed.map((a) => JSON.stringify(a)).join(", ")} (got ${JSON.stringify(v)})`,
-    );
-    return undefined;
-  }
-  return v as T;
-}
-
-// libvirt object names (pools, networks): no '/', printable, bounded.
-function libvirtName(obj: Obj, field: string, f: Failures): string | undefined {
-  const v = optString(obj, field, f);
-  if (v === undefined) return undefined;
-  if (!/^[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}$/.test(v)) {
-    f.fail(
-      field,
-      "must be 1-128 letters, digits, '.', '_', '+', ':' or '-', starting with a letter or digit",
-    );
-    return undefined;
-  }
-  return v;
 }
 
 // ---------------------------------------------------------------------------
@@ -243,7 +152,7 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
     }
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
     if (host === "") problems.push("must name a host");
-    let user = DEFAULT_SSH_USER;
+    let user: string = DEFAULT_SSH_USER;
     if (url.username !== "") {
       user = decodeURIComponent(url.username);
       if (!/^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$/.test(user))
@@ -303,18 +212,9 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   const domainType = optEnum(input, "domainType", DOMAIN_TYPES, f) ?? DEFAULT_DOMAIN_TYPE;
   const pool = libvirtName(input, "pool", f) ?? DEFAULT_POOL;
 
-  const network = libvirtName(input, "network", f);
-  const bridge = optString(input, "bridge", f);
-  if (bridge !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$/.test(bridge)) {
-    f.fail("bridge", "must be a Linux interface name: 1-15 letters, digits, '.', '_' or '-'");
-  }
-  if (input.network !== undefined && input.bridge !== undefined) {
-    f.fail("bridge", "give either network or bridge, not both");
-  }
+  const read = readNicFields(input, f);
   const nic: NicAttachment =
-    bridge !== undefined
-      ? { kind: "bridge", bridge }
-      : { kind: "network", network: network ?? DEFAULT_NETWORK };
+    read === undefined || read === "invalid" ? { kind: "network", network: DEFAULT_NETWORK } : read;
 
   const ssh: SshAuthConfig = {};
   for (const field of SSH_FIELDS) {
@@ -381,89 +281,6 @@ function checkSshAuth(input: Obj, ssh: SshAuthConfig, f: Failures): void {
 }
 
 // ---------------------------------------------------------------------------
-// Images
-// ---------------------------------------------------------------------------
-
-const IMAGE_FIELDS = ["url", "format", "firmware", "sha256"] as const;
-
-/**
- * Parses an image location: `https://`, `http://`, `file:///abs/path` or an
- * absolute local path. Returns the canonical URL (local paths become
- * `file://` URLs, so both spellings of one file share a cache entry) and the
- * source. Records failures under `f` at `field`.
- */
-export function parseImageUrl(
-  raw: string,
-  f: Failures,
-  field = "url",
-): { url: string; source: ImageSource } | undefined {
-  if (raw.startsWith("/")) {
-    const url = pathToFileURL(raw).href;
-    return { url, source: { kind: "file", path: fileURLToPath(url) } };
-  }
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    f.fail(field, "must be an https://, http:// or file: URL, or an absolute local path");
-    return undefined;
-  }
-  if (url.protocol === "https:" || url.protocol === "http:") {
-    if (url.username !== "" || url.password !== "") {
-      f.fail(field, "must not carry credentials (the URL is recorded in the VM's metadata)");
-      return undefined;
-    }
-    if (url.hash !== "") {
-      f.fail(field, "must not have a #fragment");
-      return undefined;
-    }
-    return { url: url.href, source: { kind: "http", url: url.href } };
-  }
-  if (url.protocol === "file:") {
-    if (url.host !== "" && url.host !== "localhost") {
-      f.fail(field, "file: URLs must name a local file (file:///path)");
-      return undefined;
-    }
-    const path = fileURLToPath(url);
-    const canonical = pathToFileURL(path).href;
-    return { url: canonical, source: { kind: "file", path } };
-  }
-  f.fail(
-    field,
-    `scheme ${JSON.stringify(url.protocol.replace(/:$/, ""))} is not supported; use https, http or file`,
-  );
-  return undefined;
-}
-
-/**
- * Validates one image entry, applying defaults (format qcow2, firmware uefi).
- * `f` is positioned at `images.<key>` (or wherever the caller wants failures).
- */
-export function parseImage(key: string | undefined, input: unknown, f: Failures): ImageConfig | undefined {
-  const before = f.list.length;
-  if (!isObject(input)) {
-    f.fail(undefined, "must be an object");
-    return undefined;
-  }
-  rejectUnknown(input, IMAGE_FIELDS, f);
-  const rawUrl = optString(input, "url", f);
-  if (rawUrl === undefined && input.url === undefined) f.fail("url", "is required");
-  const location = rawUrl === undefined ? undefined : parseImageUrl(rawUrl, f);
-  const format = optEnum(input, "format", IMAGE_FORMATS, f) ?? DEFAULT_IMAGE_FORMAT;
-  const firmware = optEnum(input, "firmware", FIRMWARES, f) ?? DEFAULT_FIRMWARE;
-  let sha256 = optString(input, "sha256", f);
-  if (sha256 !== undefined) {
-    if (!/^[0-9a-fA-F]{64}$/.test(sha256)) f.fail("sha256", "must be 64 hexadecimal characters");
-    sha256 = sha256.toLowerCase();
-  }
-  if (f.list.length > before || location === undefined) return undefined;
-  const image: ImageConfig = { url: location.url, source: location.source, format, firmware };
-  if (key !== undefined) image.key = key;
-  if (sha256 !== undefined) image.sha256 = sha256;
-  return image;
-}
-
-// ---------------------------------------------------------------------------
 // Whole configuration
 // ---------------------------------------------------------------------------
 
@@ -472,30 +289,48 @@ export type ConfigValidation =
   | { ok: true; config: ProviderConfig }
   | { ok: false; failures: ValidationFailure[] };
 
-function parseMap<T>(
+/** What {@link parseKeyedEntries} found: the entries that parsed, and the failures of the rest. */
+export interface KeyedEntries<T> {
+  values: Record<string, T>;
+  /** Failures per key (an entry that failed fails only what uses it). */
+  failures: Record<string, ValidationFailure[]>;
+  /** Failures of the map itself (not an object). */
+  general: ValidationFailure[];
+}
+
+/**
+ * Parses a map of named entries (`hosts`, `images`) one entry at a time:
+ * each key must pass {@link configKeyProblem}, each value is parsed by
+ * `each` with failures under `<name>.<key>`. One broken entry never hides
+ * the others.
+ */
+export function parseKeyedEntries<T>(
   input: unknown,
   name: string,
-  f: Failures,
   each: (key: string, value: unknown, f: Failures) => T | undefined,
-): Record<string, T> {
-  const out: Record<string, T> = {};
+): KeyedEntries<T> {
+  const out: KeyedEntries<T> = { values: {}, failures: {}, general: [] };
   if (input === undefined || input === null) return out;
   if (!isObject(input)) {
-    f.fail(name, "must be an object keyed by name");
+    out.general.push({ property: name, reason: "must be an object keyed by name" });
     return out;
   }
   for (const [key, value] of Object.entries(input)) {
-    const keyProblem = configKeyProblem(key);
     // Failures for a bad key still use the key as written, so the user can find it.
-    const at = f.at(name).at(key);
-    if (keyProblem !== undefined) {
-      at.fail(undefined, `key ${JSON.stringify(key)} ${keyProblem}`);
-      continue;
+    const f = new Failures(name).at(key);
+    const keyProblem = configKeyProblem(key);
+    if (keyProblem !== undefined) f.fail(undefined, `key ${JSON.stringify(key)} ${keyProblem}`);
+    else {
+      const parsed = each(key, value, f);
+      if (parsed !== undefined && f.empty) out.values[key] = parsed;
     }
-    const parsed = each(key, value, at);
-    if (parsed !== undefined) out[key] = parsed;
+    if (!f.empty) out.failures[key] = f.list;
   }
   return out;
+}
+
+function allFailures(e: KeyedEntries<unknown>): ValidationFailure[] {
+  return [...e.general, ...Object.values(e.failures).flat()];
 }
 
 /**
@@ -508,10 +343,11 @@ export function validateConfig(input: unknown): ConfigValidation {
   if (!isObject(input))
     return { ok: false, failures: [{ property: "", reason: "configuration must be an object" }] };
   rejectUnknown(input, ["hosts", "images"], f);
-  const hosts = parseMap(input.hosts, "hosts", f, parseHost);
-  const images = parseMap(input.images, "images", f, parseImage);
-  if (!f.empty) return { ok: false, failures: f.list };
-  return { ok: true, config: { hosts, images } };
+  const hosts = parseKeyedEntries(input.hosts, "hosts", parseHost);
+  const images = parseKeyedEntries(input.images, "images", parseImage);
+  const failures = [...f.list, ...allFailures(hosts), ...allFailures(images)];
+  if (failures.length > 0) return { ok: false, failures };
+  return { ok: true, config: { hosts: hosts.values, images: images.values } };
 }
 
 /** As {@link validateConfig}, throwing a ValidationError carrying every failure. */
@@ -519,42 +355,4 @@ export function parseConfig(input: unknown): ProviderConfig {
   const result = validateConfig(input);
   if (!result.ok) throw new ValidationError(result.failures, "invalid provider configuration");
   return result.config;
-}
-
-/**
- * Resolves a resource's image reference: a key of `images`, or a direct
- * location (https://, http://, file: URL or absolute path) which gets the
- * same defaults as a configured image (qcow2, UEFI, unpinned). Anything that
- * contains `:` or starts with `/` is taken as a location. Throws a
- * ValidationError at `property` (default `image`) for an unknown key or a bad
- * location.
- */
-export function resolveImage(
-  ref: unknown,
-  images: Readonly<Record<string, ImageConfig>>,
-  property = "image",
-): ImageConfig {
-  const f = new Failures();
-  if (typeof ref !== "string" || ref === "") {
-    f.fail(property, "must be an image key or an image URL");
-    f.throwIfAny();
-  }
-  const r = ref as string;
-  if (r.includes(":") || r.startsWith("/")) {
-    const location = parseImageUrl(r, f, property);
-    f.throwIfAny();
-    const loc = location as { url: string; source: ImageSource };
-    return { url: loc.url, source: loc.source, format: DEFAULT_IMAGE_FORMAT, firmware: DEFAULT_FIRMWARE };
-  }
-  const image = Object.hasOwn(images, r) ? images[r] : undefined;
-  if (image === undefined) {
-    const known = Object.keys(images);
-    f.fail(
-      property,
-      `unknown image key ${JSON.stringify(r)} (configured: ${known.length ? known.join(", ") : "none"}); ` +
-        "or give an https://, http://, file: URL or absolute path",
-    );
-    f.throwIfAny();
-  }
-  return image as ImageConfig;
 }

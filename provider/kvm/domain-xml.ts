@@ -8,9 +8,11 @@
  * a path, so pool/volume references fail with "Could not open base image:
  * Permission denied" on every stock Debian/Ubuntu host.
  */
-import { DOMAIN_TYPES, type DomainType, FIRMWARES, type Firmware, type NicAttachment } from "./config";
+import { DOMAIN_TYPES, type DomainType } from "./config";
+import { FIRMWARES, type Firmware } from "./image";
 import { buildMetadataElement, checkMetadata, findMetadata, type ProxyMetadata } from "./metadata";
 import { domainNameProblem } from "./names";
+import type { NicAttachment } from "./nic";
 import { Failures } from "./validation";
 import {
   attribute,

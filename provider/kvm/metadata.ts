@@ -22,9 +22,19 @@
  */
 import { createHash } from "node:crypto";
 import { ProviderError } from "../errors";
-import { IMAGE_FORMATS, type ImageFormat } from "./config";
+import { IMAGE_FORMATS, type ImageFormat, type ImageIdentity } from "./image";
 import { Failures } from "./validation";
-import { attribute, childElements, el, parseXml, serializeXml, type XmlElement, type XmlNode } from "./xml";
+import {
+  attribute,
+  childElements,
+  el,
+  forbiddenXmlCharacter,
+  parseXml,
+  serializeXml,
+  type XmlAttrValue,
+  type XmlElement,
+  type XmlNode,
+} from "./xml";
 
 /** The namespace URI of our metadata element (also the `uri` argument of virDomainSetMetadata/GetMetadata). */
 export const METADATA_NAMESPACE = "https://pulumi-kvm-proxy.dev/xmlns/proxy/v1";
@@ -44,15 +54,12 @@ export interface MetadataOwner {
   urn: string;
 }
 
-/** The image a VM was created from. */
-export interface MetadataImage {
-  /** The reference as the resource gave it: an image key or a direct URL. */
-  ref: string;
-  /** Canonical URL of the image. */
-  url: string;
-  format: ImageFormat;
-  sha256?: string;
-}
+/**
+ * The image a VM was created from: its identity without the firmware (the
+ * domain XML carries that), plus the reference as the resource gave it (an
+ * image key or a direct URL).
+ */
+export type MetadataImage = Pick<ImageIdentity, "url" | "format" | "sha256"> & { ref: string };
 
 /** Everything stored in a VM's metadata element. */
 export interface ProxyMetadata {
@@ -79,8 +86,34 @@ const HEX64 = /^[0-9a-f]{64}$/;
 const ISO8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/;
 /** Most tags a VM may carry. */
 export const MAX_TAGS = 64;
+const TAG_KEY = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
 const MAX_TAG_KEY = 128;
 const MAX_TAG_VALUE = 256;
+
+/**
+ * Why a tag cannot be stored, or undefined: the one place for tag limits.
+ * Stored tags (what the metadata carries and reads back) have keys of 1-128
+ * characters and string values of at most 256, both carriable by XML. Tags
+ * given as resource inputs (`input: true`, what `check` applies) also keep
+ * their keys to letters, digits, '.', '_', ':', '/' and '-', starting with a
+ * letter or digit, so they read well in `virsh dumpxml` and tools.
+ */
+export function tagProblem(
+  key: string,
+  value: unknown,
+  options: { input?: boolean } = {},
+): string | undefined {
+  if (options.input === true && !TAG_KEY.test(key)) {
+    return "key must be 1-128 letters, digits, '.', '_', ':', '/' or '-', starting with a letter or digit";
+  }
+  if (key === "" || key.length > MAX_TAG_KEY) return `key must be 1-${MAX_TAG_KEY} characters`;
+  if (typeof value !== "string") return "value must be a string";
+  if (value.length > MAX_TAG_VALUE) return `value must be at most ${MAX_TAG_VALUE} characters`;
+  const bad = forbiddenXmlCharacter(value) ?? forbiddenXmlCharacter(key);
+  if (bad !== undefined || value.includes("\0"))
+    return `value contains ${bad ?? "U+0000"}, which XML cannot carry`;
+  return undefined;
+}
 
 /**
  * Checks metadata before it is written, recording failures under `f` with
@@ -113,10 +146,8 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
     const entries = Object.entries(tags);
     if (entries.length > MAX_TAGS) f.fail("tags", `at most ${MAX_TAGS} tags`);
     for (const [k, v] of entries) {
-      if (k === "" || k.length > MAX_TAG_KEY) f.fail(`tags.${k}`, `key must be 1-${MAX_TAG_KEY} characters`);
-      if (typeof v !== "string") f.fail(`tags.${k}`, "value must be a string");
-      else if (v.length > MAX_TAG_VALUE)
-        f.fail(`tags.${k}`, `value must be at most ${MAX_TAG_VALUE} characters`);
+      const problem = tagProblem(k, v);
+      if (problem !== undefined) f.fail(`tags.${k}`, problem);
     }
   }
   return f;
@@ -155,6 +186,25 @@ export function buildMetadataElement(m: ProxyMetadata): XmlElement {
  */
 export function buildMetadataXml(m: ProxyMetadata): string {
   return serializeXml(buildMetadataElement(m));
+}
+
+/**
+ * Our metadata element as virDomainSetMetadata takes it: unprefixed and
+ * without the xmlns declaration (libvirt applies the namespace and prefix
+ * itself, and refuses a fragment that declares them: "failed to create a new
+ * XML namespace").
+ */
+export function metadataForSet(m: ProxyMetadata): string {
+  const strip = (e: XmlElement): XmlElement => {
+    const attrs: Record<string, XmlAttrValue> = {};
+    for (const [k, v] of Object.entries(e.attrs ?? {})) if (!k.startsWith("xmlns")) attrs[k] = v;
+    return {
+      name: e.name.replace(/^[^:]*:/, ""),
+      attrs,
+      children: (e.children ?? []).map((c) => (typeof c === "object" && c !== null ? strip(c) : c)),
+    };
+  };
+  return serializeXml(strip(buildMetadataElement(m)));
 }
 
 /**

@@ -5,7 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { ProviderError } from "../errors";
-import type { ImageFormat } from "./config";
+import type { ImageFormat, ImageIdentity } from "./image";
 
 /** Longest domain name accepted: a DNS label, so the name can double as the guest's hostname. */
 export const DOMAIN_NAME_MAX = 63;
@@ -105,14 +105,8 @@ export const CACHED_IMAGE_PREFIX = "kvmp-image-";
 /** Suffix of the marker volume that says "this image's upload has not completed". */
 export const PARTIAL_SUFFIX = ".partial";
 
-/** What identifies a cached image: where it came from, its pinned checksum and its format. */
-export interface ImageIdentity {
-  /** The canonical image URL (see config's resolveImage). */
-  url: string;
-  /** Lower-case hex SHA-256, when the image is pinned. */
-  sha256?: string;
-  format: ImageFormat;
-}
+/** What names a cached image: where it came from, its pinned checksum and its format (not the firmware: one file boots either way). */
+export type CachedImageIdentity = Pick<ImageIdentity, "url" | "sha256" | "format">;
 
 /**
  * The first 16 hex characters of SHA-256 over `url`, a newline and the
@@ -128,7 +122,7 @@ export function imageCacheKey(image: Pick<ImageIdentity, "url" | "sha256">): str
 }
 
 /** The cached-image volume: `kvmp-image-<16 hex>.<format>`, shared by every VM on the pool using that image. */
-export function cachedImageVolumeName(image: ImageIdentity): string {
+export function cachedImageVolumeName(image: CachedImageIdentity): string {
   return `${CACHED_IMAGE_PREFIX}${imageCacheKey(image)}.${image.format}`;
 }
 

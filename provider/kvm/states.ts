@@ -2,7 +2,8 @@
  * Provider states: what a VM looks like to the Pulumi resource, derived from
  * libvirt's domain state and whether the guest has reported an address yet.
  */
-import { DomainState } from "../libvirt/constants";
+import { DomainState, IpAddrType } from "../libvirt/constants";
+import type { DomainInterface } from "../libvirt/types";
 
 /**
  * - `provisioning`: running (or starting), no routable IPv4 yet;
@@ -81,4 +82,18 @@ export function isRoutableIpv4(addr: string): boolean {
   if (a === 0 || a === 127 || a >= 224) return false;
   if (a === 169 && b === 254) return false;
   return true;
+}
+
+/** First routable IPv4 of `ifaces` (as libvirt reports interface addresses), preferring the interface with `mac`. */
+export function firstRoutableIpv4(ifaces: readonly DomainInterface[], mac?: string): string | undefined {
+  const ordered = mac === undefined ? ifaces : [...ifaces].sort((a, b) => rank(a) - rank(b));
+  function rank(i: DomainInterface): number {
+    return i.hwaddr?.toLowerCase() === mac ? 0 : 1;
+  }
+  for (const i of ordered) {
+    for (const a of i.addrs) {
+      if (a.type === IpAddrType.IPV4 && isRoutableIpv4(a.addr)) return a.addr;
+    }
+  }
+  return undefined;
 }

@@ -4,7 +4,7 @@
  * state holds. Types only, plus the defaults and limits `check` enforces.
  */
 import type * as pulumi from "@pulumi/pulumi";
-import type { Firmware, ImageFormat } from "../kvm/config";
+import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/image";
 import type { ProxyState } from "../kvm/states";
 
 /** The value Pulumi sends for an input not known yet (during preview). */
@@ -97,19 +97,12 @@ export interface OwnerInput {
   resource: string;
 }
 
-/** The image as check resolved it (from the config or inline): what the VM is built from. */
-export interface ResolvedImage {
-  url: string;
-  format: ImageFormat;
-  firmware: Firmware;
-  sha256?: string;
-}
-
 /** Inputs after check: defaults applied. This is what the state's inputs hold. */
 export interface CheckedInputs {
   host: string;
   image: string | InlineImage;
-  resolvedImage: ResolvedImage;
+  /** The image as check resolved it (from the config or inline): what the VM is built from. */
+  resolvedImage: ImageIdentity;
   userData: string;
   vendorData?: string;
   installGuestAgent: boolean;

@@ -9,22 +9,23 @@
  * which the caller supplies.
  */
 
-import { buildVendorData } from "../kvm/cloud-init";
-import {
-  FIRMWARES,
-  type HostConfig,
-  IMAGE_FORMATS,
-  type ImageConfig,
-  parseImage,
-  resolveImage,
-} from "../kvm/config";
+import type { HostConfig } from "../kvm/config";
 import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain-xml";
 import { parseDuration } from "../kvm/duration";
-import { MAX_TAGS } from "../kvm/metadata";
+import {
+  FIRMWARES,
+  IMAGE_FORMATS,
+  type ImageConfig,
+  type ImageIdentity,
+  parseImage,
+  resolveImage,
+} from "../kvm/image";
+import { MAX_TAGS, tagProblem } from "../kvm/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/names";
-import { buildMetaData, MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";
+import { readNicFields } from "../kvm/nic";
+import { buildSeed, type SeedField } from "../kvm/seed";
+import { MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";
 import { Failures, ValidationError, type ValidationFailure } from "../kvm/validation";
-import { forbiddenXmlCharacter } from "../kvm/xml";
 import {
   type CheckedInputs,
   DEFAULTS,
@@ -32,7 +33,6 @@ import {
   MAX_TIMEOUT_SECONDS,
   type OwnerInput,
   REPLACE_PROPERTIES,
-  type ResolvedImage,
   UNKNOWN,
   UPDATE_PROPERTIES,
 } from "./args";
@@ -46,9 +46,6 @@ import { defaultUserData } from "./squid";
 export const INPUT_PROPERTIES: readonly string[] = [...REPLACE_PROPERTIES, ...UPDATE_PROPERTIES];
 
 const INTERNAL = ["__provider", "owner", "autoname", "resolvedImage"];
-
-const TAG_KEY = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
-const MAX_TAG_VALUE = 256;
 
 /** What check needs besides the inputs. */
 export interface CheckContext {
@@ -160,7 +157,7 @@ function checkImage(
     return undefined;
   }
   if (image === undefined) return undefined;
-  const resolved: ResolvedImage = { url: image.url, format: image.format, firmware: image.firmware };
+  const resolved: ImageIdentity = { url: image.url, format: image.format, firmware: image.firmware };
   if (image.sha256 !== undefined) resolved.sha256 = image.sha256;
   return resolved;
 }
@@ -235,31 +232,9 @@ function checkTags(f: Failures, v: unknown): Record<string, string> {
   if (entries.length > MAX_TAGS) f.fail("tags", `at most ${MAX_TAGS} tags (got ${entries.length})`);
   const out: Record<string, string> = {};
   for (const [k, val] of entries) {
-    if (!TAG_KEY.test(k)) {
-      f.fail(
-        `tags.${k}`,
-        "key must be 1-128 letters, digits, '.', '_', ':', '/' or '-', starting with a letter or digit",
-      );
-      continue;
-    }
-    if (val === UNKNOWN) {
-      out[k] = val;
-      continue;
-    }
-    if (typeof val !== "string") {
-      f.fail(`tags.${k}`, "value must be a string");
-      continue;
-    }
-    if (val.length > MAX_TAG_VALUE) {
-      f.fail(`tags.${k}`, `value must be at most ${MAX_TAG_VALUE} characters`);
-      continue;
-    }
-    const bad = forbiddenXmlCharacter(val);
-    if (bad !== undefined || val.includes("\0")) {
-      f.fail(`tags.${k}`, `value contains ${bad ?? "U+0000"}, which XML cannot carry`);
-      continue;
-    }
-    out[k] = val;
+    const problem = val === UNKNOWN ? undefined : tagProblem(k, val, { input: true });
+    if (problem !== undefined) f.fail(`tags.${k}`, problem);
+    else out[k] = val as string;
   }
   return out;
 }
@@ -272,14 +247,42 @@ function checkName(f: Failures, v: unknown): string | undefined {
     f.fail("name", problem);
     return undefined;
   }
-  // The name is also the guest hostname and cloud-init instance-id.
-  try {
-    buildMetaData({ instanceId: v as string, localHostname: v as string });
-  } catch (err) {
-    f.fail("name", `is not usable as the guest hostname: ${(err as Error).message}`);
-    return undefined;
-  }
   return v as string;
+}
+
+/**
+ * Builds the seed create would write (seed.ts, the same function), so that
+ * input that cannot make one fails here, naming the field. The name is also
+ * the guest hostname and cloud-init instance-id.
+ */
+function checkSeed(
+  f: Failures,
+  s: {
+    name: string | undefined;
+    userData: string | undefined;
+    vendorData: string | undefined;
+    installGuestAgent: boolean;
+    installGuestAgentKnown: boolean;
+  },
+): void {
+  const known = (v: string | undefined) => v !== UNKNOWN;
+  if (!known(s.name) || !known(s.userData) || !known(s.vendorData) || !s.installGuestAgentKnown) return;
+  try {
+    buildSeed({
+      name: s.name ?? "placeholder",
+      userData: s.userData ?? "",
+      installGuestAgent: s.installGuestAgent,
+      ...(s.vendorData !== undefined ? { vendorData: s.vendorData } : {}),
+    });
+  } catch (err) {
+    if (!(err instanceof ValidationError)) throw err;
+    for (const x of err.failures) {
+      const field = x.property as SeedField;
+      if (field === "name") f.fail("name", `is not usable as the guest hostname: ${x.reason}`);
+      else if (field === "userData" || field === "vendorData") f.fail(SEED_FIELD[field], x.reason);
+      else f.fail(field, x.reason);
+    }
+  }
 }
 
 function checkHostRef(f: Failures, v: unknown, config: StackConfig): HostConfig | undefined {
@@ -356,35 +359,10 @@ export function checkInputs(
 
   const userData = seedText(f, SEED_FIELD.userData, news.userData);
   const vendorData = seedText(f, SEED_FIELD.vendorData, news.vendorData);
-  if (vendorData !== undefined && vendorData !== UNKNOWN && news.installGuestAgent !== UNKNOWN) {
-    try {
-      const vd = buildVendorData({ installGuestAgent, vendorData });
-      if (vd !== undefined && vd.length > MAX_SEED_FILE_BYTES) {
-        f.fail(
-          SEED_FIELD.vendorData,
-          `with the guest-agent script it is ${vd.length} bytes, over the seed limit`,
-        );
-      }
-    } catch (err) {
-      f.fail(SEED_FIELD.vendorData, (err as Error).message);
-    }
-  }
-
-  let network: string | undefined;
-  let bridge: string | undefined;
-  if (news.network !== undefined && news.bridge !== undefined) {
-    f.fail("bridge", "give either network or bridge, not both");
-  }
-  if (news.network !== undefined && news.network !== UNKNOWN) {
-    if (typeof news.network !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}$/.test(news.network)) {
-      f.fail("network", "must be a libvirt network name: 1-128 letters, digits, '.', '_', '+', ':' or '-'");
-    } else network = news.network;
-  } else if (news.network === UNKNOWN) network = UNKNOWN;
-  if (news.bridge !== undefined && news.bridge !== UNKNOWN) {
-    if (typeof news.bridge !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$/.test(news.bridge)) {
-      f.fail("bridge", "must be a Linux interface name: 1-15 letters, digits, '.', '_' or '-'");
-    } else bridge = news.bridge;
-  } else if (news.bridge === UNKNOWN) bridge = UNKNOWN;
+  // One NIC rule for the host config and the resource (nic.ts); unknowns pass.
+  readNicFields(news, f, { isPending: (x) => x === UNKNOWN });
+  const network = news.network ?? undefined;
+  const bridge = news.bridge ?? undefined;
 
   let macAddress: string | undefined;
   if (news.macAddress !== undefined && news.macAddress !== null) {
@@ -411,6 +389,14 @@ export function checkInputs(
       name = autoDomainName(owner?.resource ?? "proxy", ctx.randomBytes(AUTONAME_RANDOM_BYTES));
     }
   }
+
+  checkSeed(f, {
+    name,
+    userData,
+    vendorData,
+    installGuestAgent,
+    installGuestAgentKnown: news.installGuestAgent !== UNKNOWN,
+  });
 
   const healthCheck = checkHealth(f, news.healthCheck, waitForIp);
   const timeouts = checkTimeouts(f, news.timeouts);
@@ -445,7 +431,7 @@ export function checkInputs(
 
 /** The checked inputs as the typed record create/update use (after preview, nothing is unknown). */
 export function asChecked(inputs: Record<string, unknown>): CheckedInputs {
-  const resolved = inputs.resolvedImage as ResolvedImage | undefined;
+  const resolved = inputs.resolvedImage as ImageIdentity | undefined;
   if (resolved === undefined || isUnknown(inputs)) {
     throw new ValidationError([{ property: "", reason: "inputs were not checked or are still unknown" }]);
   }

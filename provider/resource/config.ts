@@ -13,8 +13,9 @@
  * only fails the resources that use it. Connection settings are never
  * resource inputs: changing them never replaces a VM.
  */
-import { configKeyProblem, type HostConfig, type ImageConfig, parseHost, parseImage } from "../kvm/config";
-import { Failures, type ValidationFailure } from "../kvm/validation";
+import { type HostConfig, parseHost, parseKeyedEntries } from "../kvm/config";
+import { type ImageConfig, parseImage } from "../kvm/image";
+import type { ValidationFailure } from "../kvm/validation";
 
 /** Stack config keys read. */
 export const CONFIG_KEYS = {
@@ -79,53 +80,23 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
     });
   }
 
-  if (rawHosts !== undefined && rawHosts !== null) {
-    if (!isObject(rawHosts)) {
-      out.general.push({ property: CONFIG_KEYS.hosts, reason: "must be an object keyed by host name" });
-    } else {
-      for (const [key, value] of Object.entries(rawHosts)) {
-        const f = new Failures(`${CONFIG_KEYS.hosts}.${key}`);
-        const problem = configKeyProblem(key);
-        if (problem !== undefined) {
-          f.fail(undefined, `key ${JSON.stringify(key)} ${problem}`);
-          out.hostFailures[key] = f.list;
-          continue;
-        }
-        let input = value;
-        // The shared key applies to ssh:// hosts that bring no auth of their own.
-        if (
-          typeof sshKey === "string" &&
-          isObject(value) &&
-          typeof value.uri === "string" &&
-          value.uri.startsWith("ssh:") &&
-          SSH_AUTH_FIELDS.every((k) => value[k] === undefined)
-        ) {
-          input = { ...value, privateKey: sshKey };
-        }
-        const host = parseHost(key, input, f);
-        if (host !== undefined) out.hosts[key] = host;
-        else out.hostFailures[key] = f.list;
-      }
-    }
-  }
-
-  if (rawImages !== undefined && rawImages !== null) {
-    if (!isObject(rawImages)) {
-      out.general.push({ property: CONFIG_KEYS.images, reason: "must be an object keyed by image name" });
-    } else {
-      for (const [key, value] of Object.entries(rawImages)) {
-        const f = new Failures(`${CONFIG_KEYS.images}.${key}`);
-        const problem = configKeyProblem(key);
-        if (problem !== undefined) {
-          f.fail(undefined, `key ${JSON.stringify(key)} ${problem}`);
-          out.imageFailures[key] = f.list;
-          continue;
-        }
-        const image = parseImage(key, value, f);
-        if (image !== undefined) out.images[key] = image;
-        else out.imageFailures[key] = f.list;
-      }
-    }
-  }
+  // The shared key applies to ssh:// hosts that bring no auth of their own.
+  const withSharedKey = (value: unknown): unknown =>
+    typeof sshKey === "string" &&
+    isObject(value) &&
+    typeof value.uri === "string" &&
+    value.uri.startsWith("ssh:") &&
+    SSH_AUTH_FIELDS.every((k) => value[k] === undefined)
+      ? { ...value, privateKey: sshKey }
+      : value;
+  const hosts = parseKeyedEntries(rawHosts, CONFIG_KEYS.hosts, (key, value, f) =>
+    parseHost(key, withSharedKey(value), f),
+  );
+  const images = parseKeyedEntries(rawImages, CONFIG_KEYS.images, parseImage);
+  out.hosts = hosts.values;
+  out.hostFailures = hosts.failures;
+  out.images = images.values;
+  out.imageFailures = images.failures;
+  out.general.push(...hosts.general, ...images.general);
   return out;
 }

@@ -29,6 +29,7 @@ import {
 } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import { CredentialLoader, type CredentialOptions, type LoadedCredentials } from "./credentials";
+import { LIBVIRT_DEFAULTS } from "./defaults";
 import { hostKeyError } from "./known-hosts";
 import type { Transport } from "./types";
 
@@ -54,10 +55,10 @@ export interface SshTransportOptions extends CredentialOptions {
 }
 
 export const SSH_DEFAULTS = {
-  port: 22,
-  user: "root",
-  socketPath: "/var/run/libvirt/libvirt-sock",
-  driverUri: "qemu:///system",
+  port: LIBVIRT_DEFAULTS.sshPort,
+  user: LIBVIRT_DEFAULTS.sshUser,
+  socketPath: LIBVIRT_DEFAULTS.socketPath,
+  driverUri: LIBVIRT_DEFAULTS.driverUri,
   connectTimeoutMs: 20_000,
   keepalive: { intervalMs: 15_000, countMax: 3 },
 } as const;
@@ -77,26 +78,6 @@ interface Connection {
   closed: boolean;
   /** The server refused direct-streamlocal once: use virt-ssh-helper for the rest of this connection. */
   streamLocalRefused: boolean;
-}
-
-/** Parses `ssh://[user@]host[:port]` (IPv6 in brackets) into transport options. */
-export function sshTargetFromUri(uri: string): { host: string; port: number; user: string } {
-  let u: URL;
-  try {
-    u = new URL(uri);
-  } catch {
-    throw new ProviderError("permanent", `not a URI: ${JSON.stringify(uri)}`);
-  }
-  if (u.protocol !== "ssh:" || u.hostname === "") {
-    throw new ProviderError("permanent", `expected ssh://user@host[:port], got ${JSON.stringify(uri)}`);
-  }
-  if (u.password !== "") throw new ProviderError("permanent", "ssh:// URIs must not carry a password");
-  const host = u.hostname.replace(/^\[(.*)\]$/, "$1");
-  return {
-    host,
-    port: u.port === "" ? SSH_DEFAULTS.port : Number(u.port),
-    user: u.username === "" ? SSH_DEFAULTS.user : decodeURIComponent(u.username),
-  };
 }
 
 /** Quotes one argument for the remote POSIX shell. */

@@ -1,9 +1,10 @@
 import net from "node:net";
 import type { Duplex } from "node:stream";
 import { ProviderError } from "../errors";
+import { LIBVIRT_DEFAULTS } from "./defaults";
 import type { Transport } from "./types";
 
-export const DEFAULT_LIBVIRT_SOCKET = "/var/run/libvirt/libvirt-sock";
+export const DEFAULT_LIBVIRT_SOCKET = LIBVIRT_DEFAULTS.socketPath;
 
 // The daemon is not there (yet): not started, restarting, socket not created.
 const TRANSIENT_CODES = new Set(["ENOENT", "ECONNREFUSED", "EAGAIN", "ECONNRESET"]);

@@ -21,15 +21,16 @@
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/cloud-init";
-import { type ImageConfig, parseConfig, parseImage } from "../../provider/kvm/config";
-import { HostPool } from "../../provider/kvm/hosts";
-import { ImageCache } from "../../provider/kvm/image-cache";
+import { parseConfig } from "../../provider/kvm/config";
+import { HostPool } from "../../provider/kvm/host/hosts";
+import { ImageCache } from "../../provider/kvm/host/image-cache";
 import {
   type CreateResult,
   type CreateSpec,
   KvmOperations,
   type VmStatus,
-} from "../../provider/kvm/operations";
+} from "../../provider/kvm/host/operations";
+import { type ImageConfig, parseImage } from "../../provider/kvm/image";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virsh, virshQuiet } from "../pulumi/harness";
 import { type TestHost, testHost } from "../support/test-host";

@@ -15,8 +15,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config";
-import { HostPool } from "../../provider/kvm/hosts";
-import { ImageCache } from "../../provider/kvm/image-cache";
+import { HostPool } from "../../provider/kvm/host/hosts";
+import { ImageCache } from "../../provider/kvm/host/image-cache";
 import {
   allDomains,
   poolVolumes,
@@ -143,8 +143,6 @@ const cachedImage = () =>
   ImageCache.volumeName({
     url: env.imageUrlInNetns,
     format: "qcow2",
-    firmware: "uefi",
-    source: { kind: "http", url: env.imageUrlInNetns },
     sha256: env.imageSha256,
   });
 

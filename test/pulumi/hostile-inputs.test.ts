@@ -15,7 +15,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseImage } from "../../provider/kvm/config";
+import { parseImage } from "../../provider/kvm/image";
 import { parseMetadata } from "../../provider/kvm/metadata";
 import { cachedImageVolumeName } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";

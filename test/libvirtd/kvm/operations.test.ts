@@ -3,14 +3,14 @@ import { chmodSync, createReadStream, mkdtempSync, rmSync, statSync, writeFileSy
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ProviderError, TimeoutError } from "../../../provider/errors";
-import type { ImageConfig } from "../../../provider/kvm/config";
 import { buildDomainXml } from "../../../provider/kvm/domain-xml";
-import { HostPool } from "../../../provider/kvm/hosts";
-import { ImageCache } from "../../../provider/kvm/image-cache";
+import { HostPool } from "../../../provider/kvm/host/hosts";
+import { ImageCache } from "../../../provider/kvm/host/image-cache";
+import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/host/operations";
+import { KvmOperationError } from "../../../provider/kvm/host/retry";
+import type { ImageConfig } from "../../../provider/kvm/image";
 import { METADATA_NAMESPACE } from "../../../provider/kvm/metadata";
 import { partialMarkerVolumeName } from "../../../provider/kvm/names";
-import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/operations";
-import { KvmOperationError } from "../../../provider/kvm/retry";
 import { DomainMetadataType } from "../../../provider/libvirt/constants";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
@@ -240,17 +240,18 @@ describe("create", () => {
     const o = ops();
     const name = track(uniqueName("taken"));
     const mine = baseSpec("local", name, sharedImage);
-    const first = await o.create(mine);
-    // Another stack's create that looked before the first defined, then failed transiently once.
+    // Another stack's create looks first (no domain yet), then fails transiently
+    // once; meanwhile the first owner's create defines the domain.
     const other = baseSpec("local", name, sharedImage);
     other.owner = { project: "kvmpt", stack: "other", urn: "urn:pulumi:other::kvmpt::kvm:Proxy::late" };
     let failed = false;
+    let first: { uuid: string } | undefined;
     const err = await o
       .create(other, {
-        knownAbsent: true,
-        onStep: (s) => {
+        onStep: async (s) => {
           if (s === "seed-upload" && !failed) {
             failed = true;
+            first = await o.create(mine);
             throw new ProviderError("transient", "injected: connection reset");
           }
         },
@@ -264,20 +265,32 @@ describe("create", () => {
     );
     expect(domainsNamed(name)).toEqual([name]);
     expect(domainState(name)).toBe("running");
-    expect(virsh(host, "domuuid", name).trim()).toBe(first.uuid);
+    expect(virsh(host, "domuuid", name).trim()).toBe(first?.uuid);
     // Its own owner converges onto it as before.
-    expect((await o.create(mine)).uuid).toBe(first.uuid);
+    expect((await o.create(mine)).uuid).toBe(first?.uuid);
     await o.delete("local", name);
   });
 
-  it("told the domain is known absent, skips its lookup; a retry after a cut looks again and keeps the one define", async () => {
+  it("refuses to converge onto its own owner's domain built from other inputs (another spec hash)", async () => {
+    const o = ops();
+    const name = track(uniqueName("respec"));
+    const first = await o.create(baseSpec("local", name, sharedImage));
+    const changed = { ...baseSpec("local", name, sharedImage), specHash: "0".repeat(64) };
+    const err = await o.create(changed).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(KvmOperationError);
+    expect((err as KvmOperationError).message).toMatch(/was built from other inputs/);
+    expect(virsh(host, "domuuid", name).trim()).toBe(first.uuid);
+    await o.delete("local", name);
+  });
+
+  it("provision looks the domain up once before its define; a retry after a cut looks again and keeps the one define", async () => {
     const log = new TraceLog();
     const cuts = new CuttableTransports();
     const o = ops({ pool: hostPool(host, { transportFor: cuts.factory, tracer: log.tracer }) });
     const name = track(uniqueName("absent"));
     let dropped = false;
-    const done = await o.create(baseSpec("local", name, sharedImage), {
-      knownAbsent: true,
+    const done = await o.provision(baseSpec("local", name, sharedImage), {
+      waitForIp: false,
       // After the define: the retry must find the domain the first attempt defined.
       onStep: (s) => {
         if (s === "start" && !dropped) {
@@ -290,15 +303,16 @@ describe("create", () => {
     const calls = log.records.map((r) => r.call);
     const firstDefine = calls.indexOf("virDomainDefineXML");
     expect(firstDefine).toBeGreaterThan(-1);
-    expect(calls.slice(0, firstDefine)).not.toContain("virDomainLookupByName");
+    expect(calls.slice(0, firstDefine).filter((c) => c === "virDomainLookupByName")).toHaveLength(1);
     expect(calls.slice(firstDefine)).toContain("virDomainLookupByName");
     expect(calls.filter((c) => c === "virDomainDefineXML")).toHaveLength(1);
-    expect(done.defined).toBe(false);
+    // The live XML read after the start is the status's: no second read.
+    expect(calls.filter((c) => c === "virDomainGetXMLDesc")).toHaveLength(1);
     expect(domainsNamed(name)).toEqual([name]);
     expect(domainState(name)).toBe("running");
-    // The live XML read after the start comes back parsed, so a caller need not read it again.
-    expect(done.domain.name).toBe(name);
-    expect(done.domain.mac).toBe(done.mac);
+    expect(done.uuid).toBe(virsh(host, "domuuid", name).trim());
+    expect(done.domain?.name).toBe(name);
+    expect(done.domain?.mac).toBe(done.mac);
     await o.delete("local", name);
   });
 

@@ -11,8 +11,8 @@
  * call at the cut index is the recorded call.
  */
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { ImageCache } from "../../../provider/kvm/image-cache";
-import type { CreateSpec } from "../../../provider/kvm/operations";
+import { ImageCache } from "../../../provider/kvm/host/image-cache";
+import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { testHost } from "../../support/test-host";
 import { WireRelay } from "../../support/wire-relay";
 import {

@@ -6,8 +6,8 @@
  * through, which is exactly that timing.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { ImageCache } from "../../../provider/kvm/image-cache";
-import type { CreateSpec } from "../../../provider/kvm/operations";
+import { ImageCache } from "../../../provider/kvm/host/image-cache";
+import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { testHost } from "../../support/test-host";
 import { WireRelay } from "../../support/wire-relay";
 import { baseSpec, imageConfig, makeQcow2, PREFIX, scratchDir, uniqueName, virsh } from "../kvm/ops-helpers";

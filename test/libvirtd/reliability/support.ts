@@ -8,12 +8,12 @@ import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { ProviderError } from "../../../provider/errors";
 import { parseConfig } from "../../../provider/kvm/config";
-import { HostPool } from "../../../provider/kvm/hosts";
-import { ImageCache } from "../../../provider/kvm/image-cache";
+import { HostPool } from "../../../provider/kvm/host/hosts";
+import { ImageCache } from "../../../provider/kvm/host/image-cache";
+import { KvmOperations, type KvmOperationsOptions } from "../../../provider/kvm/host/operations";
+import type { RetryPolicy } from "../../../provider/kvm/host/retry";
+import type { CallTracer } from "../../../provider/kvm/host/trace";
 import { partialMarkerVolumeName } from "../../../provider/kvm/names";
-import { KvmOperations, type KvmOperationsOptions } from "../../../provider/kvm/operations";
-import type { RetryPolicy } from "../../../provider/kvm/retry";
-import type { CallTracer } from "../../../provider/kvm/trace";
 import { repoRoot, type TestHost, virshUri } from "../../support/test-host";
 import { sha256File, virsh, virshQuiet } from "../kvm/ops-helpers";
 

@@ -11,8 +11,8 @@
  */
 import { statSync } from "node:fs";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { ImageCache } from "../../../provider/kvm/image-cache";
-import type { CreateSpec } from "../../../provider/kvm/operations";
+import { ImageCache } from "../../../provider/kvm/host/image-cache";
+import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { PacketStatus, PacketType } from "../../../provider/libvirt/constants";
 import { testHost } from "../../support/test-host";
 import { type StreamFault, WireRelay } from "../../support/wire-relay";

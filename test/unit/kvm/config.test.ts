@@ -5,10 +5,11 @@ import {
   DEFAULT_REMOTE_SOCKET,
   type HostConfig,
   parseConfig,
-  resolveImage,
+  parseHostUri,
   validateConfig,
 } from "../../../provider/kvm/config";
-import { ValidationError } from "../../../provider/kvm/validation";
+import { imageSourceOf, resolveImage } from "../../../provider/kvm/image";
+import { Failures, ValidationError } from "../../../provider/kvm/validation";
 
 const KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n";
 const SHA = "0123456789abcdef".repeat(4);
@@ -194,7 +195,6 @@ describe("image configuration", () => {
     expect(image).toEqual({
       key: "debian",
       url: "https://example.com/d.qcow2",
-      source: { kind: "http", url: "https://example.com/d.qcow2" },
       format: "qcow2",
       firmware: "uefi",
     });
@@ -226,7 +226,7 @@ describe("image configuration", () => {
   ])("canonicalises %s", (url, canonical, source) => {
     const image = parseConfig({ images: { i: { url } } }).images.i;
     expect(image?.url).toBe(canonical);
-    expect(image?.source).toEqual(source);
+    expect(imageSourceOf(image?.url as string)).toEqual(source);
   });
 
   it.each<[string, Record<string, unknown>, string]>([
@@ -339,4 +339,26 @@ describe("resolveImage", () => {
   it("reports under a caller-chosen property", () => {
     expect(() => resolveImage("nope", images, "spec.image")).toThrow(/spec\.image/);
   });
+});
+
+describe("parseHostUri (the one parser of host URIs)", () => {
+  it.each([
+    ["ssh://root@169.254.213.2:2222", { host: "169.254.213.2", port: 2222, user: "root" }],
+    ["ssh://kvm1.example.com", { host: "kvm1.example.com", port: 22, user: "root" }],
+    ["ssh://virt%5Fadmin@[2001:db8::1]:2200", { host: "2001:db8::1", port: 2200, user: "virt_admin" }],
+  ])("%s reaches user, host and port with the defaults filled in", (uri, target) => {
+    const f = new Failures();
+    expect(parseHostUri(uri, f)).toMatchObject({ kind: "ssh", ...target });
+    expect(f.list).toEqual([]);
+  });
+
+  it.each(["qemu+ssh://h/system", "ssh://", "not a uri", "ssh://u:secret@h"])(
+    "%s is refused at uri",
+    (uri) => {
+      const f = new Failures();
+      expect(parseHostUri(uri, f)).toBeUndefined();
+      expect(f.list.map((x) => x.property)).toEqual(["uri"]);
+      expect(f.list[0]?.reason).not.toContain("secret");
+    },
+  );
 });

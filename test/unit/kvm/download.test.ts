@@ -15,7 +15,7 @@ import {
   parseQcow2Header,
   QCOW2_HEADER_BYTES,
   verifiedStream,
-} from "../../../provider/kvm/download";
+} from "../../../provider/kvm/host/download";
 import type { CallRequest, OutgoingStream, RpcClient } from "../../../provider/libvirt/client";
 import { uploadStream } from "../../../provider/libvirt/upload";
 

@@ -3,8 +3,13 @@ import path from "node:path";
 import type { Duplex } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../../provider/kvm/config";
-import { buildTransport, expandHome, HostNotConfiguredError, HostPool } from "../../../provider/kvm/hosts";
-import { CallTracer } from "../../../provider/kvm/trace";
+import {
+  buildTransport,
+  expandHome,
+  HostNotConfiguredError,
+  HostPool,
+} from "../../../provider/kvm/host/hosts";
+import { CallTracer } from "../../../provider/kvm/host/trace";
 import { SshTransport } from "../../../provider/transport/ssh";
 import type { Transport } from "../../../provider/transport/types";
 import { UnixSocketTransport } from "../../../provider/transport/unix";

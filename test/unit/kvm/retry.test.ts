@@ -6,7 +6,7 @@ import {
   KvmOperationError,
   toOperationError,
   withRetry,
-} from "../../../provider/kvm/retry";
+} from "../../../provider/kvm/host/retry";
 import { LibvirtError } from "../../../provider/libvirt/errors";
 
 function libvirtError(code: number, message: string, call = "virDomainCreate", domain = 10): LibvirtError {

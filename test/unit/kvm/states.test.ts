@@ -1,6 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { firstRoutableIpv4 } from "../../../provider/kvm/operations";
-import { isRoutableIpv4, mapDomainState, ShutoffReason } from "../../../provider/kvm/states";
+import {
+  firstRoutableIpv4,
+  isRoutableIpv4,
+  mapDomainState,
+  ShutoffReason,
+} from "../../../provider/kvm/states";
 import { DomainState } from "../../../provider/libvirt/constants";
 import type { DomainInterface } from "../../../provider/libvirt/types";
 

@@ -8,7 +8,7 @@ import {
   sinkFromEnv,
   stderrSink,
   traceLevelFromEnv,
-} from "../../../provider/kvm/trace";
+} from "../../../provider/kvm/host/trace";
 import type { CallOptions, RpcCaller } from "../../../provider/libvirt/connection";
 import { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Procedure } from "../../../provider/libvirt/procedures";

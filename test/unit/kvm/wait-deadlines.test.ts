@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net";
 import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { isTransient, TimeoutError } from "../../../provider/errors";
-import { openImageSource } from "../../../provider/kvm/download";
+import { openImageSource } from "../../../provider/kvm/host/download";
 import { waitHealthy } from "../../../provider/resource/health-check";
 
 // The waits outside libvirt have deadlines too (issue 7, item 8): a server

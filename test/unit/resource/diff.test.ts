@@ -4,7 +4,7 @@ import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provide
 import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
 import { diffProxy } from "../../../provider/resource/diff";
-import { outputsFrom } from "../../../provider/resource/provider";
+import { outputsFrom } from "../../../provider/resource/mapping";
 
 const config = readStackConfig(
   (k) =>

@@ -7,7 +7,7 @@ import { inspect } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProviderError } from "../../../provider/errors";
 import { CredentialLoader, type CredentialOptions } from "../../../provider/transport/credentials";
-import { SshTransport, sshTargetFromUri } from "../../../provider/transport/ssh";
+import { SshTransport } from "../../../provider/transport/ssh";
 
 const PASSPHRASE = "correct horse battery staple";
 let dir: string;
@@ -271,21 +271,6 @@ describe("SshTransport options", () => {
     });
     expect(t.description).toBe(description);
   });
-
-  it.each([
-    ["ssh://root@169.254.213.2:2222", { host: "169.254.213.2", port: 2222, user: "root" }],
-    ["ssh://kvm1.example.com", { host: "kvm1.example.com", port: 22, user: "root" }],
-    ["ssh://virt%2Badmin@[2001:db8::1]:2200", { host: "2001:db8::1", port: 2200, user: "virt+admin" }],
-  ])("sshTargetFromUri(%s)", (uri, target) => {
-    expect(sshTargetFromUri(uri)).toEqual(target);
-  });
-
-  it.each(["qemu+ssh://h/system", "ssh://", "not a uri", "ssh://u:secret@h"])(
-    "sshTargetFromUri(%s) is permanent",
-    (uri) => {
-      expect(() => sshTargetFromUri(uri)).toThrow(ProviderError);
-    },
-  );
 
   it.each([0, 70000, 1.5])("port %s is refused", (port) => {
     expect(() => new SshTransport({ host: "h", port, privateKeyPath: "/k", knownHosts: "" })).toThrow(

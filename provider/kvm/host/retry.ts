@@ -8,9 +8,9 @@
  * {@link KvmOperationError} naming the operation, host, domain, the libvirt
  * call and its code, so a user can tell which VM on which host failed where.
  */
-import { type ErrorKind, ProviderError, TimeoutError } from "../errors";
-import { ErrorCode } from "../libvirt/error-codes";
-import { LibvirtError } from "../libvirt/errors";
+import { type ErrorKind, ProviderError, TimeoutError } from "../../errors";
+import { ErrorCode } from "../../libvirt/error-codes";
+import { LibvirtError } from "../../libvirt/errors";
 
 /**
  * Libvirt errors whose code is permanent in general but whose message says the
@@ -25,6 +25,14 @@ const BUSY_MESSAGES: readonly { code: number; pattern: RegExp }[] = [
   { code: ErrorCode.OPERATION_INVALID, pattern: /is starting up/i },
 ];
 
+/** True for libvirt's "busy" refusals: the object is held by a job right now (see {@link BUSY_MESSAGES}). */
+export function isBusy(err: unknown): boolean {
+  return (
+    err instanceof LibvirtError &&
+    BUSY_MESSAGES.some((b) => b.code === err.code && b.pattern.test(err.libvirtMessage))
+  );
+}
+
 /**
  * The kind of any thrown value: a ProviderError's own kind, except libvirt
  * "busy" errors, which are transient whatever their code; anything unknown is
@@ -32,8 +40,7 @@ const BUSY_MESSAGES: readonly { code: number; pattern: RegExp }[] = [
  */
 export function classifyError(err: unknown): ErrorKind {
   if (err instanceof LibvirtError) {
-    if (BUSY_MESSAGES.some((b) => b.code === err.code && b.pattern.test(err.libvirtMessage)))
-      return "transient";
+    if (isBusy(err)) return "transient";
     return err.kind;
   }
   if (err instanceof ProviderError) return err.kind;
@@ -125,6 +132,8 @@ export interface RetryOptions extends RetryPolicy, RetryEnv {
   /** When set, failures surface wrapped in a KvmOperationError for this context. */
   context?: OperationContext;
   signal?: AbortSignal;
+  /** Retries only the transient failures this accepts (default all of them). */
+  retryIf?: (err: unknown) => boolean;
   /** Called before each wait with the error, the attempt that failed (1-based) and the delay chosen. */
   onRetry?: (err: unknown, attempt: number, delayMs: number) => void;
 }
@@ -199,6 +208,7 @@ export async function withRetry<T>(
     } catch (err) {
       if (options.signal?.aborted) fail(err, attempt);
       if (classifyError(err) !== "transient" || attempt >= policy.maxAttempts) fail(err, attempt);
+      if (options.retryIf !== undefined && !options.retryIf(err)) fail(err, attempt);
       const delay = backoffDelay(attempt, policy, random);
       if (now() - started + delay >= policy.deadlineMs) fail(err, attempt);
       options.onRetry?.(err, attempt, delay);

@@ -8,13 +8,13 @@
  */
 import os from "node:os";
 import path from "node:path";
-import { ProviderError } from "../errors";
-import { LibvirtConnection } from "../libvirt/connection";
-import { Libvirt } from "../libvirt/libvirt";
-import { SshTransport } from "../transport/ssh";
-import type { Transport } from "../transport/types";
-import { UnixSocketTransport } from "../transport/unix";
-import type { HostConfig } from "./config";
+import { ProviderError } from "../../errors";
+import { LibvirtConnection } from "../../libvirt/connection";
+import { Libvirt } from "../../libvirt/libvirt";
+import { SshTransport } from "../../transport/ssh";
+import type { Transport } from "../../transport/types";
+import { UnixSocketTransport } from "../../transport/unix";
+import type { HostConfig } from "../config";
 import { CallTracer } from "./trace";
 
 /** The host key is not in the provider configuration. Permanent: only a config change helps. */

@@ -22,19 +22,20 @@
  * partial upload (documented limitation).
  */
 import type { Readable } from "node:stream";
-import { ProviderError } from "../errors";
-import type { Libvirt } from "../libvirt/libvirt";
-import type { StoragePool, StorageVol } from "../libvirt/types";
-import type { ImageConfig } from "./config";
-import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
+import { ProviderError } from "../../errors";
+import type { Libvirt } from "../../libvirt/libvirt";
+import type { StoragePool, StorageVol } from "../../libvirt/types";
+import { type ImageIdentity, imageSourceOf } from "../image";
 import {
+  type CachedImageIdentity,
   cachedImageState,
   cachedImageVolumeName,
   parseCachedImageVolumeName,
   partialMarkerVolumeName,
-} from "./names";
+} from "../names";
+import { buildCachedImageVolumeXml } from "../volume-xml";
+import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
 import type { RetryEnv } from "./retry";
-import { buildCachedImageVolumeXml } from "./volume-xml";
 import { createFreshVolume, deleteVolume, lookupVolume, refreshPool, volumeInfo } from "./volumes";
 
 /** A cached image ready to back overlays. */
@@ -58,7 +59,7 @@ export interface CacheLocation {
 }
 
 /** Opens an image's bytes. */
-export type ImageOpener = (image: ImageConfig, options: OpenImageOptions) => Promise<OpenedImage>;
+export type ImageOpener = (image: ImageIdentity, options: OpenImageOptions) => Promise<OpenedImage>;
 
 /** Options of {@link ImageCache}. */
 export interface ImageCacheOptions {
@@ -81,12 +82,8 @@ export class ImageCache {
   }
 
   /** The cache volume name for an image. */
-  static volumeName(image: ImageConfig): string {
-    return cachedImageVolumeName({
-      url: image.url,
-      format: image.format,
-      ...(image.sha256 !== undefined ? { sha256: image.sha256 } : {}),
-    });
+  static volumeName(image: CachedImageIdentity): string {
+    return cachedImageVolumeName(image);
   }
 
   /**
@@ -94,7 +91,7 @@ export class ImageCache {
    * or partial. Callers arriving while this process uploads the same image
    * to the same pool wait for that upload instead of starting their own.
    */
-  ensure(loc: CacheLocation, image: ImageConfig): Promise<CachedImage> {
+  ensure(loc: CacheLocation, image: ImageIdentity): Promise<CachedImage> {
     const name = ImageCache.volumeName(image);
     const key = this.key(loc, name);
     const running = this.inflight.get(key);
@@ -140,7 +137,7 @@ export class ImageCache {
     return `${loc.host}\0${loc.pool.name}\0${name}`;
   }
 
-  private async ensureNow(loc: CacheLocation, image: ImageConfig, name: string): Promise<CachedImage> {
+  private async ensureNow(loc: CacheLocation, image: ImageIdentity, name: string): Promise<CachedImage> {
     const { lv, pool } = loc;
     const markerName = partialMarkerVolumeName(name);
     let vol = await lookupVolume(lv, pool, name);
@@ -177,7 +174,7 @@ export class ImageCache {
 
   private async upload(
     loc: CacheLocation,
-    image: ImageConfig,
+    image: ImageIdentity,
     name: string,
     markerName: string,
   ): Promise<CachedImage> {
@@ -232,4 +229,4 @@ export class ImageCache {
   }
 }
 
-const defaultOpen: ImageOpener = (image, options) => openImageSource(image.source, options);
+const defaultOpen: ImageOpener = (image, options) => openImageSource(imageSourceOf(image.url), options);

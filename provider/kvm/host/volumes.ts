@@ -9,11 +9,11 @@
  *   target path ... already exists" until the pool is refreshed.
  * The pool is refreshed only when one of these is seen, never routinely.
  */
-import { ErrorCode } from "../libvirt/error-codes";
-import { LibvirtError } from "../libvirt/errors";
-import type { Libvirt } from "../libvirt/libvirt";
-import type { StoragePool, StorageVol, StorageVolInfo } from "../libvirt/types";
-import { type RetryEnv, withRetry } from "./retry";
+import { ErrorCode } from "../../libvirt/error-codes";
+import { LibvirtError } from "../../libvirt/errors";
+import type { Libvirt } from "../../libvirt/libvirt";
+import type { StoragePool, StorageVol, StorageVolInfo } from "../../libvirt/types";
+import { isBusy, type RetryEnv, withRetry } from "./retry";
 
 /** True for a libvirt error with one of the given codes. */
 export function hasCode(err: unknown, ...codes: number[]): err is LibvirtError {
@@ -55,11 +55,18 @@ export async function volumeInfo(lv: Libvirt, vol: StorageVol): Promise<StorageV
 }
 
 /**
- * Refreshes the pool, retrying while another job holds it ("asynchronous jobs
+ * Refreshes the pool, waiting while another job holds it ("asynchronous jobs
  * running", which libvirt reports while an upload or volume build is set up).
+ * That wait is for a lock, not a retry of a failure: only the busy refusal
+ * is waited out here; every other failure goes to the operation's retry.
  */
 export async function refreshPool(lv: Libvirt, pool: StoragePool, env: RetryEnv = {}): Promise<void> {
-  await withRetry(() => lv.storagePoolRefresh(pool), { ...env, maxAttempts: 8, deadlineMs: 30_000 });
+  await withRetry(() => lv.storagePoolRefresh(pool), {
+    ...env,
+    maxAttempts: 8,
+    deadlineMs: 30_000,
+    retryIf: isBusy,
+  });
 }
 
 /** Deletes a volume, tolerating one that is already gone. True when something was deleted. */

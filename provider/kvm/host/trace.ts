@@ -19,12 +19,12 @@
  * {@link CallTracer.hook} logs, so every call appears exactly once.
  */
 import { appendFileSync } from "node:fs";
-import type { CallOptions, RpcCaller } from "../libvirt/connection";
-import { LibvirtError } from "../libvirt/errors";
-import type { Procedure } from "../libvirt/procedures";
-import type { CallTrace, TraceHook } from "../libvirt/trace";
-import type { UploadOptions, UploadSource } from "../libvirt/upload";
-import { domainStateName } from "./states";
+import type { CallOptions, RpcCaller } from "../../libvirt/connection";
+import { LibvirtError } from "../../libvirt/errors";
+import type { Procedure } from "../../libvirt/procedures";
+import type { CallTrace, TraceHook } from "../../libvirt/trace";
+import type { UploadOptions, UploadSource } from "../../libvirt/upload";
+import { domainStateName } from "../states";
 
 /** 0 off, 1 calls, 2 calls with XML. */
 export type TraceLevel = 0 | 1 | 2;

@@ -1,0 +1,257 @@
+/**
+ * One attempt at creating a VM: the steps of {@link createOnce}, in order,
+ * each converging rather than assuming. An existing domain of the name is
+ * only started (after checking whose it is); otherwise the image is cached
+ * on the host, the overlay reused or made, the seed rebuilt, the domain
+ * defined with our metadata and started. KvmOperations.create retries it.
+ */
+import { Readable } from "node:stream";
+import { ProviderError } from "../../errors";
+import type { Libvirt } from "../../libvirt/libvirt";
+import type { StoragePool } from "../../libvirt/types";
+import { buildDomainXml, type ParsedDomain, parseDomainXml } from "../domain-xml";
+import type { ImageIdentity } from "../image";
+import type { MetadataOwner, ProxyMetadata } from "../metadata";
+import { overlayVolumeName, seedVolumeName } from "../names";
+import type { NicAttachment } from "../nic";
+import { formatProviderId } from "../provider-id";
+import { buildSeed, type SeedSpec } from "../seed";
+import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../volume-xml";
+import type { DefineLedger } from "./define-ledger";
+import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
+import type { HostPool } from "./hosts";
+import type { ImageCache } from "./image-cache";
+import type { RetryEnv } from "./retry";
+import { createFreshVolume, lookupPool, lookupVolume, volumeInfo } from "./volumes";
+
+/** What create needs for one VM: the seed's parts plus the machine and its record. */
+export interface CreateSpec extends SeedSpec {
+  /** Host key from the provider configuration. */
+  host: string;
+  /** The image the VM boots from (the cached copy backs its overlay). */
+  image: ImageIdentity;
+  /** The image reference as the resource gave it (key or URL), recorded in the metadata. */
+  imageRef: string;
+  memoryMiB: number;
+  vcpus: number;
+  /** Requested root disk size; the overlay is at least the image's virtual size. */
+  diskGiB: number;
+  /** Where the NIC attaches (default: the host's configured network or bridge). */
+  nic?: NicAttachment;
+  mac?: string;
+  owner: MetadataOwner;
+  /** The hash of everything that, changed, rebuilds the VM; recorded and compared when converging. */
+  specHash: string;
+  proxyPort: number;
+  tags?: Record<string, string>;
+}
+
+/** What create reports. */
+export interface CreateResult {
+  host: string;
+  name: string;
+  providerId: string;
+  uuid: string;
+  /** The NIC's MAC address (lower case). */
+  mac: string | undefined;
+  /** False when the domain already existed and was only started. */
+  defined: boolean;
+  /** The domain's live XML, read once it was started (parsed). */
+  domain: ParsedDomain;
+  /** True when this create uploaded the base image. */
+  imageUploaded: boolean;
+}
+
+/** Create's steps, in order; a step hook runs before each (tests cut creates short there). */
+export const CREATE_STEPS = [
+  "lookup-domain",
+  "pool",
+  "image",
+  "overlay",
+  "seed-volume",
+  "seed-upload",
+  "paths",
+  "define",
+  "start",
+] as const;
+export type CreateStep = (typeof CREATE_STEPS)[number];
+
+/** Options of a create. */
+export interface CreateOptions {
+  /** Runs before each step; a throw or rejection aborts the create there. */
+  onStep?: (step: CreateStep) => void | Promise<void>;
+  /** Creation time recorded in the metadata (default now). */
+  now?: () => Date;
+  /**
+   * Whose existing domain of the name create may converge onto: "own" (the
+   * default) only a domain whose metadata names `spec.owner` and the same
+   * spec hash, else {@link DomainTakenError}; "any" whatever it is (the
+   * caller knows it is its own, e.g. restarting the VM its state records,
+   * whose URN a stack rename may have changed).
+   */
+  adopt?: "own" | "any";
+  /**
+   * Ends the create early: checked before each step and each retry, and
+   * given to the seed upload and to this create's wait for the cached image.
+   * A libvirt call already running ends on its own deadline (callTimeout).
+   * The rejection carries the signal's reason.
+   */
+  signal?: AbortSignal;
+}
+
+/** What one attempt works with. */
+export interface CreateContext {
+  hosts: HostPool;
+  images: ImageCache;
+  ledger: DefineLedger;
+  env: RetryEnv;
+}
+
+/** One attempt at creating (or converging) VM `spec.name` and starting it. */
+export async function createOnce(
+  ctx: CreateContext,
+  spec: CreateSpec,
+  options: CreateOptions,
+): Promise<CreateResult> {
+  const { signal } = options;
+  const step = async (s: CreateStep): Promise<void> => {
+    signal?.throwIfAborted();
+    await options.onStep?.(s);
+  };
+  const host = ctx.hosts.config(spec.host);
+  const lv = ctx.hosts.libvirt(spec.host);
+  const base = { host: spec.host, name: spec.name, providerId: formatProviderId(spec.host, spec.name) };
+
+  await step("lookup-domain");
+  const late = await ctx.ledger.settle(lv, spec.host, spec.name);
+  const existing = typeof late === "object" ? late : await lookupDomain(lv, spec.name);
+  if (existing !== undefined) {
+    // Converge only onto our own: after a failed attempt, the domain found
+    // may be another create's of the same name (another stack) that won.
+    if (options.adopt !== "any") {
+      const m = await managedMetadata(lv, existing);
+      if (m?.owner.urn !== spec.owner.urn) throw new DomainTakenError(spec.host, spec.name, m?.owner.urn);
+      if (m.specHash !== spec.specHash) {
+        throw new ProviderError(
+          "permanent",
+          `domain ${spec.name} on host ${spec.host} was built from other inputs (spec hash ${m.specHash.slice(0, 12)}, ` +
+            `these inputs ${spec.specHash.slice(0, 12)}); delete it or choose another name`,
+        );
+      }
+    }
+    await step("start");
+    await startDomain(lv, existing);
+    const parsed = parseDomainXml(await lv.domainGetXmlDesc(existing));
+    return {
+      ...base,
+      uuid: existing.uuid,
+      mac: parsed.mac,
+      defined: false,
+      imageUploaded: false,
+      domain: parsed,
+    };
+  }
+
+  await step("pool");
+  const pool = await lookupPool(lv, host.pool);
+  if (pool === undefined) {
+    throw new ProviderError(
+      "permanent",
+      `storage pool ${JSON.stringify(host.pool)} does not exist on host ${spec.host}`,
+    );
+  }
+
+  await step("image");
+  // Other creates may share this upload: the signal ends this create's wait, not the upload.
+  const image = await untilAborted(ctx.images.ensure({ host: spec.host, lv, pool }, spec.image), signal);
+
+  await step("overlay");
+  const overlay = await ensureOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
+
+  await step("seed-volume");
+  const iso = buildSeed(spec);
+  const seedName = seedVolumeName(spec.name);
+  const seed = await createFreshVolume(lv, pool, seedName, buildSeedVolumeXml(seedName, iso.length), ctx.env);
+
+  await step("seed-upload");
+  await lv.storageVolUpload(seed, Readable.from([iso]), signal === undefined ? {} : { signal });
+
+  await step("paths");
+  const diskPath = await lv.storageVolGetPath(overlay);
+  const seedPath = await lv.storageVolGetPath(seed);
+
+  await step("define");
+  const metadata: ProxyMetadata = {
+    owner: spec.owner,
+    image: {
+      ref: spec.imageRef,
+      url: spec.image.url,
+      format: spec.image.format,
+      ...(spec.image.sha256 !== undefined ? { sha256: spec.image.sha256 } : {}),
+    },
+    specHash: spec.specHash,
+    createdAt: (options.now ?? (() => new Date()))().toISOString(),
+    proxyPort: spec.proxyPort,
+    diskGiB: spec.diskGiB,
+    tags: spec.tags ?? {},
+  };
+  const xml = buildDomainXml({
+    name: spec.name,
+    domainType: host.domainType,
+    memoryMiB: spec.memoryMiB,
+    vcpus: spec.vcpus,
+    firmware: spec.image.firmware,
+    diskPath,
+    seedPath,
+    nic: spec.nic ?? host.nic,
+    metadata,
+    ...(spec.mac !== undefined ? { mac: spec.mac } : {}),
+  });
+  const dom = await ctx.ledger.define(lv, spec.host, spec.name, xml);
+
+  await step("start");
+  await startDomain(lv, dom);
+  const parsed = parseDomainXml(await lv.domainGetXmlDesc(dom));
+  return {
+    ...base,
+    uuid: dom.uuid,
+    mac: parsed.mac,
+    defined: true,
+    imageUploaded: image.uploaded,
+    domain: parsed,
+  };
+}
+
+/** Reuses the per-VM overlay when libvirt has it and its file exists; creates it otherwise. */
+async function ensureOverlay(
+  ctx: CreateContext,
+  lv: Libvirt,
+  pool: StoragePool,
+  spec: CreateSpec,
+  backingPath: string,
+  virtualSize: number,
+) {
+  const name = overlayVolumeName(spec.name);
+  const found = await lookupVolume(lv, pool, name);
+  if (found !== undefined && (await volumeInfo(lv, found)) !== undefined) return found;
+  const xml = buildOverlayVolumeXml({
+    name,
+    backingPath,
+    backingFormat: spec.image.format,
+    imageVirtualSizeBytes: virtualSize,
+    requestedSizeBytes: spec.diskGiB * GIB,
+  });
+  // A stale entry (file gone) or an unknown file is replaced by a fresh overlay.
+  return createFreshVolume(lv, pool, name, xml, ctx.env);
+}
+
+/** `p`, or the signal's reason as soon as it aborts (`p` runs on; its outcome is then ignored). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return p;
+  signal.throwIfAborted();
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}

@@ -1,0 +1,154 @@
+/**
+ * Domain helpers, one small function per libvirt call, each turning the one
+ * expected error into `undefined`/`false` (the twin of volumes.ts). The
+ * drift cases they absorb, seen on libvirt 9.0:
+ * - a domain undefined meanwhile: NO_DOMAIN from any call on its handle;
+ * - a domain without our metadata element: NO_DOMAIN_METADATA;
+ * - starting a running domain: OPERATION_INVALID "already running" /
+ *   "is already active";
+ * - destroying a shut-off domain: OPERATION_INVALID "domain is not running";
+ * - undefining with the NVRAM flag on a driver without NVRAM (the test
+ *   driver): INVALID_ARG "unsupported flags" (or ARGUMENT_UNSUPPORTED,
+ *   NO_SUPPORT), after which it is undefined without that flag.
+ */
+import { ProviderError } from "../../errors";
+import { DomainMetadataType, DomainModificationImpact, DomainUndefineFlags } from "../../libvirt/constants";
+import { ErrorCode } from "../../libvirt/error-codes";
+import type { Libvirt } from "../../libvirt/libvirt";
+import type { Domain } from "../../libvirt/types";
+import {
+  METADATA_NAMESPACE,
+  METADATA_PREFIX,
+  metadataForSet,
+  type ProxyMetadata,
+  parseMetadata,
+} from "../metadata";
+import { isActiveState } from "../states";
+import { hasCode } from "./volumes";
+
+/** A domain of the name exists and is not the creator's (another owner, or unmanaged). Permanent. */
+export class DomainTakenError extends ProviderError {
+  constructor(host: string, name: string, owner: string | undefined) {
+    super(
+      "permanent",
+      `domain ${name} already exists on host ${host}` +
+        (owner === undefined ? " and is not managed by pulumi-kvm-proxy" : ` and belongs to ${owner}`) +
+        "; choose another name (or adopt it read-only with KvmProxy.get)",
+    );
+  }
+}
+
+const UNDEFINE_FLAGS =
+  DomainUndefineFlags.NVRAM | DomainUndefineFlags.MANAGED_SAVE | DomainUndefineFlags.SNAPSHOTS_METADATA;
+/** Without NVRAM: libvirt's test driver (9.0) rejects that flag as unsupported. */
+const UNDEFINE_FLAGS_NO_NVRAM = DomainUndefineFlags.MANAGED_SAVE | DomainUndefineFlags.SNAPSHOTS_METADATA;
+
+/** The domain, or undefined when there is none (NO_DOMAIN). */
+export async function lookupDomain(lv: Libvirt, name: string): Promise<Domain | undefined> {
+  try {
+    return await lv.domainLookupByName(name);
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return undefined;
+    throw err;
+  }
+}
+
+/** A handle for the domain with `uuid`, without a lookup: libvirtd resolves it by the UUID and ignores the id. */
+export function domainByUuid(name: string, uuid: string): Domain {
+  return { name, uuid, id: -1 };
+}
+
+/** libvirt's virDomainState and reason. */
+export interface LibvirtState {
+  state: number;
+  reason: number;
+}
+
+/** The state of the domain with `uuid`, or undefined when libvirt has none (NO_DOMAIN). */
+export async function stateByUuid(
+  lv: Libvirt,
+  name: string,
+  uuid: string,
+): Promise<{ dom: Domain; libvirtState: LibvirtState } | undefined> {
+  const dom = domainByUuid(name, uuid);
+  try {
+    return { dom, libvirtState: await lv.domainGetState(dom) };
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return undefined;
+    throw err;
+  }
+}
+
+/** Starts a defined domain; one already running is fine. */
+export async function startDomain(lv: Libvirt, dom: Domain): Promise<void> {
+  try {
+    await lv.domainCreate(dom);
+  } catch (err) {
+    if (
+      hasCode(err, ErrorCode.OPERATION_INVALID) &&
+      /already running|is already active/i.test(err.libvirtMessage)
+    )
+      return;
+    throw err;
+  }
+}
+
+/** Our metadata of `dom`, or undefined when it has none (not managed by us). */
+export async function managedMetadata(lv: Libvirt, dom: Domain): Promise<ProxyMetadata | undefined> {
+  try {
+    return parseMetadata(await lv.domainGetMetadata(dom, DomainMetadataType.ELEMENT, METADATA_NAMESPACE));
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN_METADATA)) return undefined;
+    throw err;
+  }
+}
+
+/** The owner URN our metadata of `dom` names, "unmanaged" without it, "gone" when the domain went away. */
+export async function ownerOf(lv: Libvirt, dom: Domain): Promise<string> {
+  try {
+    return (await managedMetadata(lv, dom))?.owner.urn ?? "unmanaged";
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return "gone";
+    throw err;
+  }
+}
+
+/**
+ * Writes our metadata element into the domain's persistent definition and,
+ * when it runs, into the live one too (a running domain's live XML would
+ * otherwise show the old element until its next start).
+ */
+export async function setManagedMetadata(
+  lv: Libvirt,
+  dom: Domain,
+  state: LibvirtState,
+  m: ProxyMetadata,
+): Promise<void> {
+  const flags = isActiveState(state.state)
+    ? DomainModificationImpact.LIVE | DomainModificationImpact.CONFIG
+    : DomainModificationImpact.CONFIG;
+  await lv.domainSetMetadataElement(dom, METADATA_NAMESPACE, METADATA_PREFIX, metadataForSet(m), flags);
+}
+
+/** Destroys and undefines a domain, tolerating every already-gone case. True when one existed. */
+export async function removeDomain(lv: Libvirt, dom: Domain): Promise<boolean> {
+  try {
+    await lv.domainDestroy(dom);
+  } catch (err) {
+    // Not running (OPERATION_INVALID) or gone meanwhile: both fine.
+    if (!hasCode(err, ErrorCode.OPERATION_INVALID, ErrorCode.NO_DOMAIN)) throw err;
+  }
+  try {
+    await lv.domainUndefineFlags(dom, UNDEFINE_FLAGS);
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return true;
+    // Drivers without NVRAM support refuse the flag (INVALID_ARG "unsupported flags").
+    if (!hasCode(err, ErrorCode.INVALID_ARG, ErrorCode.ARGUMENT_UNSUPPORTED, ErrorCode.NO_SUPPORT)) throw err;
+    try {
+      await lv.domainUndefineFlags(dom, UNDEFINE_FLAGS_NO_NVRAM);
+    } catch (err2) {
+      if (!hasCode(err2, ErrorCode.NO_DOMAIN)) throw err2;
+    }
+  }
+  return true;
+}

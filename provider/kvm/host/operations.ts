@@ -1,0 +1,489 @@
+/**
+ * The KVM operations the Pulumi resource drives: provision (create, wait for
+ * an address, a readiness gate, rollback), create, get, delete, list,
+ * waitForIp, setTags and pruneImages. Each converges rather than assumes:
+ * create reuses whatever a cut-short earlier attempt left and rebuilds only
+ * what must be fresh; delete tolerates every already-gone case.
+ *
+ * Retry lives in one place, {@link KvmOperations.retrying}: every public
+ * operation is one retried unit (bounded backoff with jitter for transient
+ * failures), and nothing above or below it loops on failures. Whatever
+ * surfaces is a KvmOperationError naming host, domain, libvirt call and code.
+ */
+import { ProviderError, TimeoutError } from "../../errors";
+import { ErrorCode } from "../../libvirt/error-codes";
+import { type ParsedDomain, parseDomainXml } from "../domain-xml";
+import type { ProxyMetadata } from "../metadata";
+import { overlayVolumeName, seedVolumeName } from "../names";
+import { formatProviderId } from "../provider-id";
+import { isActiveState, mapDomainState, type ProxyState } from "../states";
+import { guestIpv4, probeAddress } from "./addresses";
+import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
+import { DefineInDoubtError, DefineLedger } from "./define-ledger";
+import {
+  domainByUuid,
+  type LibvirtState,
+  lookupDomain,
+  managedMetadata,
+  ownerOf,
+  removeDomain,
+  setManagedMetadata,
+  stateByUuid,
+} from "./domains";
+import type { HostPool } from "./hosts";
+import { ImageCache } from "./image-cache";
+import { type ProvisionOptions, provision } from "./provision";
+import {
+  type OperationContext,
+  type RetryEnv,
+  type RetryPolicy,
+  sleep,
+  toOperationError,
+  withRetry,
+} from "./retry";
+import { deleteVolume, hasCode, lookupPool, lookupVolume, refreshPool } from "./volumes";
+
+/** What get reports. */
+export interface VmStatus {
+  host: string;
+  name: string;
+  state: ProxyState;
+  uuid?: string;
+  /** libvirt's virDomainState and reason. */
+  libvirtState?: LibvirtState;
+  /** First routable IPv4 of the guest. */
+  ipv4?: string;
+  ipSource?: "agent" | "lease";
+  mac?: string;
+  metadata?: ProxyMetadata;
+  /** The parsed domain XML. */
+  domain?: ParsedDomain;
+}
+
+/** What delete did. */
+export interface DeleteResult {
+  /** True when a domain was destroyed/undefined. */
+  domainRemoved: boolean;
+  /** Per-VM volumes removed. */
+  volumesRemoved: string[];
+  /** Why nothing could be done, when that was the case (still a success). */
+  noop?: "host-not-configured" | "pool-missing" | "not-ours";
+  /** With noop "not-ours": the owner the domain's metadata names, or "unmanaged". */
+  foreignOwner?: string;
+}
+
+/** Options of {@link KvmOperations.delete}. */
+export interface DeleteOptions {
+  /**
+   * Delete only what belongs to this owner URN: a domain of the name whose
+   * metadata names another owner, or none, is left alone with its volumes
+   * (they back it). A create's rollback passes its own: two creates of one
+   * name at once must not roll back each other's VM.
+   */
+  owner?: string;
+  /** How long transient failures are retried, ms (the resource's `timeouts.delete`; default the retry policy's). */
+  deadlineMs?: number;
+}
+
+/** A managed VM found by list. */
+export interface ManagedVm {
+  host: string;
+  name: string;
+  uuid: string;
+  providerId: string;
+  metadata: ProxyMetadata;
+}
+
+/** What list reports. */
+export interface ListResult {
+  vms: ManagedVm[];
+  /** Domains that looked like ours but could not be read. */
+  skipped: { host: string; name: string; reason: string }[];
+}
+
+/** Options of {@link KvmOperations.waitForIp}. */
+export interface WaitForIpOptions {
+  /** Overall deadline (default 5 min). */
+  deadlineMs?: number;
+  /** Pause between polls (default 1 s). */
+  pollMs?: number;
+  signal?: AbortSignal;
+}
+
+/** Options of {@link KvmOperations}. */
+export interface KvmOperationsOptions {
+  images?: ImageCache;
+  retry?: RetryPolicy;
+  /** Clock and sleep, injectable so tests never wait on wall-clock time. */
+  env?: RetryEnv;
+  /**
+   * How long a domain define that ran past its RPC deadline may still land,
+   * counted from the deadline (default 60 s). Until then nothing concludes the
+   * domain is absent: see define-ledger.ts.
+   */
+  defineGraceMs?: number;
+  /** Pause between lookups while waiting for such a define (default 1 s). */
+  definePollMs?: number;
+}
+
+/** How often {@link KvmOperations.waitForIp} does a full read between its cheap address probes. */
+const FULL_READ_MS = 5_000;
+
+/** The KVM core operations over a set of hosts. */
+export class KvmOperations {
+  readonly hosts: HostPool;
+  readonly images: ImageCache;
+  readonly env: RetryEnv;
+  private readonly retry: RetryPolicy;
+  private readonly ledger: DefineLedger;
+  /** The provision in flight for each host and domain name (see {@link provision}). */
+  readonly provisioning = new Map<string, Promise<unknown>>();
+
+  constructor(hosts: HostPool, options: KvmOperationsOptions = {}) {
+    this.hosts = hosts;
+    this.env = options.env ?? {};
+    this.images = options.images ?? new ImageCache({ retryEnv: this.env });
+    this.retry = options.retry ?? {};
+    this.ledger = new DefineLedger({
+      env: this.env,
+      ...(options.defineGraceMs !== undefined ? { graceMs: options.defineGraceMs } : {}),
+      ...(options.definePollMs !== undefined ? { pollMs: options.definePollMs } : {}),
+    });
+  }
+
+  /**
+   * Creates (or converges) VM `spec.name` on `spec.host` and starts it: see
+   * create.ts for the steps. Rerunning after a failure at any step converges
+   * to one domain.
+   */
+  async create(spec: CreateSpec, options: CreateOptions = {}): Promise<CreateResult> {
+    const ctx: OperationContext = { operation: "create", host: spec.host, domain: spec.name };
+    return this.retrying(ctx, () => createOnce(this.createContext(), spec, options), options.signal);
+  }
+
+  /**
+   * Provisions VM `spec.name` to "running, with an address, ready": create,
+   * the IP wait, the caller's readiness gate, all within one deadline, and
+   * the rollback decision when any of it fails (see provision.ts).
+   */
+  provision(spec: CreateSpec, options: ProvisionOptions = {}): Promise<VmStatus> {
+    return provision(this, spec, options);
+  }
+
+  private createContext() {
+    return { hosts: this.hosts, images: this.images, ledger: this.ledger, env: this.env };
+  }
+
+  /**
+   * The VM's state: libvirt's state plus the first routable IPv4 (guest agent
+   * first, then the DHCP lease), mapped onto provider states, with the
+   * parsed domain and our metadata. A missing domain is `absent`; a host not
+   * in the configuration is a permanent error (a typo must not look like a
+   * missing VM, which the resource would rebuild).
+   *
+   * `known.uuid` (the UUID the state recorded) saves the lookup by name:
+   * libvirtd resolves a domain handle by its UUID, so the state call goes
+   * straight to it. A domain since deleted, recreated or renamed falls back
+   * to the lookup by name, so the answer is the same as without it. With the
+   * UUID a refresh makes 3 calls per running VM (see test/pulumi/call-counts).
+   */
+  async get(hostKey: string, name: string, known: { uuid?: string } = {}): Promise<VmStatus> {
+    return this.readStatus(hostKey, name, known);
+  }
+
+  /** As {@link get}; `known.domain`, XML the caller parsed just now (create's), saves the XML read too. */
+  async readStatus(
+    hostKey: string,
+    name: string,
+    known: { uuid?: string; domain?: ParsedDomain },
+  ): Promise<VmStatus> {
+    const ctx: OperationContext = { operation: "get", host: hostKey, domain: name };
+    return this.retrying(ctx, async () => {
+      const lv = this.hosts.libvirt(hostKey);
+      let found = known.uuid === undefined ? undefined : await stateByUuid(lv, name, known.uuid);
+      let domain =
+        found === undefined
+          ? undefined
+          : (known.domain ?? parseDomainXml(await lv.domainGetXmlDesc(found.dom)));
+      if (found === undefined || domain?.name !== name) {
+        const byName = await lookupDomain(lv, name);
+        if (byName === undefined) return { host: hostKey, name, state: "absent" };
+        found = { dom: byName, libvirtState: await lv.domainGetState(byName) };
+        domain = parseDomainXml(await lv.domainGetXmlDesc(byName));
+      }
+      const { dom, libvirtState } = found;
+      const ip = isActiveState(libvirtState.state)
+        ? await guestIpv4(lv, dom, domain.mac, domain.guestAgent)
+        : undefined;
+      const status: VmStatus = {
+        host: hostKey,
+        name,
+        state: mapDomainState(libvirtState, ip?.addr),
+        uuid: dom.uuid,
+        libvirtState,
+        domain,
+        ...(domain.mac !== undefined ? { mac: domain.mac } : {}),
+        ...(domain.metadata !== undefined ? { metadata: domain.metadata } : {}),
+      };
+      if (ip !== undefined) {
+        status.ipv4 = ip.addr;
+        status.ipSource = ip.source;
+      }
+      return status;
+    });
+  }
+
+  /**
+   * Deletes VM `name` on `hostKey`: destroys it (not running is fine),
+   * undefines it with its NVRAM, managed save and snapshot metadata, and
+   * removes its overlay and seed volumes by name. Everything already gone is
+   * fine; a host no longer configured or a missing pool is a successful no-op.
+   * Cached images stay (see {@link pruneImages}).
+   */
+  async delete(hostKey: string, name: string, options: DeleteOptions = {}): Promise<DeleteResult> {
+    if (!this.hosts.has(hostKey))
+      return { domainRemoved: false, volumesRemoved: [], noop: "host-not-configured" };
+    const ctx: OperationContext = { operation: "delete", host: hostKey, domain: name };
+    // A define of this name still in flight would land after we looked (the rollback leak): wait for it first.
+    let late: Awaited<ReturnType<DefineLedger["settle"]>>;
+    try {
+      late = await this.ledger.settle(this.hosts.libvirt(hostKey), hostKey, name);
+    } catch (err) {
+      throw toOperationError(ctx, err);
+    }
+    const policy =
+      options.deadlineMs === undefined ? {} : { deadlineMs: options.deadlineMs, maxAttempts: Infinity };
+    const result = await this.retrying(ctx, () => this.deleteOnce(hostKey, name, options), undefined, policy);
+    if (late === "expired" && !result.domainRemoved) {
+      // Everything else is gone, but the domain may yet appear: say so, so the caller keeps it on record.
+      throw toOperationError(ctx, new DefineInDoubtError(hostKey, name, this.ledger.graceMs));
+    }
+    return result;
+  }
+
+  private async deleteOnce(hostKey: string, name: string, options: DeleteOptions): Promise<DeleteResult> {
+    const lv = this.hosts.libvirt(hostKey);
+    const host = this.hosts.config(hostKey);
+    let dom = await lookupDomain(lv, name);
+    if (dom !== undefined && options.owner !== undefined) {
+      const owner = await ownerOf(lv, dom);
+      if (owner === "gone") dom = undefined;
+      else if (owner !== options.owner)
+        return { domainRemoved: false, volumesRemoved: [], noop: "not-ours", foreignOwner: owner };
+    }
+    const domainRemoved = dom !== undefined && (await removeDomain(lv, dom));
+    const pool = await lookupPool(lv, host.pool);
+    if (pool === undefined) return { domainRemoved, volumesRemoved: [], noop: "pool-missing" };
+    const names = [overlayVolumeName(name), seedVolumeName(name)];
+    const removed: string[] = [];
+    const missing: string[] = [];
+    for (const n of names) {
+      const vol = await lookupVolume(lv, pool, n);
+      if (vol === undefined) missing.push(n);
+      else if (await deleteVolume(lv, vol)) removed.push(n);
+    }
+    if (missing.length > 0) {
+      // A file libvirt does not know about (created or restored behind its
+      // back) is only found after a refresh; done only when something was missing.
+      await refreshPool(lv, pool, this.env);
+      for (const n of missing) {
+        const vol = await lookupVolume(lv, pool, n);
+        if (vol !== undefined && (await deleteVolume(lv, vol))) removed.push(n);
+      }
+    }
+    return { domainRemoved, volumesRemoved: removed };
+  }
+
+  /**
+   * Replaces the tags in VM `name`'s metadata (the persistent definition,
+   * and the live one while it runs), keeping the rest of the metadata. Fails
+   * permanently for a domain that is gone or not managed by us.
+   */
+  async setTags(
+    hostKey: string,
+    name: string,
+    tags: Record<string, string>,
+    known: { uuid?: string } = {},
+  ): Promise<void> {
+    const ctx: OperationContext = { operation: "update metadata", host: hostKey, domain: name };
+    await this.retrying(ctx, async () => {
+      const lv = this.hosts.libvirt(hostKey);
+      let found = known.uuid === undefined ? undefined : await stateByUuid(lv, name, known.uuid);
+      if (found === undefined) {
+        const dom = await lookupDomain(lv, name);
+        if (dom === undefined)
+          throw new ProviderError("permanent", `domain ${name} is gone from host ${hostKey}`);
+        found = { dom, libvirtState: await lv.domainGetState(dom) };
+      }
+      const m = await managedMetadata(lv, found.dom);
+      if (m === undefined) {
+        throw new ProviderError(
+          "permanent",
+          `domain ${name} on host ${hostKey} is not managed by pulumi-kvm-proxy`,
+        );
+      }
+      await setManagedMetadata(lv, found.dom, found.libvirtState, { ...m, tags });
+    });
+  }
+
+  /**
+   * Every managed domain on every configured host, recognised by our
+   * metadata element. Domains without it are not ours; domains that vanish
+   * meanwhile or whose metadata cannot be read are skipped (and reported).
+   * Fails only when a host cannot be listed at all.
+   */
+  async list(): Promise<ListResult> {
+    const perHost = await Promise.all(this.hosts.keys.map((key) => this.listHost(key)));
+    return { vms: perHost.flatMap((r) => r.vms), skipped: perHost.flatMap((r) => r.skipped) };
+  }
+
+  /** As {@link list}, for one host. */
+  async listHost(hostKey: string): Promise<ListResult> {
+    const ctx: OperationContext = { operation: "list", host: hostKey };
+    const lv = this.hosts.libvirt(hostKey);
+    const domains = await this.retrying(ctx, () => lv.connectListAllDomains(0));
+    const result: ListResult = { vms: [], skipped: [] };
+    for (const dom of domains) {
+      try {
+        const metadata = await managedMetadata(lv, dom);
+        if (metadata === undefined) continue;
+        result.vms.push({
+          host: hostKey,
+          name: dom.name,
+          uuid: dom.uuid,
+          providerId: formatProviderId(hostKey, dom.name),
+          metadata,
+        });
+      } catch (err) {
+        if (hasCode(err, ErrorCode.NO_DOMAIN)) continue;
+        result.skipped.push({
+          host: hostKey,
+          name: dom.name,
+          reason: err instanceof Error ? err.message : String(err),
+        });
+      }
+    }
+    return result;
+  }
+
+  /**
+   * Waits until the VM is running with a routable IPv4. Fails permanently when
+   * the VM is absent, stopped or failed, and with a TimeoutError naming the VM
+   * and host at the deadline. See {@link waitForIpFrom}.
+   */
+  async waitForIp(hostKey: string, name: string, options: WaitForIpOptions = {}): Promise<VmStatus> {
+    return this.waitForIpFrom(await this.get(hostKey, name), options);
+  }
+
+  /**
+   * As {@link waitForIp}, from a status just read. Between full reads
+   * ({@link get}: state, XML and addresses, 3-4 calls) it polls only the
+   * addresses: the guest agent, then the DHCP lease (2 calls), so a short
+   * poll interval stays cheap. A full read happens when a probe finds an
+   * address (to return the whole status), when a probe fails in a way that
+   * may mean the domain changed state, and every {@link FULL_READ_MS} in any
+   * case (a paused or crashed guest answers probes like a booting one). At
+   * the default 1 s interval a wait costs about 2.2-2.4 calls per second.
+   */
+  async waitForIpFrom(from: VmStatus, options: WaitForIpOptions = {}): Promise<VmStatus> {
+    const { host: hostKey, name } = from;
+    const deadlineMs = options.deadlineMs ?? 300_000;
+    const pollMs = options.pollMs ?? 1_000;
+    const wait = this.env.sleep ?? sleep;
+    const started = this.now();
+    const fullEvery = Math.max(1, Math.round(FULL_READ_MS / pollMs));
+    const ctx: OperationContext = { operation: "wait for IP", host: hostKey, domain: name };
+    let status = from;
+    for (let poll = 1; ; poll++) {
+      if (status.state === "running") return status;
+      if (status.state !== "provisioning") {
+        throw new KvmStateError(hostKey, name, status.state, "an IPv4 address");
+      }
+      if (this.now() - started + pollMs > deadlineMs) {
+        throw new TimeoutError(
+          `an IPv4 address of domain ${name} on host ${hostKey} (guest agent or DHCP lease)`,
+          deadlineMs,
+        );
+      }
+      await wait(pollMs, options.signal);
+      if (poll % fullEvery !== 0 && status.uuid !== undefined) {
+        const dom = domainByUuid(name, status.uuid);
+        const lv = this.hosts.libvirt(hostKey);
+        const mac = status.mac;
+        const probe = await this.retrying(ctx, () => probeAddress(lv, dom, mac));
+        if (probe === "none") continue;
+      }
+      // The UUID read last time saves the lookup by name (see get).
+      status = await this.get(hostKey, name, status.uuid === undefined ? {} : { uuid: status.uuid });
+    }
+  }
+
+  /**
+   * Deletes cached images on `hostKey` that no managed domain uses, and stale
+   * partial markers. Refuses (permanent error) when some domain's metadata
+   * cannot be read, since its image would be unknown. Returns the volumes removed.
+   */
+  async pruneImages(hostKey: string): Promise<string[]> {
+    const ctx: OperationContext = { operation: "prune images", host: hostKey };
+    const listed = await this.listHost(hostKey);
+    if (listed.skipped.length > 0) {
+      throw toOperationError(
+        ctx,
+        new ProviderError(
+          "permanent",
+          `cannot tell which images are in use: unreadable metadata on ${listed.skipped.map((s) => s.name).join(", ")}`,
+        ),
+      );
+    }
+    const inUse = new Set(listed.vms.map((vm) => ImageCache.volumeName(vm.metadata.image)));
+    return this.retrying(ctx, async () => {
+      const lv = this.hosts.libvirt(hostKey);
+      const pool = await lookupPool(lv, this.hosts.config(hostKey).pool);
+      if (pool === undefined) return [];
+      return this.images.prune({ host: hostKey, lv, pool }, inUse);
+    });
+  }
+
+  /** The monotonic clock of the retry environment, ms. */
+  now(): number {
+    return (this.env.now ?? (() => performance.now()))();
+  }
+
+  /**
+   * The one retry wrapper: runs `fn` as one operation, retrying transient
+   * failures with the operation policy (overridden per call by `policy`),
+   * and wraps what surfaces in a KvmOperationError for `ctx`.
+   */
+  retrying<T>(
+    ctx: OperationContext,
+    fn: (attempt: number) => Promise<T>,
+    signal?: AbortSignal,
+    policy: RetryPolicy = {},
+  ): Promise<T> {
+    return withRetry(fn, {
+      ...this.retry,
+      ...policy,
+      ...this.env,
+      context: ctx,
+      ...(signal !== undefined ? { signal } : {}),
+    });
+  }
+}
+
+/** The VM is in a state the caller cannot wait through. Permanent. */
+export class KvmStateError extends ProviderError {
+  readonly host: string;
+  readonly domain: string;
+  readonly state: ProxyState;
+
+  constructor(host: string, domain: string, state: ProxyState, waitingFor: string) {
+    super("permanent", `domain ${domain} on host ${host} is ${state} while waiting for ${waitingFor}`);
+    this.host = host;
+    this.domain = domain;
+    this.state = state;
+  }
+}
+
+export type { CreateOptions, CreateResult, CreateSpec, CreateStep } from "./create";
+export { CREATE_STEPS } from "./create";
+export { DomainTakenError } from "./domains";

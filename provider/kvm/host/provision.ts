@@ -1,0 +1,172 @@
+/**
+ * Provisioning: one VM from nothing to "running, with an address, ready",
+ * within one deadline, with the rollback decision in one place.
+ *
+ * create (one lookup; converges onto a domain of the same owner and spec) →
+ * the status read from create's own XML → the IP wait → the caller's
+ * readiness gate (the resource's health check). When any of it fails, what
+ * this provision made is deleted again, but only a domain whose metadata
+ * names this owner (two creates of one name at once must not roll back each
+ * other's VM); a domain of another owner found at the lookup is refused
+ * without touching anything. The caller learns what happened from the error:
+ * {@link ProvisionError} says whether the rollback ran or failed.
+ *
+ * Provisions of one host and name run one after the other inside the
+ * process: both would otherwise pass the lookup before either defined the
+ * domain and share the volumes named after it, so the loser's rollback
+ * could delete the winner's disks. Serialized, the second is refused at its
+ * lookup before it makes anything.
+ */
+import { ProviderError, TimeoutError } from "../../errors";
+import { formatProviderId } from "../provider-id";
+import type { CreateOptions, CreateSpec } from "./create";
+import { DomainTakenError } from "./domains";
+import type { DeleteResult, KvmOperations, VmStatus } from "./operations";
+
+/** Options of {@link provision}. */
+export interface ProvisionOptions extends Pick<CreateOptions, "onStep" | "now" | "adopt"> {
+  /** The whole provision's deadline, ms: create, the IP wait and the readiness gate (default 10 min). */
+  deadlineMs?: number;
+  /** What the deadline is called in its timeout message (the resource says `timeouts.create`). */
+  deadlineName?: string;
+  /** Wait for the guest's IPv4 once it runs (default true). */
+  waitForIp?: boolean;
+  /** Pause between IP polls, ms (default 1 s). */
+  pollMs?: number;
+  /**
+   * Runs once the VM runs (with its address when waited for); a rejection
+   * fails the provision. Gets the status, the milliseconds left before the
+   * deadline, and the deadline's signal.
+   */
+  ready?: (status: VmStatus, remainingMs: number, signal: AbortSignal) => Promise<void>;
+  /**
+   * Delete what this provision made when it fails (default true). false
+   * leaves everything as it is: for restarting a VM the caller records.
+   */
+  rollback?: boolean;
+}
+
+/**
+ * A provision failed after it may have made something. `rolledBack` true:
+ * what it made was deleted again (or, of another owner, left alone, as
+ * `rollback` says); false: the rollback failed too (`rollbackError`), so the
+ * VM may still exist and the caller must keep it on record.
+ */
+export class ProvisionError extends ProviderError {
+  readonly providerId: string;
+  readonly rolledBack: boolean;
+  readonly rollback: DeleteResult | undefined;
+  readonly rollbackError: unknown;
+  /** The VM's last known status, when it got that far. */
+  readonly status: VmStatus | undefined;
+
+  constructor(
+    providerId: string,
+    err: unknown,
+    outcome: { rollback: DeleteResult } | { rollbackError: unknown },
+    status: VmStatus | undefined,
+  ) {
+    const rolledBack = "rollback" in outcome;
+    const message = rolledBack
+      ? `create of ${providerId} failed and was rolled back (${
+          outcome.rollback.noop === "not-ours"
+            ? `a domain of that name that belongs to ${outcome.rollback.foreignOwner} was left alone`
+            : "the VM and its volumes were deleted"
+        }): ${messageOf(err)}`
+      : `create of ${providerId} failed (${messageOf(err)}) and deleting it again failed too (${messageOf(outcome.rollbackError)})`;
+    // Rolled back, the create's own kind decides whether a rerun may help; not rolled back, it always may.
+    super(
+      rolledBack && err instanceof ProviderError ? err.kind : rolledBack ? "permanent" : "transient",
+      message,
+      {
+        cause: err,
+      },
+    );
+    this.providerId = providerId;
+    this.rolledBack = rolledBack;
+    this.rollback = rolledBack ? outcome.rollback : undefined;
+    this.rollbackError = rolledBack ? undefined : outcome.rollbackError;
+    this.status = status;
+  }
+}
+
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** True when `err` (or an error it wraps) is a refusal of another owner's domain: nothing was made. */
+function isDomainTaken(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) if (e instanceof DomainTakenError) return true;
+  return false;
+}
+
+/** See the module header. */
+export async function provision(
+  ops: KvmOperations,
+  spec: CreateSpec,
+  options: ProvisionOptions,
+): Promise<VmStatus> {
+  const key = `${spec.host}\0${spec.name}`;
+  const previous = ops.provisioning.get(key) ?? Promise.resolve();
+  const mine = previous.catch(() => undefined).then(() => provisionNow(ops, spec, options));
+  ops.provisioning.set(key, mine);
+  try {
+    return await mine;
+  } finally {
+    if (ops.provisioning.get(key) === mine) ops.provisioning.delete(key);
+  }
+}
+
+async function provisionNow(
+  ops: KvmOperations,
+  spec: CreateSpec,
+  options: ProvisionOptions,
+): Promise<VmStatus> {
+  const id = formatProviderId(spec.host, spec.name);
+  const deadlineMs = options.deadlineMs ?? 600_000;
+  const started = ops.now();
+  const left = () => Math.max(0, deadlineMs - (ops.now() - started));
+  const deadline = new AbortController();
+  const timer = setTimeout(
+    () =>
+      deadline.abort(
+        new TimeoutError(
+          `the create of ${id} to finish (${options.deadlineName ?? "provision deadline"})`,
+          deadlineMs,
+        ),
+      ),
+    deadlineMs,
+  );
+  const { signal } = deadline;
+  let status: VmStatus | undefined;
+  try {
+    const made = await ops.create(spec, {
+      signal,
+      ...(options.adopt !== undefined ? { adopt: options.adopt } : {}),
+      ...(options.onStep !== undefined ? { onStep: options.onStep } : {}),
+      ...(options.now !== undefined ? { now: options.now } : {}),
+    });
+    // create's UUID and parsed XML save the lookup and the XML read.
+    status = await ops.readStatus(spec.host, spec.name, { uuid: made.uuid, domain: made.domain });
+    if (options.waitForIp !== false) {
+      status = await ops.waitForIpFrom(status, {
+        deadlineMs: left(),
+        signal,
+        ...(options.pollMs !== undefined ? { pollMs: options.pollMs } : {}),
+      });
+    }
+    await options.ready?.(status, left(), signal);
+    return status;
+  } catch (err) {
+    if (options.rollback === false || isDomainTaken(err)) throw err;
+    let rollback: DeleteResult;
+    try {
+      rollback = await ops.delete(spec.host, spec.name, { owner: spec.owner.urn });
+    } catch (rollbackError) {
+      throw new ProvisionError(id, err, { rollbackError }, status);
+    }
+    throw new ProvisionError(id, err, { rollback }, status);
+  } finally {
+    clearTimeout(timer);
+  }
+}

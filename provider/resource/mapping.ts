@@ -1,0 +1,142 @@
+/**
+ * The resource's inputs and outputs mapped onto the KVM core and back:
+ * checked inputs → the create spec; a VM's status → output properties; a
+ * VM's metadata → inputs (adoption with KvmProxy.get). Pure.
+ */
+import type { CreateSpec, VmStatus } from "../kvm/host/operations";
+import type { ImageIdentity } from "../kvm/image";
+import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
+import type { NicAttachment } from "../kvm/nic";
+import { type CheckedInputs, type KvmProxyOutputs, REPLACE_PROPERTIES } from "./args";
+import { seedDigest } from "./diff";
+
+type Props = Record<string, unknown>;
+
+/** Keys whose value is undefined, dropped (protobuf Structs cannot carry undefined). */
+export function defined<T extends Props>(o: T): T {
+  for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
+  return o;
+}
+
+/**
+ * The spec hash recorded in the metadata: every input whose change rebuilds
+ * the VM (REPLACE_PROPERTIES, the image as resolved), so a new such input
+ * joins the hash by being listed there.
+ */
+export function specHashOf(c: CheckedInputs): string {
+  const spec: Props = {};
+  for (const key of REPLACE_PROPERTIES) spec[key] = key === "image" ? c.resolvedImage : c[key];
+  return hashSpec(spec);
+}
+
+/** The NIC the resource asks for, or undefined for the host's own. */
+export function nicOf(c: Pick<CheckedInputs, "network" | "bridge">): NicAttachment | undefined {
+  if (c.bridge !== undefined) return { kind: "bridge", bridge: c.bridge };
+  if (c.network !== undefined) return { kind: "network", network: c.network };
+  return undefined;
+}
+
+/** The operations layer's create spec for checked inputs. */
+export function createSpec(c: CheckedInputs): CreateSpec {
+  const image: ImageIdentity = {
+    url: c.resolvedImage.url,
+    format: c.resolvedImage.format,
+    firmware: c.resolvedImage.firmware,
+    ...(c.resolvedImage.sha256 !== undefined ? { sha256: c.resolvedImage.sha256 } : {}),
+  };
+  const spec: CreateSpec = {
+    host: c.host,
+    name: c.name,
+    image,
+    imageRef: typeof c.image === "string" ? c.image : c.resolvedImage.url,
+    memoryMiB: c.memoryMiB,
+    vcpus: c.vcpus,
+    diskGiB: c.diskGiB,
+    userData: c.userData,
+    installGuestAgent: c.installGuestAgent,
+    owner: {
+      project: c.owner?.project ?? "unknown",
+      stack: c.owner?.stack ?? "unknown",
+      urn: c.owner?.urn ?? `kvm://${c.host}/${c.name}`,
+    },
+    specHash: specHashOf(c),
+    proxyPort: c.proxyPort,
+    tags: c.tags,
+  };
+  const nic = nicOf(c);
+  if (nic !== undefined) spec.nic = nic;
+  if (c.vendorData !== undefined) spec.vendorData = c.vendorData;
+  if (c.macAddress !== undefined) spec.mac = c.macAddress;
+  return spec;
+}
+
+/** What libvirt says now, as output properties. */
+export function liveOutputs(props: Props, status: VmStatus): Props {
+  const proxyPort =
+    typeof props.proxyPort === "number" ? props.proxyPort : (status.metadata?.proxyPort ?? 3128);
+  const out: Props = {
+    host: status.host,
+    name: status.name,
+    domainName: status.name,
+    state: status.state,
+    uuid: status.uuid,
+    macAddress: status.mac,
+    ipAddress: status.ipv4,
+    proxyUrl: status.ipv4 === undefined ? undefined : `http://${status.ipv4}:${proxyPort}`,
+  };
+  if (status.domain !== undefined) {
+    out.memoryMiB = status.domain.memoryMiB;
+    out.vcpus = status.domain.vcpus;
+  }
+  if (status.metadata !== undefined) out.tags = status.metadata.tags;
+  return defined(out);
+}
+
+/** Outputs after create/update: the checked inputs plus what the VM reports. */
+export function outputsFrom(
+  c: CheckedInputs,
+  status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4">,
+) {
+  const { macAddress: _requested, userData, vendorData, ...rest } = c;
+  const out: KvmProxyOutputs = {
+    ...rest,
+    userDataSha256: seedDigest(userData),
+    ...(vendorData !== undefined ? { vendorDataSha256: seedDigest(vendorData) } : {}),
+    domainName: c.name,
+    uuid: status.uuid ?? "",
+    state: status.state,
+  };
+  const mac = status.mac ?? c.macAddress;
+  if (mac !== undefined) out.macAddress = mac;
+  if (status.ipv4 !== undefined) {
+    out.ipAddress = status.ipv4;
+    out.proxyUrl = `http://${status.ipv4}:${c.proxyPort}`;
+  }
+  return defined(out as unknown as Props);
+}
+
+/** Inputs reconstructed from a VM's metadata and domain XML, for KvmProxy.get (adoption by ID). */
+export function inputsFromMetadata(host: string, name: string, status: VmStatus): Props {
+  const m = status.metadata as ProxyMetadata;
+  const resolved: ImageIdentity = {
+    url: m.image.url,
+    format: m.image.format,
+    firmware: status.domain?.firmware ?? "uefi",
+  };
+  if (m.image.sha256 !== undefined) resolved.sha256 = m.image.sha256;
+  const nic = status.domain?.nic;
+  return defined({
+    host,
+    name,
+    image: m.image.ref,
+    resolvedImage: resolved,
+    memoryMiB: status.domain?.memoryMiB,
+    vcpus: status.domain?.vcpus,
+    diskGiB: m.diskGiB,
+    proxyPort: m.proxyPort,
+    tags: m.tags,
+    network: nic?.kind === "network" ? nic.network : undefined,
+    bridge: nic?.kind === "bridge" ? nic.bridge : undefined,
+    owner: { project: m.owner.project, stack: m.owner.stack, urn: m.owner.urn, resource: name },
+  });
+}

@@ -1,0 +1,15 @@
+/**
+ * The connection defaults of a libvirt host, in one place: the host config
+ * applies them when a URI leaves them out, the transports when a caller
+ * does. Constants only.
+ */
+export const LIBVIRT_DEFAULTS = {
+  /** SSH port of an ssh:// host without one. */
+  sshPort: 22,
+  /** SSH user of an ssh:// host without one. */
+  sshUser: "root",
+  /** libvirtd's socket on the host (the remote end of an ssh:// host, or a local unix socket). */
+  socketPath: "/var/run/libvirt/libvirt-sock",
+  /** The libvirt driver URI sent in CONNECT_OPEN (and handed to virt-ssh-helper). */
+  driverUri: "qemu:///system",
+} as const;

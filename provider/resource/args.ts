@@ -55,8 +55,16 @@ export interface KvmProxyArgs {
   image: pulumi.Input<string | pulumi.Input<InlineImage>>;
   /** cloud-init user-data, any format, placed in the seed byte for byte. Default: a cloud-config installing squid on proxyPort. */
   userData?: pulumi.Input<string>;
+  /**
+   * cloud-init user-data as base64, for data that is not text (gzip-compressed
+   * cloud-config, which cloud-init decompresses); decoded and placed in the
+   * seed byte for byte. Exclusive with userData; secret like it.
+   */
+  userDataBase64?: pulumi.Input<string>;
   /** Extra vendor-data beside the guest-agent bootstrap. */
   vendorData?: pulumi.Input<string>;
+  /** Extra vendor-data as base64 (e.g. gzip). Exclusive with vendorData; secret like it. */
+  vendorDataBase64?: pulumi.Input<string>;
   /** Add the qemu-guest-agent bootstrap to vendor-data (default true). */
   installGuestAgent?: pulumi.Input<boolean>;
   /** Default 512. */
@@ -103,8 +111,11 @@ export interface CheckedInputs {
   image: string | InlineImage;
   /** The image as check resolved it (from the config or inline): what the VM is built from. */
   resolvedImage: ImageIdentity;
-  userData: string;
+  /** The user-data text; absent when given as userDataBase64 (then exactly that is present). */
+  userData?: string;
+  userDataBase64?: string;
   vendorData?: string;
+  vendorDataBase64?: string;
   installGuestAgent: boolean;
   memoryMiB: number;
   vcpus: number;
@@ -128,14 +139,19 @@ export interface CheckedInputs {
 
 /**
  * What the state's outputs hold: the checked inputs plus what the VM reports.
- * userData and vendorData are left out, replaced by their SHA-256: they stay
+ * userData and vendorData (and their base64 forms) are left out, replaced by
+ * the SHA-256 of their bytes: they stay
  * only in the (secret) inputs, so no provider reply, debug line of the SDK or
  * refresh ever carries them back (diff compares the digests).
  */
-export interface KvmProxyOutputs extends Omit<CheckedInputs, "macAddress" | "userData" | "vendorData"> {
-  /** SHA-256 (hex) of the user-data in the seed. */
+export interface KvmProxyOutputs
+  extends Omit<
+    CheckedInputs,
+    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64"
+  > {
+  /** SHA-256 (hex) of the user-data bytes in the seed (whichever input gave them). */
   userDataSha256: string;
-  /** SHA-256 (hex) of the user's vendor-data, when given. */
+  /** SHA-256 (hex) of the user's vendor-data bytes, when given. */
   vendorDataSha256?: string;
   /** The libvirt domain name (= name). */
   domainName: string;
@@ -177,7 +193,9 @@ export const REPLACE_PROPERTIES = [
   "host",
   "image",
   "userData",
+  "userDataBase64",
   "vendorData",
+  "vendorDataBase64",
   "installGuestAgent",
   "memoryMiB",
   "vcpus",

@@ -23,8 +23,6 @@ import {
 import { MAX_TAGS, tagProblem } from "../kvm/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/names";
 import { readNicFields } from "../kvm/nic";
-import { buildSeed, type SeedField } from "../kvm/seed";
-import { MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";
 import { Failures, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
   type CheckedInputs,
@@ -36,6 +34,7 @@ import {
   UNKNOWN,
   UPDATE_PROPERTIES,
 } from "./args";
+import { checkSeed, readSeedInput } from "./check-seed";
 import type { StackConfig } from "./config";
 import { defaultUserData } from "./squid";
 
@@ -96,30 +95,6 @@ function optBool(f: Failures, property: string, v: unknown, def: boolean): boole
   if (typeof v !== "boolean") {
     f.fail(property, "must be true or false");
     return def;
-  }
-  return v;
-}
-
-/**
- * How failures of the seed texts name their property. The engine prints the
- * value of a failing property beside the reason when the name is a top-level
- * input, and these values are secrets (KvmProxy marks them so) that may also
- * be megabytes long: a name it cannot look up keeps the value out of the
- * output, and still names the field.
- */
-export const SEED_FIELD = { userData: "userData (secret)", vendorData: "vendorData (secret)" } as const;
-
-function seedText(f: Failures, property: string, v: unknown): string | undefined {
-  if (v === undefined || v === null) return undefined;
-  if (v === UNKNOWN) return UNKNOWN;
-  if (typeof v !== "string") {
-    f.fail(property, "must be a string");
-    return undefined;
-  }
-  const bytes = Buffer.byteLength(v, "utf8");
-  if (bytes > MAX_SEED_FILE_BYTES) {
-    f.fail(property, `is ${bytes} bytes, over the seed limit of ${MAX_SEED_FILE_BYTES} bytes`);
-    return undefined;
   }
   return v;
 }
@@ -250,41 +225,6 @@ function checkName(f: Failures, v: unknown): string | undefined {
   return v as string;
 }
 
-/**
- * Builds the seed create would write (seed.ts, the same function), so that
- * input that cannot make one fails here, naming the field. The name is also
- * the guest hostname and cloud-init instance-id.
- */
-function checkSeed(
-  f: Failures,
-  s: {
-    name: string | undefined;
-    userData: string | undefined;
-    vendorData: string | undefined;
-    installGuestAgent: boolean;
-    installGuestAgentKnown: boolean;
-  },
-): void {
-  const known = (v: string | undefined) => v !== UNKNOWN;
-  if (!known(s.name) || !known(s.userData) || !known(s.vendorData) || !s.installGuestAgentKnown) return;
-  try {
-    buildSeed({
-      name: s.name ?? "placeholder",
-      userData: s.userData ?? "",
-      installGuestAgent: s.installGuestAgent,
-      ...(s.vendorData !== undefined ? { vendorData: s.vendorData } : {}),
-    });
-  } catch (err) {
-    if (!(err instanceof ValidationError)) throw err;
-    for (const x of err.failures) {
-      const field = x.property as SeedField;
-      if (field === "name") f.fail("name", `is not usable as the guest hostname: ${x.reason}`);
-      else if (field === "userData" || field === "vendorData") f.fail(SEED_FIELD[field], x.reason);
-      else f.fail(field, x.reason);
-    }
-  }
-}
-
 function checkHostRef(f: Failures, v: unknown, config: StackConfig): HostConfig | undefined {
   if (v === undefined || v === null || v === "") {
     f.fail("host", "is required: a key of the stack config kvm:hosts");
@@ -357,8 +297,8 @@ export function checkInputs(
   const vcpus = intIn(f, "vcpus", news.vcpus, 1, MAX_VCPUS, DEFAULTS.vcpus);
   const diskGiB = intIn(f, "diskGiB", news.diskGiB, 1, MAX_DISK_GIB, DEFAULTS.diskGiB);
 
-  const userData = seedText(f, SEED_FIELD.userData, news.userData);
-  const vendorData = seedText(f, SEED_FIELD.vendorData, news.vendorData);
+  const userData = readSeedInput(f, news, "userData");
+  const vendorData = readSeedInput(f, news, "vendorData");
   // One NIC rule for the host config and the resource (nic.ts); unknowns pass.
   readNicFields(news, f, { isPending: (x) => x === UNKNOWN });
   const network = news.network ?? undefined;
@@ -407,7 +347,6 @@ export function checkInputs(
   const out: Record<string, unknown> = {
     host: news.host,
     image: news.image,
-    userData: userData ?? (news.proxyPort === UNKNOWN ? UNKNOWN : defaultUserData(proxyPort)),
     installGuestAgent: news.installGuestAgent === UNKNOWN ? UNKNOWN : installGuestAgent,
     memoryMiB: news.memoryMiB === UNKNOWN ? UNKNOWN : memoryMiB,
     vcpus: news.vcpus === UNKNOWN ? UNKNOWN : vcpus,
@@ -420,7 +359,15 @@ export function checkInputs(
     tags: news.tags === UNKNOWN ? UNKNOWN : tags,
   };
   out.resolvedImage = resolvedImage ?? UNKNOWN;
-  if (vendorData !== undefined) out.vendorData = vendorData;
+  // Each seed input as given; without user-data of either kind, the default.
+  if (userData.pending) {
+    for (const k of ["userData", "userDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
+  } else if (userData.base64 !== undefined) out.userDataBase64 = userData.base64;
+  else out.userData = userData.text ?? (news.proxyPort === UNKNOWN ? UNKNOWN : defaultUserData(proxyPort));
+  if (vendorData.pending) {
+    for (const k of ["vendorData", "vendorDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
+  } else if (vendorData.base64 !== undefined) out.vendorDataBase64 = vendorData.base64;
+  else if (vendorData.text !== undefined) out.vendorData = vendorData.text;
   if (network !== undefined) out.network = network;
   if (bridge !== undefined) out.bridge = bridge;
   if (macAddress !== undefined) out.macAddress = macAddress;

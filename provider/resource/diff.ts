@@ -10,6 +10,7 @@ import { createHash } from "node:crypto";
 import { canonicalJson } from "../kvm/metadata";
 import { DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
 import { isUnknown } from "./check";
+import { decodeBase64 } from "./check-seed";
 
 /** What diff decided. */
 export interface DiffOutcome {
@@ -34,13 +35,20 @@ function same(a: unknown, b: unknown): boolean {
   }
 }
 
-/** SHA-256 (hex) of a seed text: what the outputs keep instead of the text. */
-export function seedDigest(text: string): string {
-  return createHash("sha256").update(text, "utf8").digest("hex");
+/** SHA-256 (hex) of a seed part's bytes (text as UTF-8): what the outputs keep instead of it. */
+export function seedDigest(data: string | Buffer): string {
+  return typeof data === "string"
+    ? createHash("sha256").update(data, "utf8").digest("hex")
+    : createHash("sha256").update(data).digest("hex");
 }
 
-/** Seed texts compared by digest: the outputs hold only `<key>Sha256`. */
+/**
+ * Seed parts compared by the digest of their bytes: the outputs hold only
+ * `<key>Sha256`, and the text and base64 forms of one part are one part (the
+ * same bytes given the other way are no change).
+ */
 const DIGESTED = new Set(["userData", "vendorData"]);
+const BASE64_FORMS = new Set(["userDataBase64", "vendorDataBase64"]);
 
 function oldDigest(olds: Props, key: string): unknown {
   const d = olds[`${key}Sha256`];
@@ -51,6 +59,8 @@ function oldDigest(olds: Props, key: string): unknown {
 }
 
 function newDigest(news: Props, key: string): unknown {
+  const b64 = news[`${key}Base64`];
+  if (b64 !== undefined) return typeof b64 === "string" ? seedDigest(decodeBase64(b64) ?? b64) : b64;
   const text = news[key];
   return typeof text === "string" ? seedDigest(text) : text;
 }
@@ -108,8 +118,10 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
       }
       continue;
     }
+    if (BASE64_FORMS.has(key)) continue;
     if (DIGESTED.has(key)) {
-      if (!same(oldDigest(olds, key), newDigest(news, key))) replaces.push(key);
+      if (!same(oldDigest(olds, key), newDigest(news, key)))
+        replaces.push(news[`${key}Base64`] !== undefined ? `${key}Base64` : key);
       continue;
     }
     if (!same(oldValue(olds, key), news[key])) replaces.push(key);

@@ -31,7 +31,7 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
 };
 
 /** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
-export const SECRET_OUTPUTS = ["userData", "vendorData"];
+export const SECRET_OUTPUTS = ["userData", "vendorData", "userDataBase64", "vendorDataBase64"];
 
 /**
  * A KVM VM running an HTTP forward proxy.

@@ -8,6 +8,7 @@ import type { ImageIdentity } from "../kvm/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
 import type { NicAttachment } from "../kvm/nic";
 import { type CheckedInputs, type KvmProxyOutputs, REPLACE_PROPERTIES } from "./args";
+import { decodeBase64 } from "./check-seed";
 import { seedDigest } from "./diff";
 
 type Props = Record<string, unknown>;
@@ -36,6 +37,13 @@ export function nicOf(c: Pick<CheckedInputs, "network" | "bridge">): NicAttachme
   return undefined;
 }
 
+/** The bytes a seed part gets from the checked inputs (text or base64), or undefined when neither is given. */
+export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): string | Buffer | undefined {
+  const b64 = c[`${part}Base64`];
+  if (b64 !== undefined) return decodeBase64(b64) ?? Buffer.alloc(0);
+  return c[part];
+}
+
 /** The operations layer's create spec for checked inputs. */
 export function createSpec(c: CheckedInputs): CreateSpec {
   const image: ImageIdentity = {
@@ -52,7 +60,7 @@ export function createSpec(c: CheckedInputs): CreateSpec {
     memoryMiB: c.memoryMiB,
     vcpus: c.vcpus,
     diskGiB: c.diskGiB,
-    userData: c.userData,
+    userData: seedDataOf(c, "userData") ?? "",
     installGuestAgent: c.installGuestAgent,
     owner: {
       project: c.owner?.project ?? "unknown",
@@ -65,7 +73,8 @@ export function createSpec(c: CheckedInputs): CreateSpec {
   };
   const nic = nicOf(c);
   if (nic !== undefined) spec.nic = nic;
-  if (c.vendorData !== undefined) spec.vendorData = c.vendorData;
+  const vendorData = seedDataOf(c, "vendorData");
+  if (vendorData !== undefined) spec.vendorData = vendorData;
   if (c.macAddress !== undefined) spec.mac = c.macAddress;
   return spec;
 }
@@ -97,10 +106,18 @@ export function outputsFrom(
   c: CheckedInputs,
   status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4">,
 ) {
-  const { macAddress: _requested, userData, vendorData, ...rest } = c;
+  const {
+    macAddress: _requested,
+    userData: _userData,
+    vendorData: _vendorData,
+    userDataBase64: _userDataBase64,
+    vendorDataBase64: _vendorDataBase64,
+    ...rest
+  } = c;
+  const vendorData = seedDataOf(c, "vendorData");
   const out: KvmProxyOutputs = {
     ...rest,
-    userDataSha256: seedDigest(userData),
+    userDataSha256: seedDigest(seedDataOf(c, "userData") ?? ""),
     ...(vendorData !== undefined ? { vendorDataSha256: seedDigest(vendorData) } : {}),
     domainName: c.name,
     uuid: status.uuid ?? "",

@@ -59,10 +59,12 @@ export class Workspace {
   constructor(
     tag: string,
     project: { name: string; typescript?: boolean; main?: string; files?: Record<string, string> },
+    /** The folder the workspace is made in (default {@link E2E_ROOT}, inside the repo). */
+    root: string = E2E_ROOT,
   ) {
     seq += 1;
     this.stack = `t${process.pid}x${seq}`;
-    this.dir = path.join(E2E_ROOT, `${tag}-${process.pid}-${seq}`);
+    this.dir = path.join(root, `${tag}-${process.pid}-${seq}`);
     rmSync(this.dir, { recursive: true, force: true });
     mkdirSync(this.dir, { recursive: true });
     this.backend = path.join(this.dir, ".backend");

@@ -1,3 +1,4 @@
+import { gzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provider/resource/args";
@@ -74,6 +75,20 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
   ],
   ["userData", {}, { userData: "#cloud-config\nhostname: x\n" }, "replace", "userData"],
   ["vendorData added", {}, { vendorData: "#!/bin/sh\ntrue\n" }, "replace", "vendorData"],
+  [
+    "userDataBase64 with other bytes",
+    {},
+    { userData: undefined, userDataBase64: Buffer.from("#cloud-config\nhostname: y\n").toString("base64") },
+    "replace",
+    "userDataBase64",
+  ],
+  [
+    "vendorDataBase64 added (gzip)",
+    {},
+    { vendorDataBase64: gzipSync("#cloud-config\nruncmd: [true]\n").toString("base64") },
+    "replace",
+    "vendorDataBase64",
+  ],
   ["installGuestAgent", {}, { installGuestAgent: false }, "replace", "installGuestAgent"],
   ["memoryMiB", {}, { memoryMiB: 1024 }, "replace", "memoryMiB"],
   ["vcpus", {}, { vcpus: 2 }, "replace", "vcpus"],
@@ -119,6 +134,21 @@ describe("diff", () => {
       healthCheck: { url: "http://example.com/", expectStatus: 204 },
     };
     expect(diff(full, full).changes).toBe(false);
+  });
+
+  it("does not count the same bytes given as base64 instead of text as a change", () => {
+    const asBase64 = {
+      ...base,
+      userData: undefined,
+      userDataBase64: Buffer.from(base.userData).toString("base64"),
+    };
+    expect(diff(base, asBase64)).toEqual({
+      changes: false,
+      replaces: [],
+      updates: [],
+      deleteBeforeReplace: false,
+    });
+    expect(diff(asBase64, base).changes).toBe(false);
   });
 
   it("does not count an image key switch to the same image, or libvirt's own MAC, as changes", () => {

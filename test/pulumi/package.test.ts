@@ -1,0 +1,223 @@
+/**
+ * The user's path: the package packed as `npm pack` makes it, installed from
+ * the tarball into new Pulumi projects OUTSIDE the repository (their own
+ * package.json, `@pulumi/pulumi` and the TypeScript tools from the npm
+ * registry, no link into the repo), then `pulumi up`, `preview`, `refresh`
+ * and `destroy` against the test host, as JavaScript and as TypeScript
+ * (type-checked by the Pulumi runtime against the installed types), and an
+ * upgrade to a tarball of a higher version that previews no change.
+ */
+import { execFileSync, spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { repoRoot, type TestHost, testHost } from "../support/test-host";
+import { domainsOfStack, hostsConfig, pulumiEnv, removeByHand, TEST_PROXY_ARGS, Workspace } from "./harness";
+
+/** What the SDK and the TypeScript tools of a user's project are pinned to (the versions CI proves). */
+const PULUMI_SDK = "@pulumi/pulumi@3.248.0";
+const TS_TOOLS = ["typescript@5.9.3", "ts-node@10.9.2", "@types/node@20.19.25"];
+
+let host: TestHost;
+let outside: string;
+const workspaces: Workspace[] = [];
+const tarballs: Record<"current" | "next", string> = { current: "", next: "" };
+let version = "";
+
+/** Packs a copy of the working tree (packing in place would rebuild dist/ under the other test files). */
+function pack(dir: string, versionOverride?: string): string {
+  const src = path.join(dir, "src");
+  rmSync(src, { recursive: true, force: true });
+  mkdirSync(src, { recursive: true });
+  const files = execFileSync("git", ["ls-files", "--cached", "--others", "--exclude-standard", "-z"], {
+    cwd: repoRoot,
+    encoding: "utf8",
+  })
+    .split("\0")
+    .filter((f) => f !== "" && !f.startsWith("test/") && !f.startsWith("bench/"));
+  for (const f of files) {
+    try {
+      cpSync(path.join(repoRoot, f), path.join(src, f), { recursive: true });
+    } catch (err) {
+      // A file deleted in the working tree but still in the index.
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+  }
+  symlinkSync(path.join(repoRoot, "node_modules"), path.join(src, "node_modules"));
+  if (versionOverride !== undefined) {
+    const pkg = JSON.parse(readFileSync(path.join(src, "package.json"), "utf8")) as { version: string };
+    pkg.version = versionOverride;
+    writeFileSync(path.join(src, "package.json"), JSON.stringify(pkg, null, 2));
+  }
+  const out = path.join(dir, "tarballs");
+  mkdirSync(out, { recursive: true });
+  const r = JSON.parse(
+    execFileSync("npm", ["pack", "--json", "--pack-destination", out], {
+      cwd: src,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    }),
+  ) as { filename: string }[];
+  return path.join(out, (r[0] as { filename: string }).filename);
+}
+
+function npm(cwd: string, ...args: string[]): void {
+  const r = spawnSync("npm", [...args, "--no-audit", "--no-fund"], {
+    cwd,
+    encoding: "utf8",
+    timeout: 600_000,
+  });
+  if (r.status !== 0) throw new Error(`npm ${args.join(" ")} exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
+}
+
+/** A new Pulumi project outside the repo with the package installed from `tarball`. */
+function userProject(language: "js" | "ts"): Workspace {
+  const program: Record<string, string> =
+    language === "js"
+      ? {
+          "index.js": `const pulumi = require("@pulumi/pulumi");
+const { KvmProxy } = require("pulumi-kvm-proxy");
+const config = new pulumi.Config();
+const proxy = new KvmProxy("edge", { host: "local", image: "tiny", ...config.requireObject("proxy") });
+exports.id = proxy.id;
+exports.state = proxy.state;
+`,
+          "package.json": JSON.stringify({ name: "user-js", private: true, main: "index.js" }),
+        }
+      : {
+          "index.ts": `import * as pulumi from "@pulumi/pulumi";
+import { KvmProxy, type KvmProxyArgs } from "pulumi-kvm-proxy";
+const config = new pulumi.Config();
+const args: KvmProxyArgs = { host: "local", image: "tiny", ...config.requireObject<Partial<KvmProxyArgs>>("proxy") };
+const proxy: KvmProxy = new KvmProxy("edge", args);
+export const id: pulumi.Output<string> = proxy.id;
+export const state: pulumi.Output<string> = proxy.state;
+`,
+          "package.json": JSON.stringify({ name: "user-ts", private: true, main: "index.ts" }),
+          "tsconfig.json": JSON.stringify({
+            compilerOptions: { strict: true, target: "ES2020", module: "commonjs", moduleResolution: "node" },
+            files: ["index.ts"],
+          }),
+        };
+  const ws = new Workspace(
+    `user-${language}`,
+    { name: `kvmpt-user-${language}`, typescript: language === "ts", files: program },
+    outside,
+  );
+  workspaces.push(ws);
+  npm(ws.dir, "install", tarballs.current, PULUMI_SDK, ...(language === "ts" ? TS_TOOLS : []));
+  ws.setConfig({
+    ...hostsConfig(host, ["local"]),
+    [`kvmpt-user-${language}:proxy`]: TEST_PROXY_ARGS,
+  });
+  return ws;
+}
+
+beforeAll(() => {
+  host = testHost();
+  // Outside the repository: nothing resolves through its node_modules.
+  outside = mkdtempSync(path.join(os.tmpdir(), "kvmp-user-"));
+  const pkg = JSON.parse(readFileSync(path.join(repoRoot, "package.json"), "utf8")) as { version: string };
+  version = pkg.version;
+  const [major, minor, patch] = version.split(/[.-]/).map(Number) as [number, number, number];
+  tarballs.current = pack(path.join(outside, "pack-current"));
+  tarballs.next = pack(path.join(outside, "pack-next"), `${major}.${minor}.${patch + 1}`);
+}, 600_000);
+
+afterAll(() => {
+  for (const ws of workspaces) {
+    ws.cleanup();
+    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+  rmSync(outside, { recursive: true, force: true });
+});
+
+describe("the package as npm pack makes it", () => {
+  it("holds the compiled code, its types and source maps, the docs and the license, and nothing else", () => {
+    const listing = execFileSync("tar", ["-tzf", tarballs.current], { encoding: "utf8" }).split("\n");
+    const files = listing.filter((f) => f !== "").map((f) => f.replace(/^package\//, ""));
+    for (const f of [
+      "dist/provider/index.js",
+      "dist/provider/index.d.ts",
+      "dist/provider/index.js.map",
+      "dist/provider/resource/provider.js",
+      "dist/provider/cli/main.js",
+      "README.md",
+      "CHANGELOG.md",
+      "LICENSE",
+      "package.json",
+    ]) {
+      expect(files, f).toContain(f);
+    }
+    const strays = files.filter(
+      (f) =>
+        !/^dist\/provider\/.*\.(js|d\.ts|js\.map)$/.test(f) &&
+        !["README.md", "CHANGELOG.md", "LICENSE", "package.json"].includes(f),
+    );
+    expect(strays).toEqual([]);
+    expect(files.filter((f) => /^(test|bench|scripts|tools)\//.test(f))).toEqual([]);
+    const pkg = JSON.parse(
+      execFileSync("tar", ["-xzOf", tarballs.current, "package/package.json"], { encoding: "utf8" }),
+    ) as Record<string, unknown>;
+    expect(pkg.private).toBeUndefined();
+    expect(pkg.peerDependencies).toEqual({ "@pulumi/pulumi": expect.stringMatching(/^\^3\./) });
+    expect(Object.keys(pkg.dependencies as object)).not.toContain("@pulumi/pulumi");
+  });
+});
+
+describe("a user's project outside the repository", () => {
+  it.each(["js", "ts"] as const)(
+    "as %s: installs from the tarball, then up, preview (no changes), refresh and destroy work; the gc command runs from the package",
+    (language) => {
+      const ws = userProject(language);
+      // One copy of the SDK: the package brings none of its own.
+      expect(() =>
+        readFileSync(
+          path.join(ws.dir, "node_modules/pulumi-kvm-proxy/node_modules/@pulumi/pulumi/package.json"),
+        ),
+      ).toThrow();
+      ws.up();
+      const id = ws.outputs().id as string;
+      expect(id).toMatch(/^kvm:\/\/local\/edge-[0-9a-f]{8}$/);
+      expect(domainsOfStack(host, ws.stack)).toEqual([id.slice("kvm://local/".length)]);
+      const preview = ws.mustRun("preview", "--diff", "--expect-no-changes");
+      expect(preview.output).not.toMatch(/~ update|\+- replace|\+ create/);
+      ws.mustRun("refresh", "--yes", "--skip-preview");
+      const gc = spawnSync(
+        "npx",
+        ["--no-install", "pulumi-kvm-proxy", "gc", "--stack", ws.stack, "--json", "--min-age", "0s"],
+        {
+          cwd: ws.dir,
+          env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
+          encoding: "utf8",
+          timeout: 300_000,
+        },
+      );
+      expect(gc.status, gc.stderr).toBe(0);
+      const judged = (JSON.parse(gc.stdout) as { domains: { domain: string; verdict: string }[] }).domains;
+      expect(judged.find((d) => d.domain === id.slice("kvm://local/".length))?.verdict).toBe("held");
+      ws.destroy();
+      expect(domainsOfStack(host, ws.stack)).toEqual([]);
+    },
+  );
+
+  it("upgraded to a tarball of a higher version, previews no change for existing proxies, then up and destroy work", () => {
+    const ws = userProject("js");
+    ws.up();
+    const before = ws.proxies()[0];
+    npm(ws.dir, "install", tarballs.next);
+    const installed = JSON.parse(
+      readFileSync(path.join(ws.dir, "node_modules/pulumi-kvm-proxy/package.json"), "utf8"),
+    ) as { version: string };
+    expect(installed.version).not.toBe(version);
+    const preview = ws.mustRun("preview", "--diff", "--expect-no-changes");
+    expect(preview.output).not.toMatch(/~ update|\+- replace|\+ create|- delete/);
+    ws.up();
+    const after = ws.proxies()[0];
+    expect(after?.id).toBe(before?.id);
+    expect(after?.outputs?.uuid).toBe(before?.outputs?.uuid);
+    ws.destroy();
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+  });
+});

@@ -78,7 +78,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "vendorData (secret)",
     /MIME multipart/,
   ],
-  ["userDataBase64 not base64", { userDataBase64: "not base64!" }, "userDataBase64 (secret)", /must be base64/],
+  [
+    "userDataBase64 not base64",
+    { userDataBase64: "not base64!" },
+    "userDataBase64 (secret)",
+    /must be base64/,
+  ],
   [
     "userData and userDataBase64 together",
     { userData: "#cloud-config\n", userDataBase64: "I2Nsb3VkLWNvbmZpZwo=" },

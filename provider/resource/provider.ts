@@ -15,14 +15,17 @@ import { HostPool } from "../kvm/host/hosts";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
+import type { Progress, ProgressListener } from "../kvm/progress";
 import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { ValidationError } from "../kvm/validation";
 import { DEFAULTS } from "./args";
 import { asChecked, checkInputs } from "./check";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
 import { diffProxy } from "./diff";
+import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { waitHealthy } from "./health-check";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
+import { progressText } from "./progress";
 
 type Props = Record<string, unknown>;
 
@@ -67,10 +70,38 @@ export class KvmProxyRuntime {
    * health poll one TCP connect or HTTP request.
    */
   pollMs = 1_000;
+  /** Where progress and warnings go: the engine's Log RPC (see engine-log.ts); replaceable by tests. */
+  log: EngineLog | undefined;
+  /** Secret strings of the configuration, masked in anything logged. */
+  private secrets: string[] = [];
+
+  private engineLog(): EngineLog {
+    this.log ??= engineLogFromArgv(process.argv, { redact: (t) => this.redact(t), minIntervalMs: 1_000 });
+    return this.log;
+  }
+
+  /** `text` with every configured secret (keys, passphrases) masked. */
+  redact(text: string): string {
+    let out = text;
+    for (const s of this.secrets) out = out.split(s).join("***");
+    return out;
+  }
+
+  /** A progress listener that shows each report as the resource's status line in Pulumi's display. */
+  private progressTo(urn: string | undefined): ProgressListener {
+    const log = this.engineLog();
+    // Phase changes, and an upload's last bytes, are always shown; polls and upload ticks are throttled.
+    const force = (p: Progress) =>
+      p.kind === "step" ||
+      p.kind === "queued" ||
+      (p.kind === "image-upload" && p.totalBytes !== undefined && p.bytes >= p.totalBytes);
+    return (p) => log.status(urn, progressText(p), { force: force(p) });
+  }
 
   configure(req: ConfigureRequest): Promise<void> {
     const previous = this.operations;
     this.config = readStackConfig((k) => req.config.get(k));
+    this.secrets = secretsOf(this.config, req.config.get("kvm:sshPrivateKey"));
     this.operations = undefined;
     return Promise.allSettled([previous?.hosts.closeAll()]).then(() => undefined);
   }
@@ -115,6 +146,7 @@ export class KvmProxyRuntime {
     const spec = createSpec(c);
     try {
       const status = await this.ops().provision(spec, {
+        onProgress: this.progressTo(c.owner?.urn),
         deadlineMs: c.timeouts.create * 1000,
         deadlineName: "timeouts.create",
         waitForIp: c.waitForIp,
@@ -141,6 +173,8 @@ export class KvmProxyRuntime {
             "the VM is recorded in the state: run `pulumi up` or `pulumi destroy` to finish",
         ],
       );
+    } finally {
+      await this.engineLog().flush();
     }
   }
 
@@ -213,6 +247,7 @@ export class KvmProxyRuntime {
       // metadata holds (a stack rename changes it); never roll it back.
       status = await o.provision(createSpec(c), {
         ...deadline,
+        onProgress: this.progressTo(c.owner?.urn),
         adopt: unfinished ? "own" : "any",
         waitForIp: c.waitForIp,
         rollback: false,
@@ -225,6 +260,7 @@ export class KvmProxyRuntime {
     if (c.waitForIp && status.ipv4 === undefined) {
       status = await o.waitForIpFrom(status, { deadlineMs: deadline.deadlineMs, pollMs: this.pollMs });
     }
+    await this.engineLog().flush();
     return { outs: outputsFrom(c, status) };
   }
 
@@ -233,14 +269,41 @@ export class KvmProxyRuntime {
     const timeouts = props.timeouts as { delete?: number } | undefined;
     const deadlineMs =
       (typeof timeouts?.delete === "number" ? timeouts.delete : DEFAULTS.deleteSeconds) * 1000;
-    // The operation retries transient failures until timeouts.delete.
-    const r = await this.ops().delete(host, name, { deadlineMs });
-    if (r.noop === "host-not-configured") {
-      console.error(
-        `warning: host ${JSON.stringify(host)} is not in kvm:hosts; ${id} is dropped from the state without touching libvirt`,
-      );
+    const urn = (props.owner as { urn?: unknown } | undefined)?.urn;
+    const log = this.engineLog();
+    log.status(typeof urn === "string" ? urn : undefined, "deleting the domain and its volumes", {
+      force: true,
+    });
+    try {
+      // The operation retries transient failures until timeouts.delete.
+      const r = await this.ops().delete(host, name, { deadlineMs });
+      if (r.noop === "host-not-configured") {
+        log.warn(
+          typeof urn === "string" ? urn : undefined,
+          `host ${JSON.stringify(host)} is not in kvm:hosts; ${id} is dropped from the state without touching libvirt`,
+        );
+      }
+    } finally {
+      await log.flush();
     }
   }
+}
+
+/** The secret strings of the configuration: private keys (and each of their lines) and passphrases. */
+function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
+  const out = new Set<string>();
+  const add = (v: unknown) => {
+    if (typeof v !== "string") return;
+    out.add(v);
+    for (const line of v.split("\n"))
+      if (line.trim().length >= 16 && !line.startsWith("-----")) out.add(line.trim());
+  };
+  add(sharedKey);
+  for (const h of Object.values(config.hosts)) {
+    add(h.ssh?.privateKey);
+    add(h.ssh?.passphrase);
+  }
+  return [...out].filter((v) => v.length >= 4).sort((a, b) => b.length - a.length);
 }
 
 function same(a: unknown, b: unknown): boolean {

@@ -13,6 +13,8 @@
  * The test process itself talks to the guest only through the agent.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import path from "node:path";
+import { gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config";
 import { HostPool } from "../../provider/kvm/host/hosts";
@@ -20,6 +22,7 @@ import { ImageCache } from "../../provider/kvm/host/image-cache";
 import {
   allDomains,
   poolVolumes,
+  proxyDiagnostics,
   pulumiEnv,
   type RunResult,
   removeByHand,
@@ -75,6 +78,9 @@ const USER_DATA = [
   "",
 ].join("\n");
 
+/** The user-data as given: gzip of the MIME multipart (deterministic bytes: no name, mtime 0). */
+const USER_DATA_GZIP = gzipSync(Buffer.from(USER_DATA, "utf8"));
+
 let host: TestHost;
 let ws: Workspace;
 /** A libvirt client of the test's own (unix socket), for the guest agent. */
@@ -106,7 +112,8 @@ function pulumiInNetns(...args: string[]): Promise<RunResult> {
       ],
       {
         cwd: ws.dir,
-        env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
+        // PULUMI_DEBUG_COMMANDS enables --event-log.
+        env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}`, PULUMI_DEBUG_COMMANDS: "true" },
         stdio: ["ignore", "pipe", "pipe"],
       },
     );
@@ -172,7 +179,8 @@ beforeAll(() => {
         host: "remote",
         image: "guest",
         name: NAME,
-        userData: USER_DATA,
+        // gzip-compressed, as binary user-data must be given: base64 (cloud-init decompresses it).
+        userDataBase64: USER_DATA_GZIP.toString("base64"),
         memoryMiB: 768,
         vcpus: 1,
         diskGiB: 4,
@@ -204,10 +212,21 @@ afterAll(async () => {
 }, 300_000);
 
 describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
-  it("pulumi up boots it, downloads the image over HTTP and passes the 204 health check", async () => {
+  it("pulumi up boots it, downloads the image over HTTP and passes the 204 health check, showing its progress", async () => {
     const t0 = performance.now();
-    await mustPulumi("up", "--yes", "--skip-preview");
+    const events = path.join(ws.dir, "up-events.jsonl");
+    await mustPulumi("up", "--yes", "--skip-preview", "--event-log", events);
     const seconds = since(t0);
+
+    // Status lines for the upload and both waits reached the engine, on the proxy's URN.
+    const statuses = proxyDiagnostics(events).filter((d) => d.ephemeral);
+    expect(statuses.map((d) => d.urn)).toEqual(statuses.map(() => expect.stringMatching(/::edge$/)));
+    const messages = statuses.map((d) => d.message);
+    expect(messages).toContainEqual(expect.stringMatching(/^uploading the image: \d+ of \d+ MiB/));
+    expect(messages).toContainEqual(expect.stringMatching(/^waiting for the guest's IP address \(\d+s\)$/));
+    expect(messages).toContainEqual(
+      expect.stringMatching(/^waiting for the proxy to pass its health check \(\d+s\)$/),
+    );
 
     const out = proxyOutputs();
     expect(out.state).toBe("running");
@@ -225,11 +244,13 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     expect(poolVolumes(host)).toContain(cachedImage());
   });
 
-  it("the MIME multipart user-data reaches the guest byte for byte, and both parts were applied", async () => {
+  it("the gzip-compressed MIME multipart given as userDataBase64 reaches the guest byte for byte, and both parts were applied", async () => {
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
     cloudInit = await waitCloudInitDone(agent, 600_000);
+    // cloud-init keeps the user-data as the datasource gave it: the gzip bytes.
     const userData = await agent.readFile("/var/lib/cloud/instance/user-data.txt");
-    expect(userData.equals(Buffer.from(USER_DATA, "utf8"))).toBe(true);
+    expect(userData.equals(USER_DATA_GZIP)).toBe(true);
+    expect(gunzipSync(userData).toString("utf8")).toBe(USER_DATA);
     expect((await agent.readFile("/var/lib/kvmp-guest-test-mime")).toString()).toBe(
       `mime-script-part-${process.pid}\n`,
     );

@@ -51,6 +51,8 @@ export class Workspace {
   readonly dir: string;
   readonly stack: string;
   readonly backend: string;
+  /** Added to the CLI's environment on every run (e.g. PULUMI_DEBUG_COMMANDS for --event-log). */
+  extraEnv: NodeJS.ProcessEnv = {};
 
   /**
    * `program`: either files to write ({"index.js": "..."}), or `{ main }`, a
@@ -96,7 +98,7 @@ export class Workspace {
     const r = spawnSync("pulumi", [...args, "--stack", this.stack, "--non-interactive", "--color", "never"], {
       cwd: this.dir,
       ...(input !== undefined ? { input } : {}),
-      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}` },
+      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}`, ...this.extraEnv },
       encoding: "utf8",
       timeout: 600_000,
       maxBuffer: 64 * 1024 * 1024,
@@ -122,7 +124,7 @@ export class Workspace {
         [...args, "--stack", this.stack, "--non-interactive", "--color", "never"],
         {
           cwd: this.dir,
-          env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}`, ...env },
+          env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}`, ...this.extraEnv, ...env },
         },
       );
       let stdout = "";
@@ -316,4 +318,33 @@ export function cacheVolumeOf(file: string): string {
   const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
   f.throwIfAny();
   return ImageCache.volumeName(img as NonNullable<typeof img>);
+}
+
+/** One engine event of `--event-log` (only what the tests read). */
+interface EngineEvent {
+  diagnosticEvent?: { urn?: string; message?: string; severity?: string; ephemeral?: boolean };
+}
+
+/**
+ * The diagnostics the provider sent for KvmProxy resources, read from a file
+ * `pulumi ... --event-log <file>` wrote (the CLI needs PULUMI_DEBUG_COMMANDS=true
+ * for that flag): status lines (`ephemeral`) and lasting ones, in order.
+ */
+export function proxyDiagnostics(
+  eventLog: string,
+): { urn: string; message: string; severity: string; ephemeral: boolean }[] {
+  return readFileSync(eventLog, "utf8")
+    .split("\n")
+    .filter((l) => l.trim() !== "")
+    .map((l) => (JSON.parse(l) as EngineEvent).diagnosticEvent)
+    .filter(
+      (d): d is NonNullable<EngineEvent["diagnosticEvent"]> =>
+        d?.urn?.includes("::pulumi-nodejs:dynamic:KvmProxy::") === true,
+    )
+    .map((d) => ({
+      urn: d.urn as string,
+      message: (d.message ?? "").trimEnd(),
+      severity: d.severity ?? "",
+      ephemeral: d.ephemeral === true,
+    }));
 }

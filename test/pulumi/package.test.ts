@@ -13,7 +13,18 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
-import { domainsOfStack, hostsConfig, pulumiEnv, removeByHand, TEST_PROXY_ARGS, Workspace } from "./harness";
+import {
+  cacheVolumeOf,
+  domainsOfStack,
+  hostsConfig,
+  proxyDiagnostics,
+  pulumiEnv,
+  removeByHand,
+  TEST_IMAGE,
+  TEST_PROXY_ARGS,
+  virshQuiet,
+  Workspace,
+} from "./harness";
 
 /** What the SDK and the TypeScript tools of a user's project are pinned to (the versions CI proves). */
 const PULUMI_SDK = "@pulumi/pulumi@3.248.0";
@@ -22,6 +33,8 @@ const TS_TOOLS = ["typescript@5.9.3", "ts-node@10.9.2", "@types/node@20.19.25"];
 let host: TestHost;
 let outside: string;
 const workspaces: Workspace[] = [];
+/** Per-project image copies, whose cache volumes go at the end. */
+const images: string[] = [];
 const tarballs: Record<"current" | "next", string> = { current: "", next: "" };
 let version = "";
 
@@ -107,8 +120,13 @@ export const state: pulumi.Output<string> = proxy.state;
   );
   workspaces.push(ws);
   npm(ws.dir, "install", tarballs.current, PULUMI_SDK, ...(language === "ts" ? TS_TOOLS : []));
+  // An image of this project's own (a copy under another path is another cache entry): its upload shows.
+  const image = path.join(ws.dir, "tiny.qcow2");
+  cpSync(TEST_IMAGE, image);
+  images.push(image);
   ws.setConfig({
     ...hostsConfig(host, ["local"]),
+    "kvm:images": { tiny: { url: image, firmware: "bios" } },
     [`kvmpt-user-${language}:proxy`]: TEST_PROXY_ARGS,
   });
   return ws;
@@ -129,6 +147,9 @@ afterAll(() => {
   for (const ws of workspaces) {
     ws.cleanup();
     for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+  for (const image of images) {
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, cacheVolumeOf(image));
   }
   rmSync(outside, { recursive: true, force: true });
 });
@@ -177,8 +198,18 @@ describe("a user's project outside the repository", () => {
           path.join(ws.dir, "node_modules/pulumi-kvm-proxy/node_modules/@pulumi/pulumi/package.json"),
         ),
       ).toThrow();
-      ws.up();
+      ws.extraEnv = { PULUMI_DEBUG_COMMANDS: "true" };
+      const events = path.join(ws.dir, "up-events.jsonl");
+      ws.mustRun("up", "--yes", "--skip-preview", "--event-log", events);
       const id = ws.outputs().id as string;
+      // The provider's progress reached the engine as status lines of the proxy, the image upload among them.
+      const statuses = proxyDiagnostics(events).filter((d) => d.ephemeral);
+      expect(statuses.length).toBeGreaterThan(0);
+      for (const d of statuses) expect(d.urn).toMatch(/::edge$/);
+      const messages = statuses.map((d) => d.message);
+      expect(messages).toContain("checking the image cache");
+      expect(messages).toContainEqual(expect.stringMatching(/^uploading the image: \d+ of \d+ MiB/));
+      expect(messages).toContain("starting the domain");
       expect(id).toMatch(/^kvm:\/\/local\/edge-[0-9a-f]{8}$/);
       expect(domainsOfStack(host, ws.stack)).toEqual([id.slice("kvm://local/".length)]);
       const preview = ws.mustRun("preview", "--diff", "--expect-no-changes");

@@ -14,6 +14,7 @@ import type { ImageIdentity } from "../image";
 import type { MetadataOwner, ProxyMetadata } from "../metadata";
 import { overlayVolumeName, seedVolumeName } from "../names";
 import type { NicAttachment } from "../nic";
+import { type CreateStep, type ProgressListener, report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import { buildSeed, type SeedSpec } from "../seed";
 import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../volume-xml";
@@ -62,24 +63,12 @@ export interface CreateResult {
   imageUploaded: boolean;
 }
 
-/** Create's steps, in order; a step hook runs before each (tests cut creates short there). */
-export const CREATE_STEPS = [
-  "lookup-domain",
-  "pool",
-  "image",
-  "overlay",
-  "seed-volume",
-  "seed-upload",
-  "paths",
-  "define",
-  "start",
-] as const;
-export type CreateStep = (typeof CREATE_STEPS)[number];
-
 /** Options of a create. */
 export interface CreateOptions {
   /** Runs before each step; a throw or rejection aborts the create there. */
   onStep?: (step: CreateStep) => void | Promise<void>;
+  /** Receives progress: each step, and the image upload's bytes. */
+  onProgress?: ProgressListener;
   /** Creation time recorded in the metadata (default now). */
   now?: () => Date;
   /**
@@ -116,6 +105,7 @@ export async function createOnce(
   const { signal } = options;
   const step = async (s: CreateStep): Promise<void> => {
     signal?.throwIfAborted();
+    report(options.onProgress, { kind: "step", step: s });
     await options.onStep?.(s);
   };
   const host = ctx.hosts.config(spec.host);
@@ -163,7 +153,12 @@ export async function createOnce(
 
   await step("image");
   // Other creates may share this upload: the signal ends this create's wait, not the upload.
-  const image = await untilAborted(ctx.images.ensure({ host: spec.host, lv, pool }, spec.image), signal);
+  const image = await untilAborted(
+    ctx.images.ensure({ host: spec.host, lv, pool }, spec.image, {
+      ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+    }),
+    signal,
+  );
 
   await step("overlay");
   const overlay = await ensureOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
@@ -255,3 +250,5 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promis
     p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });
 }
+
+export { CREATE_STEPS, type CreateStep } from "../progress";

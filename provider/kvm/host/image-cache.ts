@@ -21,7 +21,7 @@
  * once are not coordinated: the second treats the first's marker as a stale
  * partial upload (documented limitation).
  */
-import type { Readable } from "node:stream";
+import { pipeline, type Readable, Transform } from "node:stream";
 import { ProviderError } from "../../errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool, StorageVol } from "../../libvirt/types";
@@ -33,6 +33,7 @@ import {
   parseCachedImageVolumeName,
   partialMarkerVolumeName,
 } from "../names";
+import { type ProgressListener, report } from "../progress";
 import { buildCachedImageVolumeXml } from "../volume-xml";
 import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
 import type { RetryEnv } from "./retry";
@@ -71,8 +72,19 @@ export interface ImageCacheOptions {
 }
 
 /** Per-host cache of base images, with one in-flight upload per host and image. */
+/** Options of {@link ImageCache.ensure}. */
+export interface EnsureOptions {
+  /** Receives the upload's progress (also when this call waits for another's upload of the same image). */
+  onProgress?: ProgressListener;
+}
+
+interface Inflight {
+  promise: Promise<CachedImage>;
+  listeners: Set<ProgressListener>;
+}
+
 export class ImageCache {
-  private readonly inflight = new Map<string, Promise<CachedImage>>();
+  private readonly inflight = new Map<string, Inflight>();
   /** Virtual sizes learned from our own uploads, so no pool refresh is needed to know them. */
   private readonly sizes = new Map<string, number>();
   private readonly options: ImageCacheOptions;
@@ -91,13 +103,24 @@ export class ImageCache {
    * or partial. Callers arriving while this process uploads the same image
    * to the same pool wait for that upload instead of starting their own.
    */
-  ensure(loc: CacheLocation, image: ImageIdentity): Promise<CachedImage> {
+  ensure(loc: CacheLocation, image: ImageIdentity, options: EnsureOptions = {}): Promise<CachedImage> {
     const name = ImageCache.volumeName(image);
     const key = this.key(loc, name);
     const running = this.inflight.get(key);
-    if (running) return running.then((c) => ({ ...c, uploaded: false }));
-    const p = this.ensureNow(loc, image, name).finally(() => this.inflight.delete(key));
-    this.inflight.set(key, p);
+    if (running) {
+      const { onProgress } = options;
+      if (onProgress !== undefined) running.listeners.add(onProgress);
+      return running.promise
+        .then((c) => ({ ...c, uploaded: false }))
+        .finally(() => {
+          if (onProgress !== undefined) running.listeners.delete(onProgress);
+        });
+    }
+    const listeners = new Set<ProgressListener>(options.onProgress !== undefined ? [options.onProgress] : []);
+    const p = this.ensureNow(loc, image, name, (progress) => {
+      for (const l of listeners) report(l, progress);
+    }).finally(() => this.inflight.delete(key));
+    this.inflight.set(key, { promise: p, listeners });
     return p;
   }
 
@@ -137,7 +160,12 @@ export class ImageCache {
     return `${loc.host}\0${loc.pool.name}\0${name}`;
   }
 
-  private async ensureNow(loc: CacheLocation, image: ImageIdentity, name: string): Promise<CachedImage> {
+  private async ensureNow(
+    loc: CacheLocation,
+    image: ImageIdentity,
+    name: string,
+    onProgress: ProgressListener,
+  ): Promise<CachedImage> {
     const { lv, pool } = loc;
     const markerName = partialMarkerVolumeName(name);
     let vol = await lookupVolume(lv, pool, name);
@@ -169,7 +197,7 @@ export class ImageCache {
     // Partial or absent: remove leftovers (image first, so a cut here still leaves the marker).
     if (vol !== undefined) await deleteVolume(lv, vol);
     if (marker !== undefined) await deleteVolume(lv, marker);
-    return this.upload(loc, image, name, markerName);
+    return this.upload(loc, image, name, markerName, onProgress);
   }
 
   private async upload(
@@ -177,6 +205,7 @@ export class ImageCache {
     image: ImageIdentity,
     name: string,
     markerName: string,
+    onProgress: ProgressListener,
   ): Promise<CachedImage> {
     const { lv, pool } = loc;
     const env = this.options.retryEnv;
@@ -202,7 +231,7 @@ export class ImageCache {
         label: image.url,
         ...(image.sha256 !== undefined ? { sha256: image.sha256 } : {}),
       });
-      stream = verified.stream;
+      stream = counted(verified.stream, opened.length, onProgress);
       await lv.storageVolUpload(vol, stream, {
         ...(this.options.uploadTimeoutMs !== undefined ? { timeoutMs: this.options.uploadTimeoutMs } : {}),
       });
@@ -230,3 +259,27 @@ export class ImageCache {
 }
 
 const defaultOpen: ImageOpener = (image, options) => openImageSource(imageSourceOf(image.url), options);
+
+/**
+ * `source` passed through unchanged, reporting the bytes that went by. A
+ * pipeline: an error on either side destroys both (an aborted upload still
+ * releases the source).
+ */
+function counted(source: Readable, totalBytes: number | undefined, onProgress: ProgressListener): Readable {
+  const started = performance.now();
+  let bytes = 0;
+  const counter = new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      bytes += chunk.length;
+      report(onProgress, {
+        kind: "image-upload",
+        bytes,
+        elapsedMs: performance.now() - started,
+        ...(totalBytes !== undefined ? { totalBytes } : {}),
+      });
+      done(null, chunk);
+    },
+  });
+  pipeline(source, counter, () => {});
+  return counter;
+}

@@ -15,6 +15,7 @@ import { ErrorCode } from "../../libvirt/error-codes";
 import { type ParsedDomain, parseDomainXml } from "../domain-xml";
 import type { ProxyMetadata } from "../metadata";
 import { overlayVolumeName, seedVolumeName } from "../names";
+import { type ProgressListener, report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import { isActiveState, mapDomainState, type ProxyState } from "../states";
 import { guestIpv4, probeAddress } from "./addresses";
@@ -108,6 +109,8 @@ export interface WaitForIpOptions {
   /** Pause between polls (default 1 s). */
   pollMs?: number;
   signal?: AbortSignal;
+  /** Receives the time waited so far at each poll. */
+  onProgress?: ProgressListener;
 }
 
 /** Options of {@link KvmOperations}. */
@@ -405,6 +408,7 @@ export class KvmOperations {
           deadlineMs,
         );
       }
+      report(options.onProgress, { kind: "wait-ip", elapsedMs: this.now() - started });
       await wait(pollMs, options.signal);
       if (poll % fullEvery !== 0 && status.uuid !== undefined) {
         const dom = domainByUuid(name, status.uuid);

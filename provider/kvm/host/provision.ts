@@ -18,13 +18,14 @@
  * lookup before it makes anything.
  */
 import { ProviderError, TimeoutError } from "../../errors";
+import { report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import type { CreateOptions, CreateSpec } from "./create";
 import { DomainTakenError } from "./domains";
 import type { DeleteResult, KvmOperations, VmStatus } from "./operations";
 
 /** Options of {@link provision}. */
-export interface ProvisionOptions extends Pick<CreateOptions, "onStep" | "now" | "adopt"> {
+export interface ProvisionOptions extends Pick<CreateOptions, "onStep" | "now" | "adopt" | "onProgress"> {
   /** The whole provision's deadline, ms: create, the IP wait and the readiness gate (default 10 min). */
   deadlineMs?: number;
   /** What the deadline is called in its timeout message (the resource says `timeouts.create`). */
@@ -107,8 +108,11 @@ export async function provision(
   options: ProvisionOptions,
 ): Promise<VmStatus> {
   const key = `${spec.host}\0${spec.name}`;
-  const previous = ops.provisioning.get(key) ?? Promise.resolve();
-  const mine = previous.catch(() => undefined).then(() => provisionNow(ops, spec, options));
+  const previous = ops.provisioning.get(key);
+  if (previous !== undefined) report(options.onProgress, { kind: "queued" });
+  const mine = (previous ?? Promise.resolve())
+    .catch(() => undefined)
+    .then(() => provisionNow(ops, spec, options));
   ops.provisioning.set(key, mine);
   try {
     return await mine;
@@ -145,6 +149,7 @@ async function provisionNow(
       ...(options.adopt !== undefined ? { adopt: options.adopt } : {}),
       ...(options.onStep !== undefined ? { onStep: options.onStep } : {}),
       ...(options.now !== undefined ? { now: options.now } : {}),
+      ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
     });
     // create's UUID and parsed XML save the lookup and the XML read.
     status = await ops.readStatus(spec.host, spec.name, { uuid: made.uuid, domain: made.domain });
@@ -153,9 +158,20 @@ async function provisionNow(
         deadlineMs: left(),
         signal,
         ...(options.pollMs !== undefined ? { pollMs: options.pollMs } : {}),
+        ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
       });
     }
-    await options.ready?.(status, left(), signal);
+    if (options.ready !== undefined) {
+      const since = ops.now();
+      const tick = () => report(options.onProgress, { kind: "ready", elapsedMs: ops.now() - since });
+      tick();
+      const ticker = setInterval(tick, options.pollMs ?? 1_000);
+      try {
+        await options.ready(status, left(), signal);
+      } finally {
+        clearInterval(ticker);
+      }
+    }
     return status;
   } catch (err) {
     if (options.rollback === false || isDomainTaken(err)) throw err;

@@ -1,0 +1,45 @@
+/**
+ * What a provision reports while it runs, for whoever shows progress (the
+ * resource turns these into status lines in Pulumi's display). Types and the
+ * list of create's steps only. Pure.
+ */
+
+/** Create's steps, in order; a step hook runs before each (tests cut creates short there). */
+export const CREATE_STEPS = [
+  "lookup-domain",
+  "pool",
+  "image",
+  "overlay",
+  "seed-volume",
+  "seed-upload",
+  "paths",
+  "define",
+  "start",
+] as const;
+export type CreateStep = (typeof CREATE_STEPS)[number];
+
+/** One progress report. */
+export type Progress =
+  /** Waiting for another provision of the same host and name in this process to finish. */
+  | { kind: "queued" }
+  /** Create is about to run this step. */
+  | { kind: "step"; step: CreateStep }
+  /** The base image is being uploaded into the host's cache (or this create waits for another's upload). */
+  | { kind: "image-upload"; bytes: number; totalBytes?: number; elapsedMs: number }
+  /** Waiting for the guest's address (since the wait began). */
+  | { kind: "wait-ip"; elapsedMs: number }
+  /** Waiting for the caller's readiness gate (the health check). */
+  | { kind: "ready"; elapsedMs: number };
+
+/** Receives progress reports; must not throw (what it throws is ignored). */
+export type ProgressListener = (p: Progress) => void;
+
+/** Calls `listener` with `p`, ignoring a listener that throws: progress never fails an operation. */
+export function report(listener: ProgressListener | undefined, p: Progress): void {
+  if (listener === undefined) return;
+  try {
+    listener(p);
+  } catch {
+    // Progress is for display only.
+  }
+}

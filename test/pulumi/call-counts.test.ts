@@ -35,19 +35,23 @@ interface Line {
   text: string;
 }
 
-/** Runs `pulumi <args>` on the workspace's stack with the trace going to a fresh file; returns its lines. */
+/**
+ * Runs `pulumi <args>` on the workspace's stack with the trace going to a
+ * fresh file; returns its lines. Throws when the run wrote no trace file: the
+ * provider then traced nowhere, and no count of its calls can be trusted.
+ */
 function traced(tag: string, ...args: string[]): Line[] {
   const file = path.join(ws.dir, `${tag}.trace`);
   rmSync(file, { force: true });
   const r = spawnSync("pulumi", [...args, "--stack", ws.stack, "--non-interactive", "--color", "never"], {
     cwd: ws.dir,
-    env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}`, KVMP_TRACE_FILE: file },
+    env: { ...pulumiEnv(), PWD: ws.dir, PULUMI_BACKEND_URL: `file://${ws.backend}`, KVMP_TRACE_FILE: file },
     encoding: "utf8",
     timeout: 600_000,
   });
   if (r.status !== 0)
     throw new Error(`pulumi ${args.join(" ")} exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
-  if (!existsSync(file)) return [];
+  if (!existsSync(file)) throw new Error(`pulumi ${args.join(" ")} wrote no trace to ${file}`);
   return readFileSync(file, "utf8")
     .split("\n")
     .filter((l) => l !== "")
@@ -115,9 +119,23 @@ describe("libvirt calls of Pulumi runs, five proxies on one host", () => {
     }
   });
 
-  it("a preview with nothing changed makes no libvirt call", () => {
+  it("a preview with nothing changed makes no libvirt call for its proxies, while the same run traces a read", () => {
     expect(domains).toHaveLength(5);
-    expect(traced("preview", "preview", "--expect-no-changes")).toEqual([]);
+    // A read-only proxy (KvmProxy.get: read even by a preview) of one of the
+    // five, through a second key for the same host: its calls, named by that
+    // key, show this preview's provider traced to the file.
+    const hosts = hostsConfig(host)["kvm:hosts"] as Record<string, unknown>;
+    ws.setConfig({
+      "kvm:hosts": { ...hosts, probe: hosts.local },
+      "pair:adopt": { probe: `kvm://probe/${domains[0]}` },
+    });
+    try {
+      const lines = traced("preview", "preview", "--expect-no-changes");
+      expect(lines.filter((l) => l.host === "probe").length).toBeGreaterThan(0);
+      expect(lines.filter((l) => l.host !== "probe").map((l) => l.text)).toEqual([]);
+    } finally {
+      ws.setConfig({ "kvm:hosts": hosts, "pair:adopt": {} });
+    }
   });
 
   it("a refresh makes three calls per proxy (state, XML, addresses) plus one handshake", () => {

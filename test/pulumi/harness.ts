@@ -98,7 +98,9 @@ export class Workspace {
     const r = spawnSync("pulumi", [...args, "--stack", this.stack, "--non-interactive", "--color", "never"], {
       cwd: this.dir,
       ...(input !== undefined ? { input } : {}),
-      env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}`, ...this.extraEnv },
+      // PWD as this path names it: Pulumi's getcwd otherwise resolves a symlinked .state (a git worktree
+      // sharing the main checkout's) and runs that checkout's program and dist/.
+      env: { ...pulumiEnv(), PWD: this.dir, PULUMI_BACKEND_URL: `file://${this.backend}`, ...this.extraEnv },
       encoding: "utf8",
       timeout: 600_000,
       maxBuffer: 64 * 1024 * 1024,
@@ -124,7 +126,13 @@ export class Workspace {
         [...args, "--stack", this.stack, "--non-interactive", "--color", "never"],
         {
           cwd: this.dir,
-          env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${this.backend}`, ...this.extraEnv, ...env },
+          env: {
+            ...pulumiEnv(),
+            PWD: this.dir,
+            PULUMI_BACKEND_URL: `file://${this.backend}`,
+            ...this.extraEnv,
+            ...env,
+          },
         },
       );
       let stdout = "";

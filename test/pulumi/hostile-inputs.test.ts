@@ -19,6 +19,8 @@ import { parseImage } from "../../provider/kvm/image";
 import { parseMetadata } from "../../provider/kvm/metadata";
 import { cachedImageVolumeName } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
+import { checkInputs } from "../../provider/resource/check";
+import { readStackConfig } from "../../provider/resource/config";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, UNIT_ONLY } from "../support/bad-inputs";
 import { type TestHost, testHost } from "../support/test-host";
 import {
@@ -79,6 +81,14 @@ function pack(rows: Row[]): Row[][] {
   return groups.map((g) => g.rows);
 }
 
+/** A good proxy's inputs with every row of `group` merged over them (an undefined value removes the input). */
+function mergedArgs(group: Row[]): Record<string, unknown> {
+  const args: Record<string, unknown> = { ...GOOD_INPUTS };
+  for (const [, change] of group) Object.assign(args, change);
+  for (const k of Object.keys(args)) if (args[k] === undefined) delete args[k];
+  return args;
+}
+
 /** The "has a problem: ..." text the engine printed for `property` of `resource`, if any. */
 function problem(output: string, resource: string, property: string): string | undefined {
   const marker = `resource '${resource}': property ${property} value {`;
@@ -95,9 +105,30 @@ describe("bad inputs through pulumi preview", () => {
   const rows = BAD.filter(([what]) => !UNIT_ONLY.has(what));
   const groups = pack(rows);
 
-  it("the table is the unit test's: at least 30 rows, packed into far fewer previews", () => {
-    expect(rows.length).toBeGreaterThanOrEqual(30);
-    expect(groups.length).toBeLessThan(rows.length / 3);
+  it("the previews cover the unit test's table: each row but the unit-only ones in exactly one, far fewer previews than rows", () => {
+    const names = BAD.map(([what]) => what);
+    expect(new Set(names).size).toBe(names.length);
+    expect([...UNIT_ONLY].filter((what) => !names.includes(what))).toEqual([]);
+    const previewed = groups.flat().map(([what]) => what);
+    expect(previewed.sort()).toEqual(names.filter((what) => !UNIT_ONLY.has(what)).sort());
+    expect(previewed.length).toBeGreaterThanOrEqual(30);
+    expect(groups.length).toBeLessThan(previewed.length / 3);
+  });
+
+  it("packing hides no failure: check, given each preview's merged inputs, names every one of its rows", () => {
+    const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
+    const missed = groups.flatMap((group) => {
+      const { failures } = checkInputs({}, mergedArgs(group), {
+        config,
+        randomBytes: (n) => new Uint8Array(n),
+      });
+      return group
+        .filter(
+          ([, , property, reason]) => !failures.some((f) => f.property === property && reason.test(f.reason)),
+        )
+        .map(([what, , property]) => `${what} (${property})`);
+    });
+    expect(missed).toEqual([]);
   });
 
   it.each(groups.map((g, i) => [i, g] as const))(
@@ -105,9 +136,7 @@ describe("bad inputs through pulumi preview", () => {
     (i, group) => {
       const ws = pair(`hostile${i}`);
       const resource = `g${i}`;
-      const args: Record<string, unknown> = { ...GOOD_INPUTS };
-      for (const [, change] of group) Object.assign(args, change);
-      for (const k of Object.keys(args)) if (args[k] === undefined) delete args[k];
+      const args = mergedArgs(group);
       ws.setConfig({ ...BAD_INPUT_CONFIG, "pair:proxies": { [resource]: args } });
       const r = ws.run("preview");
       expect(r.code).not.toBe(0);

@@ -167,20 +167,52 @@ describe("changes", () => {
     expect(meta).toContain('<tag key="tier" value="edge"/>');
   });
 
-  it("a fixed name is replaced delete-before-create", () => {
+  it("a fixed name is replaced delete-before-create: only that proxy, for the property that changed", () => {
     const ws = pair("dbr");
     const p = { host: "local", image: "tiny", ...TEST_PROXY_ARGS, name: `kvmpt-dbr-${process.pid}` };
-    ws.setConfig({ ...hostsConfig(host), "pair:proxies": { fixed: p } });
+    const other = {
+      host: "local",
+      image: "tiny",
+      ...TEST_PROXY_ARGS,
+      name: `kvmpt-dbr-other-${process.pid}`,
+    };
+    ws.setConfig({ ...hostsConfig(host), "pair:proxies": { fixed: p, other } });
     ws.up();
     const uuid = virshUuid(p.name);
-    ws.setConfig({ "pair:proxies": { fixed: { ...p, vcpus: 2 } } });
-    const up = ws.up();
-    // "--" marks delete-before-replace in the engine's output.
-    expect(up.output).toMatch(/deleted original|replaced/);
+    const otherUuid = virshUuid(other.name);
+    ws.setConfig({ "pair:proxies": { fixed: { ...p, vcpus: 2 }, other } });
+    const steps = upSteps(ws);
+    const of = (resource: string) =>
+      steps.filter((st) => st.urn.endsWith(`KvmProxy::${resource}`)).map(({ op, keys }) => ({ op, keys }));
+    // In the engine's order: the old VM goes first, the replacement names vcpus as its only reason.
+    expect(of("fixed")).toEqual([
+      { op: "delete-replaced", keys: [] },
+      { op: "replace", keys: ["vcpus"] },
+      { op: "create-replacement", keys: ["vcpus"] },
+    ]);
+    expect(of("other")).toEqual([{ op: "same", keys: [] }]);
     expect(virshUuid(p.name)).not.toBe(uuid);
-    expect(domainsOfStack(host, ws.stack)).toEqual([p.name]);
+    expect(virshUuid(other.name)).toBe(otherUuid);
+    expect(domainsOfStack(host, ws.stack)).toEqual([p.name, other.name].sort());
   });
 });
+
+/**
+ * The steps `pulumi up --json` took, in the order the engine began them: op,
+ * URN, and the keys the provider named as forcing a replace.
+ */
+function upSteps(ws: Workspace): { op: string; urn: string; keys: string[] }[] {
+  const r = ws.mustRun("up", "--yes", "--skip-preview", "--json");
+  return r.stdout
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map(
+      (l) =>
+        JSON.parse(l) as { resourcePreEvent?: { metadata: { op: string; urn: string; keys?: string[] } } },
+    )
+    .flatMap((e) => (e.resourcePreEvent === undefined ? [] : [e.resourcePreEvent.metadata]))
+    .map(({ op, urn, keys }) => ({ op, urn, keys: keys ?? [] }));
+}
 
 /** The steps `pulumi preview --json` plans. */
 function previewSteps(ws: Workspace): { op: string; urn: string }[] {

@@ -353,16 +353,57 @@ describe("create", () => {
     await o.delete("local", name);
   });
 
-  it("rewrites the seed with user-data byte for byte on every create", async () => {
+  it("rewrites the seed with user-data byte for byte on every create that defines the domain, whatever seed the name already has", async () => {
     const o = ops();
     const name = track(uniqueName("seed"));
-    const userData = Buffer.from("#cloud-config\n# ünïcode and\r\nCRLF kept\nversion: 1.10\n", "utf8");
-    await o.create({ ...baseSpec("local", name, sharedImage), userData });
     const iso = path.join(host.poolPath, `${name}-seed.iso`);
-    const read = (f: string) => execFileSync("isoinfo", ["-R", "-i", iso, "-x", `/${f}`]) as Buffer;
-    expect(read("user-data").equals(userData)).toBe(true);
-    expect(read("meta-data").toString()).toContain(`instance-id: "${name}"`);
-    expect(read("vendor-data").toString()).toContain("qemu-guest-agent");
+    /** A file of the seed, or why the seed cannot be read. */
+    const read = (f: string): Buffer | string => {
+      try {
+        return execFileSync("isoinfo", ["-R", "-i", iso, "-x", `/${f}`], { stdio: "pipe" });
+      } catch (err) {
+        return `unreadable seed: ${(err as Error).message}`;
+      }
+    };
+    // Each create finds the domain gone and the seed volume left as `before` made it.
+    const creates: [string, () => Promise<void>, string][] = [
+      ["no seed yet", async () => {}, "#cloud-config\n# ünïcode and\r\nCRLF kept\nversion: 1.10\n"],
+      [
+        "the seed of a domain removed by hand, its bytes overwritten in place",
+        async () => {
+          virsh(host, "destroy", name);
+          virsh(host, "undefine", "--nvram", name);
+          writeFileSync(iso, Buffer.alloc(statSync(iso).size, 0x5a));
+        },
+        "#cloud-config\nhostname: second\n",
+      ],
+      [
+        "the empty seed of a create cut short before its upload",
+        async () => {
+          await o.delete("local", name);
+          const err = await o
+            .create(baseSpec("local", name, sharedImage), {
+              onStep: (s) => {
+                if (s === "seed-upload") throw new Error("injected failure before seed-upload");
+              },
+            })
+            .catch((e: unknown) => e);
+          expect(err).toBeInstanceOf(KvmOperationError);
+          expect(volumesOf(name)).toContain(`${name}-seed.iso`);
+          expect(domainsNamed(name)).toEqual([]);
+        },
+        "#!/bin/sh\necho third\n",
+      ],
+    ];
+    for (const [before, prepare, text] of creates) {
+      await prepare();
+      const userData = Buffer.from(text, "utf8");
+      const made = await o.create({ ...baseSpec("local", name, sharedImage), userData });
+      expect(made.defined, before).toBe(true);
+      expect(read("user-data"), before).toEqual(userData);
+      expect(read("meta-data").toString(), before).toContain(`instance-id: "${name}"`);
+      expect(read("vendor-data").toString(), before).toContain("qemu-guest-agent");
+    }
   });
 });
 

@@ -73,8 +73,11 @@ function addLease(mac: string, ip: string): void {
   ]);
 }
 
-/** A KvmOperations whose sleep counts polls, runs `onSleep`, and advances a fake clock. */
-function opsWithPolls(onSleep: (poll: number) => void) {
+/**
+ * A KvmOperations whose sleep counts polls, advances a fake clock, and runs
+ * `onSleep` with the poll about to follow and the fake time the sleep began.
+ */
+function opsWithPolls(onSleep: (poll: number, sleepBegan: number) => void) {
   const log = new TraceLog();
   const pool = hostPool(host, { tracer: log.tracer });
   closers.push(() => pool.closeAll());
@@ -88,17 +91,18 @@ function opsWithPolls(onSleep: (poll: number) => void) {
     env: {
       now: () => t,
       sleep: async (ms) => {
+        const began = t;
         t += ms;
         sleeps.push(ms);
         pollStarts.push(log.records.length);
-        onSleep(pollStarts.length);
+        onSleep(pollStarts.length, began);
       },
     },
   });
   /** The libvirt calls of poll `n` (1-based): those made after the n-th sleep, up to the next. */
   const callsOfPoll = (n: number): string[] =>
     log.records.slice(pollStarts[n - 1], pollStarts[n] ?? log.records.length).map((r) => r.call);
-  return { o, log, sleeps, polls: () => pollStarts.length, callsOfPoll };
+  return { o, log, sleeps, polls: () => pollStarts.length, callsOfPoll, now: () => t };
 }
 
 async function startedDomain(
@@ -192,12 +196,21 @@ describe("waitForIp poll schedule", () => {
 
   it("the default interval is 1 s, so an address is noticed within 1 s of appearing", async () => {
     let mac = "";
-    const p = opsWithPolls((poll) => {
-      if (poll === 3) addLease(mac, LEASED_IP);
+    let appearedAt: number | undefined;
+    const p = opsWithPolls((poll, sleepBegan) => {
+      if (poll !== 3) return;
+      addLease(mac, LEASED_IP);
+      // It may appear at any moment of this sleep; the worst case is its start, right after the last poll.
+      appearedAt = sleepBegan;
     });
     const d = await startedDomain(p.o, "default");
     mac = d.mac;
     await expect(p.o.waitForIp("local", d.name)).resolves.toMatchObject({ ipv4: LEASED_IP });
+    const returnedAt = p.now();
+    expect(appearedAt).toBeDefined();
+    // On the fake clock: noticed by the first poll after it appeared, at most one interval later.
+    expect(returnedAt - (appearedAt ?? Number.NaN)).toBeLessThanOrEqual(1_000);
+    expect(p.polls()).toBe(3);
     expect(p.sleeps).toEqual([1_000, 1_000, 1_000]);
   });
 });

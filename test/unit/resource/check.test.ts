@@ -15,6 +15,11 @@ function check(news: Record<string, unknown>, olds: Record<string, unknown> = {}
 
 const good = GOOD_INPUTS;
 
+/** The input a failure's property belongs to: `image.url` → image, `userData (secret)` → userData. */
+function topLevel(property: string): string {
+  return property.split(/[.( ]/, 1)[0] ?? property;
+}
+
 describe("stack config", () => {
   it("parses hosts and images per entry, JSON text or objects, and gives ssh hosts the shared key", () => {
     expect(Object.keys(config.hosts).sort()).toEqual(["lab", "remote"]);
@@ -121,7 +126,20 @@ describe("check rejects, naming the property", () => {
     expect(r.failures.map((f) => f.property).sort()).toEqual(["host", "image", "memoryMiB", "name", "vcpus"]);
   });
 
-  it("has at least 30 rows", () => {
+  it("accepts the good inputs every row of the table starts from", () => {
+    expect(check(good).failures).toEqual([]);
+  });
+
+  it("fails each of the table's (at least 30) rows only on the properties its change touches", () => {
     expect(BAD.length).toBeGreaterThanOrEqual(30);
+    const strays = BAD.flatMap(([what, change]) => {
+      const news: Record<string, unknown> = { ...good, ...change };
+      for (const k of Object.keys(news)) if (news[k] === undefined) delete news[k];
+      const touched = new Set(Object.keys(change));
+      return check(news)
+        .failures.filter((f) => !touched.has(topLevel(f.property)))
+        .map((f) => `${what}: ${f.property}: ${f.reason}`);
+    });
+    expect(strays).toEqual([]);
   });
 });

@@ -1,0 +1,252 @@
+/**
+ * The pure mappings of the resource (provider/resource/mapping.ts): createSpec
+ * (and through it the image the VM boots from), specHashOf; and the metadata
+ * fragment setTags writes (metadataForSet, provider/kvm/metadata.ts).
+ */
+import { describe, expect, it } from "vitest";
+import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/image";
+import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/metadata";
+import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";
+import { checkInputs } from "../../../provider/resource/check";
+import { readStackConfig } from "../../../provider/resource/config";
+import { createSpec, specHashOf } from "../../../provider/resource/mapping";
+import { sampleMetadata } from "../kvm/fixtures";
+
+const SHA = "c".repeat(64);
+
+/** Inputs as check leaves them for a proxy built from the image key `debian`. */
+function inputs(overrides: Partial<CheckedInputs> = {}): CheckedInputs {
+  return {
+    host: "lab",
+    image: "debian",
+    resolvedImage: {
+      url: "https://example.com/debian.qcow2",
+      format: "qcow2",
+      firmware: "uefi",
+      sha256: SHA,
+    },
+    userData: "#cloud-config\n",
+    installGuestAgent: true,
+    memoryMiB: 512,
+    vcpus: 1,
+    diskGiB: 10,
+    name: "edge-abababab",
+    autoname: true,
+    proxyPort: 3128,
+    healthCheck: {},
+    waitForIp: true,
+    timeouts: { create: 600, delete: 300 },
+    tags: { team: "crawl" },
+    owner: {
+      project: "infra",
+      stack: "prod",
+      urn: "urn:pulumi:prod::infra::pulumi-nodejs:dynamic:KvmProxy::edge",
+      resource: "edge",
+    },
+    ...overrides,
+  };
+}
+
+function resolved(overrides: Partial<ImageIdentity>): ImageIdentity {
+  return { ...inputs().resolvedImage, ...overrides };
+}
+
+describe("createSpec", () => {
+  it("carries every input the VM is built from, its owner and its spec hash", () => {
+    const c = inputs();
+    expect(createSpec(c)).toEqual({
+      host: "lab",
+      name: "edge-abababab",
+      image: {
+        url: "https://example.com/debian.qcow2",
+        format: "qcow2",
+        firmware: "uefi",
+        sha256: SHA,
+      },
+      imageRef: "debian",
+      memoryMiB: 512,
+      vcpus: 1,
+      diskGiB: 10,
+      userData: "#cloud-config\n",
+      installGuestAgent: true,
+      owner: {
+        project: "infra",
+        stack: "prod",
+        urn: "urn:pulumi:prod::infra::pulumi-nodejs:dynamic:KvmProxy::edge",
+      },
+      specHash: specHashOf(c),
+      proxyPort: 3128,
+      tags: { team: "crawl" },
+    });
+  });
+
+  it("passes vendorData and a fixed MAC on as vendorData and mac", () => {
+    const spec = createSpec(inputs({ vendorData: "#!/bin/sh\ntrue\n", macAddress: "52:54:00:aa:bb:cc" }));
+    expect(spec.vendorData).toBe("#!/bin/sh\ntrue\n");
+    expect(spec.mac).toBe("52:54:00:aa:bb:cc");
+  });
+
+  it("records the image as given: the key, or for an inline image its URL", () => {
+    expect(createSpec(inputs()).imageRef).toBe("debian");
+    const inline = inputs({
+      image: { url: "/srv/images/x.raw", format: "raw" },
+      resolvedImage: { url: "file:///srv/images/x.raw", format: "raw", firmware: "uefi" },
+    });
+    expect(createSpec(inline).imageRef).toBe("file:///srv/images/x.raw");
+  });
+
+  it("names the owner after the provider ID when the inputs have none (read back from an old state)", () => {
+    expect(createSpec(inputs({ owner: undefined })).owner).toEqual({
+      project: "unknown",
+      stack: "unknown",
+      urn: "kvm://lab/edge-abababab",
+    });
+  });
+
+  // Where the bytes come from is derived from the image's URL (imageSourceOf), seen through createSpec's `image`.
+  it.each<[string, ImageIdentity, Record<string, unknown>]>([
+    [
+      "an https URL is downloaded over HTTP",
+      resolved({ url: "https://example.com/a.qcow2" }),
+      { kind: "http", url: "https://example.com/a.qcow2" },
+    ],
+    [
+      "an http URL is downloaded over HTTP",
+      resolved({ url: "http://mirror.lan:8080/a.qcow2" }),
+      { kind: "http", url: "http://mirror.lan:8080/a.qcow2" },
+    ],
+    [
+      "a file: URL is read from its path",
+      resolved({ url: "file:///srv/images/x.raw", format: "raw" }),
+      { kind: "file", path: "/srv/images/x.raw" },
+    ],
+    [
+      "a file: URL's escapes are decoded in the path",
+      resolved({ url: "file:///srv/my%20images/d%C3%A9bian%231.qcow2" }),
+      { kind: "file", path: "/srv/my images/débian#1.qcow2" },
+    ],
+  ])("image source: %s", (_what, image, source) => {
+    const spec = createSpec(inputs({ resolvedImage: image }));
+    expect(spec.image).toEqual({
+      url: image.url,
+      format: image.format,
+      firmware: image.firmware,
+      sha256: image.sha256,
+    });
+    expect(imageSourceOf(spec.image.url)).toEqual(source);
+  });
+
+  it("leaves out the image's sha256 when it is not pinned", () => {
+    const { sha256: _, ...unpinned } = inputs().resolvedImage;
+    expect(createSpec(inputs({ resolvedImage: unpinned })).image).not.toHaveProperty("sha256");
+  });
+
+  it("reads an image given as an absolute path (through check) from that path", () => {
+    const config = readStackConfig((k) => ({ "kvm:hosts": { lab: { uri: "unix:///s" } } })[k]);
+    const r = checkInputs(
+      {},
+      { host: "lab", image: "/srv/images/edge disk.qcow2" },
+      { config, randomBytes: (n) => new Uint8Array(n) },
+    );
+    expect(r.failures).toEqual([]);
+    const spec = createSpec(r.inputs as unknown as CheckedInputs);
+    expect(imageSourceOf(spec.image.url)).toEqual({ kind: "file", path: "/srv/images/edge disk.qcow2" });
+    expect(spec.image.url).toBe("file:///srv/images/edge%20disk.qcow2");
+  });
+});
+
+describe("specHashOf", () => {
+  // One change per property that rebuilds the VM (REPLACE_PROPERTIES; `image` is the resolved image).
+  const REBUILDS: [string, Partial<CheckedInputs>][] = [
+    ["host", { host: "lab2" }],
+    ["image", { image: "other", resolvedImage: resolved({ url: "https://example.com/other.qcow2" }) }],
+    ["userData", { userData: "#cloud-config\nhostname: x\n" }],
+    ["userDataBase64", { userData: undefined, userDataBase64: "I2Nsb3VkLWNvbmZpZwo=" }],
+    ["vendorData", { vendorData: "#!/bin/sh\n" }],
+    ["vendorDataBase64", { vendorDataBase64: "IyEvYmluL3NoCg==" }],
+    ["installGuestAgent", { installGuestAgent: false }],
+    ["memoryMiB", { memoryMiB: 1024 }],
+    ["vcpus", { vcpus: 2 }],
+    ["diskGiB", { diskGiB: 20 }],
+    ["network", { network: "lan" }],
+    ["bridge", { bridge: "br0" }],
+    ["macAddress", { macAddress: "52:54:00:12:34:56" }],
+    ["name", { name: "edge-fixed", autoname: false }],
+    ["proxyPort", { proxyPort: 8080 }],
+  ];
+  // The image config behind an unchanged key rebuilds too: each field of the resolved image.
+  const IMAGE_FIELDS: [string, Partial<ImageIdentity>][] = [
+    ["url", { url: "https://example.com/debian-13.qcow2" }],
+    ["format", { format: "raw" }],
+    ["firmware", { firmware: "bios" }],
+    ["sha256", { sha256: "d".repeat(64) }],
+  ];
+  // Changed in place: the hash stays.
+  const IN_PLACE: [string, Partial<CheckedInputs>][] = [
+    ["tags", { tags: { team: "edge", tier: "1" } }],
+    ["healthCheck", { healthCheck: { url: "http://example.com/", expectStatus: 204 } }],
+    ["waitForIp", { waitForIp: false, healthCheck: false }],
+    ["timeouts", { timeouts: { create: 60, delete: 30 } }],
+  ];
+
+  it("has a row for every property that rebuilds the VM and every one changed in place", () => {
+    expect(REBUILDS.map(([p]) => p).sort()).toEqual([...REPLACE_PROPERTIES].sort());
+    expect(IN_PLACE.map(([p]) => p).sort()).toEqual([...UPDATE_PROPERTIES].sort());
+  });
+
+  it("is a SHA-256 hex digest, the same for equal inputs", () => {
+    expect(specHashOf(inputs())).toMatch(/^[0-9a-f]{64}$/);
+    expect(specHashOf(inputs())).toBe(specHashOf(inputs()));
+  });
+
+  it.each(REBUILDS)("changes when %s changes", (_property, change) => {
+    expect(specHashOf(inputs(change))).not.toBe(specHashOf(inputs()));
+  });
+
+  it.each(IMAGE_FIELDS)("changes when the image's %s changes behind the same key", (_field, change) => {
+    expect(specHashOf(inputs({ resolvedImage: resolved(change) }))).not.toBe(specHashOf(inputs()));
+  });
+
+  it.each(IN_PLACE)("stays when %s changes", (_property, change) => {
+    expect(specHashOf(inputs(change))).toBe(specHashOf(inputs()));
+  });
+
+  it("stays when the image key changes to one of the same image", () => {
+    expect(specHashOf(inputs({ image: "debian-copy" }))).toBe(specHashOf(inputs()));
+  });
+});
+
+describe("metadataForSet", () => {
+  const CASES: [string, ProxyMetadata][] = [
+    ["full metadata", sampleMetadata()],
+    [
+      "an unpinned image and no tags",
+      sampleMetadata({
+        image: { ref: "file:///srv/x.raw", url: "file:///srv/x.raw", format: "raw" },
+        tags: {},
+      }),
+    ],
+    [
+      "values with XML's special characters",
+      sampleMetadata({
+        owner: { project: "p&q", stack: "s<1>", urn: "urn:pulumi:s::p::t::a'b\"c" },
+        tags: { "team/x": 'a & <b> "c"' },
+      }),
+    ],
+  ];
+
+  it.each(CASES)("declares no namespace: %s", (_what, m) => {
+    expect(metadataForSet(m)).not.toMatch(/xmlns/);
+  });
+
+  it.each(CASES)("names no element with a prefix: %s", (_what, m) => {
+    const names = [...metadataForSet(m).matchAll(/<\/?([^\s/>]+)/g)].map((x) => x[1]);
+    expect(names.length).toBeGreaterThan(0);
+    expect(names.filter((n) => n?.includes(":"))).toEqual([]);
+    expect(names[0]).toBe("proxy");
+  });
+
+  it.each(CASES)("reads back through parseMetadata as written: %s", (_what, m) => {
+    expect(parseMetadata(metadataForSet(m))).toEqual(m);
+  });
+});

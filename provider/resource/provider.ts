@@ -258,7 +258,11 @@ export class KvmProxyRuntime {
       status = await o.get(host, name, status.uuid === undefined ? {} : { uuid: status.uuid });
     }
     if (c.waitForIp && status.ipv4 === undefined) {
-      status = await o.waitForIpFrom(status, { deadlineMs: deadline.deadlineMs, pollMs: this.pollMs });
+      status = await o.waitForIp(host, name, {
+        deadlineMs: deadline.deadlineMs,
+        pollMs: this.pollMs,
+        onProgress: this.progressTo(c.owner?.urn),
+      });
     }
     await this.engineLog().flush();
     return { outs: outputsFrom(c, status) };

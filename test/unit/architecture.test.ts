@@ -80,6 +80,11 @@ describe("architecture", () => {
     },
   );
 
+  it("the resource layer calls no operation that takes a hint from another read (readStatus, waitForIpFrom: the core's own)", () => {
+    const bad = filesIn("provider/resource").filter((s) => /\.(readStatus|waitForIpFrom)\(/.test(s.text));
+    expect(bad.map((s) => s.file)).toEqual([]);
+  });
+
   const LAYERS: [string, RegExp][] = [
     ["provider/transport", /\/(libvirt|kvm|resource|gc|cli)\//],
     ["provider/libvirt", /\/(kvm|resource|gc|cli)\//],

@@ -194,7 +194,11 @@ export class KvmOperations {
     return this.readStatus(hostKey, name, known);
   }
 
-  /** As {@link get}; `known.domain`, XML the caller parsed just now (create's), saves the XML read too. */
+  /**
+   * As {@link get}; `known.domain`, XML the caller parsed just now (create's),
+   * saves the XML read too. For the core's own sequences (provision), which
+   * hold that XML: the resource layer reads with {@link get}.
+   */
   async readStatus(
     hostKey: string,
     name: string,
@@ -379,7 +383,8 @@ export class KvmOperations {
   }
 
   /**
-   * As {@link waitForIp}, from a status just read. Between full reads
+   * As {@link waitForIp}, from a status just read (provision's; the resource
+   * layer waits with {@link waitForIp}). Between full reads
    * ({@link get}: state, XML and addresses, 3-4 calls) it polls only the
    * addresses: the guest agent, then the DHCP lease (2 calls), so a short
    * poll interval stays cheap. A full read happens when a probe finds an

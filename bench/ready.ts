@@ -33,6 +33,7 @@ import { ImageCache } from "../provider/kvm/host/image-cache";
 import { type CreateSpec, KvmOperations } from "../provider/kvm/host/operations";
 import { CallTracer, type TraceRecord } from "../provider/kvm/host/trace";
 import { type ImageConfig, parseImage } from "../provider/kvm/image";
+import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/proxy-setup";
 import { firstRoutableIpv4 } from "../provider/kvm/states";
 import { Failures } from "../provider/kvm/validation";
 import { InterfaceAddressSource } from "../provider/libvirt/constants";
@@ -237,7 +238,9 @@ async function runOnce(
     memoryMiB: 768,
     vcpus: 1,
     diskGiB: 4,
-    userData: defaultUserData(PROXY_PORT),
+    userData: defaultUserData(),
+    // What the resource gives a proxy without a proxy block: squid on the port for the private ranges.
+    proxy: { port: PROXY_PORT, allowedClients: DEFAULT_ALLOWED_CLIENTS },
     owner: {
       project: "kvmpb-ready",
       stack: "bench",

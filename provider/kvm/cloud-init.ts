@@ -20,6 +20,7 @@
 import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../errors";
+import { PROXY_SETUP_SCRIPT_FILENAME } from "./proxy-setup";
 
 /**
  * The vendor-data script that installs, enables and starts qemu-guest-agent,
@@ -145,6 +146,8 @@ export interface VendorDataOptions {
   installGuestAgent: boolean;
   /** The user's own vendor-data, any format cloud-init knows. Strings are sent as UTF-8. */
   vendorData?: string | Buffer;
+  /** The proxy setup script (proxy-setup.ts), a script part after the guest-agent one. */
+  proxySetup?: string;
 }
 
 /**
@@ -152,16 +155,18 @@ export interface VendorDataOptions {
  * seed then omits the file; NoCloud requires only `user-data` and
  * `meta-data`).
  *
- * | installGuestAgent | vendorData        | vendor-data                                          |
- * |-------------------|-------------------|------------------------------------------------------|
- * | false             | undefined         | none (`undefined`)                                   |
- * | false             | given (even `""`) | `vendorData` exactly, byte for byte                  |
- * | true              | undefined or `""` | {@link GUEST_AGENT_SCRIPT} alone                     |
- * | true              | non-empty         | MIME multipart: the script, then the user's data     |
+ * | scripts (agent, proxy setup) | vendorData        | vendor-data                                  |
+ * |------------------------------|-------------------|----------------------------------------------|
+ * | none                         | undefined         | none (`undefined`)                           |
+ * | none                         | given (even `""`) | `vendorData` exactly, byte for byte          |
+ * | one                          | undefined or `""` | that script alone                            |
+ * | otherwise                    |                   | MIME multipart: the scripts, then the user's |
  *
- * The multipart (MIME-Version 1.0, `multipart/mixed`, LF line endings) has two
- * parts:
- * 1. the script, `text/x-shellscript`, 7bit, filename {@link GUEST_AGENT_SCRIPT_FILENAME};
+ * The multipart (MIME-Version 1.0, `multipart/mixed`, LF line endings) has
+ * these parts:
+ * 1. the scripts, each `text/x-shellscript`, 7bit: {@link GUEST_AGENT_SCRIPT}
+ *    ({@link GUEST_AGENT_SCRIPT_FILENAME}) when installGuestAgent, then the
+ *    proxy setup (proxy-setup.ts) when given; cloud-init runs them in order;
  * 2. the user's data, filename {@link USER_VENDOR_DATA_FILENAME}, declared
  *    `text/plain` so cloud-init re-sniffs its type from its first line
  *    (`#cloud-config`, `#!`, `## template: jinja`, `#include`, ...): this code
@@ -175,17 +180,15 @@ export interface VendorDataOptions {
  *    before sniffing, just as it does for gzip at the top level.
  *
  * The boundary is deterministic (the same inputs give the same bytes): the
- * first candidate is derived from a SHA-256 of the script, and while a
+ * first candidate is derived from a SHA-256 of the scripts, and while a
  * candidate occurs anywhere in the encoded parts the next is derived from a
  * hash of the previous one. A boundary therefore never appears inside a part.
  *
- * @throws ProviderError (permanent) when the guest agent is requested beside
- *   a `vendorData` that is itself a MIME multipart (cloud-init's own test:
+ * @throws ProviderError (permanent) when a script travels beside a
+ *   `vendorData` that is itself a MIME multipart (cloud-init's own test:
  *   `mime-version:` in its first 4096 bytes, after gunzip): cloud-init does
- *   not parse a multipart nested in a part, so it would be dropped. Set
- *   `installGuestAgent: false` and add {@link GUEST_AGENT_SCRIPT} as a
- *   `text/x-shellscript` part of your own multipart instead. Also thrown for
- *   gzip data that does not decompress.
+ *   not parse a multipart nested in a part, so it would be dropped. Also
+ *   thrown for gzip data that does not decompress.
  */
 export function buildVendorData(opts: VendorDataOptions): Buffer | undefined {
   const user =
@@ -194,22 +197,30 @@ export function buildVendorData(opts: VendorDataOptions): Buffer | undefined {
       : typeof opts.vendorData === "string"
         ? Buffer.from(opts.vendorData, "utf8")
         : opts.vendorData;
-  if (!opts.installGuestAgent) return user;
+  const scripts: { filename: string; body: Buffer }[] = [];
+  if (opts.installGuestAgent) {
+    scripts.push({ filename: GUEST_AGENT_SCRIPT_FILENAME, body: Buffer.from(GUEST_AGENT_SCRIPT, "ascii") });
+  }
+  if (opts.proxySetup !== undefined) {
+    scripts.push({ filename: PROXY_SETUP_SCRIPT_FILENAME, body: Buffer.from(opts.proxySetup, "utf8") });
+  }
+  if (scripts.length === 0) return user;
+  const userGiven = user !== undefined && user.length > 0;
+  if (scripts.length === 1 && !userGiven) return (scripts[0] as { body: Buffer }).body;
 
-  const script = Buffer.from(GUEST_AGENT_SCRIPT, "ascii");
-  if (user === undefined || user.length === 0) return script;
-
-  const userPart = userVendorDataPart(user);
-  const scriptPart: MimePart = {
+  const parts: MimePart[] = scripts.map((script) => ({
     headers: [
       'Content-Type: text/x-shellscript; charset="us-ascii"',
       "MIME-Version: 1.0",
       "Content-Transfer-Encoding: 7bit",
-      `Content-Disposition: attachment; filename="${GUEST_AGENT_SCRIPT_FILENAME}"`,
+      `Content-Disposition: attachment; filename="${script.filename}"`,
     ],
-    body: script,
-  };
-  return multipart([scriptPart, userPart], script);
+    body: script.body,
+  }));
+  if (userGiven)
+    parts.push(userVendorDataPart(user, opts.installGuestAgent || opts.proxySetup !== undefined));
+  // The boundary's seed: the guest-agent script alone keeps the bytes earlier versions wrote.
+  return multipart(parts, Buffer.concat(scripts.map((x) => x.body)));
 }
 
 interface MimePart {
@@ -220,7 +231,7 @@ interface MimePart {
 
 const GZIP_MAGIC = Buffer.from([0x1f, 0x8b]);
 
-function userVendorDataPart(user: Buffer): MimePart {
+function userVendorDataPart(user: Buffer, besideScripts: boolean): MimePart {
   const isGzip = user.subarray(0, 2).equals(GZIP_MAGIC);
   let inspected = user;
   if (isGzip) {
@@ -234,11 +245,15 @@ function userVendorDataPart(user: Buffer): MimePart {
       );
     }
   }
-  if (inspected.subarray(0, 4096).toString("latin1").toLowerCase().includes("mime-version:")) {
+  if (
+    besideScripts &&
+    inspected.subarray(0, 4096).toString("latin1").toLowerCase().includes("mime-version:")
+  ) {
     throw new ProviderError(
       "permanent",
-      "vendorData is a MIME multipart, which cloud-init cannot read nested beside the guest-agent script; " +
-        "set installGuestAgent: false and add the exported GUEST_AGENT_SCRIPT as a text/x-shellscript part of your own multipart",
+      "vendorData is a MIME multipart, which cloud-init cannot read nested beside this provider's scripts " +
+        "(the guest-agent bootstrap and the proxy setup); give each of its parts as a single document, " +
+        "or put the multipart in userData",
     );
   }
   const disposition = `Content-Disposition: attachment; filename="${USER_VENDOR_DATA_FILENAME}"`;

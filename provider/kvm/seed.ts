@@ -1,12 +1,14 @@
 /**
  * The NoCloud seed of one VM, assembled in one place: meta-data from the
  * name, the user's user-data byte for byte, vendor-data (the guest-agent
- * bootstrap beside the user's own, see cloud-init.ts) and network-config.
+ * bootstrap and the proxy setup beside the user's own, see cloud-init.ts
+ * and proxy-setup.ts) and network-config.
  * `create` writes what {@link buildSeed} returns; `check` calls the same
  * function at preview, so input that cannot make a seed fails there, naming
  * the field, and never half-way through a create. Pure.
  */
 import { buildVendorData } from "./cloud-init";
+import { buildProxySetupScript, type ProxySetup } from "./proxy-setup";
 import { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./seed-iso";
 import { Failures } from "./validation";
 
@@ -26,6 +28,8 @@ export interface SeedSpec {
   installGuestAgent?: boolean;
   /** NoCloud network-config, when given. */
   networkConfig?: string | Buffer;
+  /** The guest's proxy, set up by a vendor-data script (proxy-setup.ts). */
+  proxy?: ProxySetup;
 }
 
 /** The seed fields a failure can name (the resource maps them to its inputs). */
@@ -56,6 +60,7 @@ export function seedFiles(spec: SeedSpec): SeedIsoFiles {
     buildVendorData({
       installGuestAgent: spec.installGuestAgent ?? true,
       ...(spec.vendorData !== undefined ? { vendorData: spec.vendorData } : {}),
+      ...(spec.proxy !== undefined ? { proxySetup: buildProxySetupScript(spec.proxy) } : {}),
     }),
   );
   const sized: [SeedField, string | Buffer | undefined, string][] = [

@@ -47,6 +47,29 @@ export interface Timeouts {
   delete?: string | number;
 }
 
+/** Basic authentication of the proxy. */
+export interface ProxyAuth {
+  /** 1-64 letters, digits, '.', '_' or '-'. */
+  username: string;
+  /** A secret (set it with `pulumi config set --secret`); only a salted hash reaches the VM. */
+  password: string;
+}
+
+/**
+ * The proxy in the VM: squid, set up by the provider's vendor-data script
+ * whatever the user-data is. Clients outside `allowedClients` get 403;
+ * with `auth`, clients inside without valid credentials get 407.
+ */
+export interface ProxyConfig {
+  /** The port squid listens on (default 3128; not 22, 53 or 5355, which the guest's own services hold). */
+  port?: number;
+  auth?: ProxyAuth;
+  /** Client CIDRs (IPv4 or IPv6) admitted. Default: the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, fe80::/10). */
+  allowedClients?: string[];
+  /** The source address of the proxy's outgoing connections: an address of the VM. */
+  outgoingAddress?: string;
+}
+
 /** The arguments of `new KvmProxy(name, args)`. */
 export interface KvmProxyArgs {
   /** A key of the stack config `kvm:hosts`. Changing it replaces the VM. */
@@ -81,7 +104,14 @@ export interface KvmProxyArgs {
   macAddress?: pulumi.Input<string>;
   /** The domain name (also the guest hostname). Default: the resource name plus a random suffix. */
   name?: pulumi.Input<string>;
-  /** The port squid listens on (default 3128). */
+  /** The proxy: port, authentication, allowed clients, outgoing address. */
+  proxy?: pulumi.Input<{
+    port?: pulumi.Input<number>;
+    auth?: pulumi.Input<{ username: pulumi.Input<string>; password: pulumi.Input<string> }>;
+    allowedClients?: pulumi.Input<pulumi.Input<string>[]>;
+    outgoingAddress?: pulumi.Input<string>;
+  }>;
+  /** Shorthand for `proxy.port` (kept from earlier versions; not both). */
   proxyPort?: pulumi.Input<number>;
   /** What must succeed before create returns; false to skip. Default `{}`: the proxy port accepts TCP connections. */
   healthCheck?: pulumi.Input<HealthCheck | false>;
@@ -127,6 +157,9 @@ export interface CheckedInputs {
   name: string;
   /** True when check generated the name. */
   autoname?: boolean;
+  /** The proxy block as given (defaults applied), when given. */
+  proxy?: { port: number; auth?: ProxyAuth; allowedClients: string[]; outgoingAddress?: string };
+  /** The port squid listens on: proxy.port, or the shorthand, or 3128. */
   proxyPort: number;
   /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
   healthCheck: { url?: string; expectStatus?: number } | false;
@@ -144,11 +177,33 @@ export interface CheckedInputs {
  * only in the (secret) inputs, so no provider reply, debug line of the SDK or
  * refresh ever carries them back (diff compares the digests).
  */
+/** The proxy's health as the last create, update or refresh probed it. */
+export interface ProxyHealth {
+  ok: boolean;
+  /** ISO 8601 time of the probe. */
+  checkedAt: string;
+  /** Why it failed (or what answered instead of squid). */
+  reason?: string;
+}
+
+/**
+ * The resource's state: the VM's (kvm/states.ts), or `degraded` when the VM
+ * runs but its proxy failed the last probe.
+ */
+export type KvmProxyState = ProxyState | "degraded";
+
 export interface KvmProxyOutputs
   extends Omit<
     CheckedInputs,
-    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64"
+    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64" | "proxy"
   > {
+  /** The proxy block without the password (username only). */
+  proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth"> & { auth?: { username: string } };
+  /** The salted hash of the password the guest's squid checks (a secret output: it says what changed at diff). */
+  proxyPasswordHash?: string;
+  /** `http://<user>:<password>@<ip>:<port>` when the proxy has auth (a secret output). */
+  proxyUrlWithCredentials?: string;
+  health?: ProxyHealth;
   /** SHA-256 (hex) of the user-data bytes in the seed (whichever input gave them). */
   userDataSha256: string;
   /** SHA-256 (hex) of the user's vendor-data bytes, when given. */
@@ -160,9 +215,9 @@ export interface KvmProxyOutputs
   ipAddress?: string;
   /** The NIC's MAC address, lower case (the fixed one or libvirt's). */
   macAddress?: string;
-  /** `http://<ip>:<proxyPort>`, once the IP is known. */
+  /** `http://<ip>:<proxyPort>`, once the IP is known (never with credentials). */
   proxyUrl?: string;
-  state: ProxyState;
+  state: KvmProxyState;
 }
 
 export const DEFAULTS = {
@@ -205,6 +260,7 @@ export const REPLACE_PROPERTIES = [
   "macAddress",
   "name",
   "proxyPort",
+  "proxy",
 ] as const;
 
 /** Input properties updated in place (no rebuild). */

@@ -34,6 +34,7 @@ import {
   UNKNOWN,
   UPDATE_PROPERTIES,
 } from "./args";
+import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput } from "./check-seed";
 import type { StackConfig } from "./config";
 import { defaultUserData } from "./squid";
@@ -167,7 +168,8 @@ function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs
   } else if (v.url === UNKNOWN) out.url = UNKNOWN;
   if (v.expectStatus !== undefined) {
     if (v.url === undefined) f.fail("healthCheck.expectStatus", "applies only with healthCheck.url");
-    out.expectStatus = intIn(f, "healthCheck.expectStatus", v.expectStatus, 100, 599, DEFAULTS.expectStatus);
+    // 1xx are interim responses: an HTTP client never delivers one as the answer.
+    out.expectStatus = intIn(f, "healthCheck.expectStatus", v.expectStatus, 200, 599, DEFAULTS.expectStatus);
   } else if (out.url !== undefined) out.expectStatus = DEFAULTS.expectStatus;
   if (!waitForIp)
     f.fail("healthCheck", "needs the guest's IP: set healthCheck: false when waitForIp is false");
@@ -292,7 +294,8 @@ export function checkInputs(
     news.installGuestAgent,
     DEFAULTS.installGuestAgent,
   );
-  const proxyPort = intIn(f, "proxyPort", news.proxyPort, 1, 65535, DEFAULTS.proxyPort);
+  const checkedProxy = checkProxy(f, news);
+  const proxyPort = checkedProxy.port ?? DEFAULTS.proxyPort;
   const memoryMiB = intIn(f, "memoryMiB", news.memoryMiB, MIN_MEMORY_MIB, MAX_MEMORY_MIB, DEFAULTS.memoryMiB);
   const vcpus = intIn(f, "vcpus", news.vcpus, 1, MAX_VCPUS, DEFAULTS.vcpus);
   const diskGiB = intIn(f, "diskGiB", news.diskGiB, 1, MAX_DISK_GIB, DEFAULTS.diskGiB);
@@ -352,7 +355,7 @@ export function checkInputs(
     vcpus: news.vcpus === UNKNOWN ? UNKNOWN : vcpus,
     diskGiB: news.diskGiB === UNKNOWN ? UNKNOWN : diskGiB,
     name,
-    proxyPort: news.proxyPort === UNKNOWN ? UNKNOWN : proxyPort,
+    proxyPort: checkedProxy.port === undefined ? UNKNOWN : proxyPort,
     healthCheck: news.healthCheck === UNKNOWN ? UNKNOWN : healthCheck,
     waitForIp: news.waitForIp === UNKNOWN ? UNKNOWN : waitForIp,
     timeouts: news.timeouts === UNKNOWN ? UNKNOWN : timeouts,
@@ -363,7 +366,9 @@ export function checkInputs(
   if (userData.pending) {
     for (const k of ["userData", "userDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
   } else if (userData.base64 !== undefined) out.userDataBase64 = userData.base64;
-  else out.userData = userData.text ?? (news.proxyPort === UNKNOWN ? UNKNOWN : defaultUserData(proxyPort));
+  else out.userData = userData.text ?? defaultUserData();
+  if (news.proxy === UNKNOWN) out.proxy = UNKNOWN;
+  else if (checkedProxy.proxy !== undefined) out.proxy = checkedProxy.proxy;
   if (vendorData.pending) {
     for (const k of ["vendorData", "vendorDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
   } else if (vendorData.base64 !== undefined) out.vendorDataBase64 = vendorData.base64;

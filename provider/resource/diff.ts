@@ -6,11 +6,12 @@
  * (`__provider`) and the owner record are never compared, so upgrading the
  * provider code or renaming the stack does not show as a change.
  */
-import { createHash } from "node:crypto";
 import { canonicalJson } from "../kvm/metadata";
-import { DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
+import { type CheckedInputs, DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
 import { isUnknown } from "./check";
 import { decodeBase64 } from "./check-seed";
+import { proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
+import { defaultUserData, legacyDefaultUserData } from "./squid";
 
 /** What diff decided. */
 export interface DiffOutcome {
@@ -33,13 +34,6 @@ function same(a: unknown, b: unknown): boolean {
   } catch {
     return false;
   }
-}
-
-/** SHA-256 (hex) of a seed part's bytes (text as UTF-8): what the outputs keep instead of it. */
-export function seedDigest(data: string | Buffer): string {
-  return typeof data === "string"
-    ? createHash("sha256").update(data, "utf8").digest("hex")
-    : createHash("sha256").update(data).digest("hex");
 }
 
 /**
@@ -86,6 +80,32 @@ function oldValue(olds: Props, key: string): unknown {
 }
 
 /**
+ * The proxy block changed: compared without the password, which the old
+ * outputs hold only as the salted hash (a secret output) and the new inputs
+ * as the secret itself, hashed here the same way.
+ */
+function proxyChanged(olds: Props, news: Props): boolean {
+  const want = news.proxy;
+  if (isUnknown(want)) return true;
+  const oldProxy = olds.proxy;
+  if (want === undefined || oldProxy === undefined) return want !== oldProxy;
+  const checked = { proxy: want as CheckedInputs["proxy"], name: news.name as string };
+  if (!same(oldProxy, publicProxy(checked))) return true;
+  return !same(olds.proxyPasswordHash, proxyPasswordHashOf(checked));
+}
+
+/**
+ * A proxy built with the default user-data of 0.1.0 (which installed squid
+ * itself) is not rebuilt because that default changed: its recorded digest
+ * is the old default's, and the program still gives no user-data.
+ */
+function legacyDefaultKept(olds: Props, news: Props): boolean {
+  if (news.userData !== defaultUserData() || typeof olds.userDataSha256 !== "string") return false;
+  const port = typeof olds.proxyPort === "number" ? olds.proxyPort : DEFAULTS.proxyPort;
+  return olds.userDataSha256 === seedDigest(legacyDefaultUserData(port));
+}
+
+/**
  * Decides the diff of one KvmProxy.
  *
  * - Replace: host, image (the resolved image: url, format, firmware,
@@ -119,6 +139,11 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
       continue;
     }
     if (BASE64_FORMS.has(key)) continue;
+    if (key === "proxy") {
+      if (proxyChanged(olds, news)) replaces.push("proxy");
+      continue;
+    }
+    if (key === "userData" && legacyDefaultKept(olds, news)) continue;
     if (DIGESTED.has(key)) {
       if (!same(oldDigest(olds, key), newDigest(news, key)))
         replaces.push(news[`${key}Base64`] !== undefined ? `${key}Base64` : key);
@@ -129,7 +154,8 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   for (const key of UPDATE_PROPERTIES) {
     if (!same(oldValue(olds, key), news[key])) updates.push(key);
   }
-  const stopped = olds.state === "stopped" || olds.state === "failed";
+  // A VM found stopped is started again, a degraded proxy probed again (update): `up` shows both.
+  const stopped = olds.state === "stopped" || olds.state === "failed" || olds.state === "degraded";
   const replacing = replaces.length > 0;
   const sameHost = same(olds.host, news.host);
   const fixedNameKept = news.autoname !== true && sameHost && same(olds.name, news.name);

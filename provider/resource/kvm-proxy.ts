@@ -31,7 +31,14 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
 };
 
 /** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
-export const SECRET_OUTPUTS = ["userData", "vendorData", "userDataBase64", "vendorDataBase64"];
+export const SECRET_OUTPUTS = [
+  "userData",
+  "vendorData",
+  "userDataBase64",
+  "vendorDataBase64",
+  "proxyPasswordHash",
+  "proxyUrlWithCredentials",
+];
 
 /**
  * A KVM VM running an HTTP forward proxy.
@@ -53,9 +60,13 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   /** The guest's first routable IPv4; absent until known. */
   declare readonly ipAddress: pulumi.Output<string | undefined>;
   declare readonly macAddress: pulumi.Output<string>;
-  /** `http://<ip>:<proxyPort>`; absent until the IP is known. */
+  /** `http://<ip>:<port>`, never with credentials; absent until the IP is known. */
   declare readonly proxyUrl: pulumi.Output<string | undefined>;
-  /** provisioning | running | stopped | failed. */
+  /** `http://<user>:<password>@<ip>:<port>` when the proxy has auth (secret). */
+  declare readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
+  /** The proxy's last probe: `{ok, checkedAt, reason}`. */
+  declare readonly health: pulumi.Output<{ ok: boolean; checkedAt: string; reason?: string } | undefined>;
+  /** provisioning | running | degraded (the VM runs, its proxy failed the last probe) | stopped | failed. */
   declare readonly state: pulumi.Output<string>;
   declare readonly name: pulumi.Output<string>;
   declare readonly proxyPort: pulumi.Output<number>;
@@ -92,6 +103,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "ipAddress",
       "macAddress",
       "proxyUrl",
+      "proxyUrlWithCredentials",
+      "health",
       "state",
       "host",
       "name",
@@ -104,6 +117,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
     ]) {
       if (props[k] === undefined) props[k] = undefined;
     }
+    props.proxy = secretPassword(props.proxy, name);
     // The inputs are stored in the state beside the outputs: marking only the
     // outputs secret would leave the plaintext in the inputs section.
     for (const k of SECRET_OUTPUTS) {
@@ -128,4 +142,24 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   static get(name: string, id: pulumi.Input<string>, opts?: pulumi.CustomResourceOptions): KvmProxy {
     return new KvmProxy(name, {} as KvmProxyArgs, { ...opts, id });
   }
+}
+
+/**
+ * The proxy block with its password marked secret, warning (once, on the
+ * resource's name) when the program passed it as a plain string: it then
+ * sits in the program's source or plain config.
+ */
+function secretPassword(proxy: unknown, name: string): unknown {
+  if (typeof proxy !== "object" || proxy === null || pulumi.Output.isInstance(proxy)) return proxy;
+  const p = proxy as Record<string, unknown>;
+  const auth = p.auth;
+  if (typeof auth !== "object" || auth === null || pulumi.Output.isInstance(auth)) return proxy;
+  const a = auth as Record<string, unknown>;
+  if (a.password === undefined) return proxy;
+  if (typeof a.password === "string") {
+    pulumi.log.warn(
+      `KvmProxy ${name}: proxy.auth.password is a plain string; pass a secret (pulumi config set --secret, config.requireSecret) so it is encrypted in your config too`,
+    );
+  }
+  return { ...p, auth: { ...a, password: pulumi.secret(a.password as pulumi.Input<string>) } };
 }

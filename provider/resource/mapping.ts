@@ -3,15 +3,23 @@
  * checked inputs → the create spec; a VM's status → output properties; a
  * VM's metadata → inputs (adoption with KvmProxy.get). Pure.
  */
+import { createHash } from "node:crypto";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import type { ImageIdentity } from "../kvm/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
 import type { NicAttachment } from "../kvm/nic";
-import { type CheckedInputs, type KvmProxyOutputs, REPLACE_PROPERTIES } from "./args";
+import { DEFAULT_ALLOWED_CLIENTS, type ProxySetup, squidPasswordHash } from "../kvm/proxy-setup";
+import { type CheckedInputs, type KvmProxyOutputs, type ProxyHealth, REPLACE_PROPERTIES } from "./args";
 import { decodeBase64 } from "./check-seed";
-import { seedDigest } from "./diff";
 
 type Props = Record<string, unknown>;
+
+/** SHA-256 (hex) of a seed part's bytes (text as UTF-8): what the outputs keep instead of it. */
+export function seedDigest(data: string | Buffer): string {
+  return typeof data === "string"
+    ? createHash("sha256").update(data, "utf8").digest("hex")
+    : createHash("sha256").update(data).digest("hex");
+}
 
 /** Keys whose value is undefined, dropped (protobuf Structs cannot carry undefined). */
 export function defined<T extends Props>(o: T): T {
@@ -27,7 +35,56 @@ export function defined<T extends Props>(o: T): T {
 export function specHashOf(c: CheckedInputs): string {
   const spec: Props = {};
   for (const key of REPLACE_PROPERTIES) spec[key] = key === "image" ? c.resolvedImage : c[key];
+  // The metadata is readable on the host: the password enters only as the salted hash the seed holds.
+  if (c.proxy !== undefined) spec.proxy = publicProxy(c);
   return hashSpec(spec);
+}
+
+/** The context of a proxy password's salt: the username and the VM. */
+function passwordContext(username: string, name: string): string {
+  return `${username}@${name}`;
+}
+
+/** The salted hash of the proxy password squid checks, or undefined without auth. */
+export function proxyPasswordHashOf(c: Pick<CheckedInputs, "proxy" | "name">): string | undefined {
+  const auth = c.proxy?.auth;
+  return auth === undefined
+    ? undefined
+    : squidPasswordHash(auth.password, passwordContext(auth.username, c.name));
+}
+
+/** The proxy block as outputs show it: the password replaced by nothing (its hash is a secret output). */
+export function publicProxy(c: Pick<CheckedInputs, "proxy" | "name">): KvmProxyOutputs["proxy"] {
+  if (c.proxy === undefined) return undefined;
+  const { auth, ...rest } = c.proxy;
+  return { ...rest, ...(auth !== undefined ? { auth: { username: auth.username } } : {}) };
+}
+
+/** What the guest's squid is set up with: the proxy block, or the defaults (3128 or proxyPort, private ranges, no auth). */
+export function proxySetupOf(c: CheckedInputs): ProxySetup {
+  const auth = c.proxy?.auth;
+  const passwordHash = proxyPasswordHashOf(c);
+  return {
+    port: c.proxyPort,
+    allowedClients: c.proxy?.allowedClients ?? DEFAULT_ALLOWED_CLIENTS,
+    ...(auth !== undefined && passwordHash !== undefined
+      ? { auth: { username: auth.username, passwordHash } }
+      : {}),
+    ...(c.proxy?.outgoingAddress !== undefined ? { outgoingAddress: c.proxy.outgoingAddress } : {}),
+  };
+}
+
+/** `http://<ip>:<port>`, and with the credentials when the proxy has auth. */
+export function proxyUrls(
+  ip: string,
+  port: number,
+  auth: { username: string; password: string } | undefined,
+): { proxyUrl: string; proxyUrlWithCredentials?: string } {
+  const host = ip.includes(":") ? `[${ip}]` : ip;
+  const proxyUrl = `http://${host}:${port}`;
+  if (auth === undefined) return { proxyUrl };
+  const creds = `${encodeURIComponent(auth.username)}:${encodeURIComponent(auth.password)}`;
+  return { proxyUrl, proxyUrlWithCredentials: `http://${creds}@${host}:${port}` };
 }
 
 /** The NIC the resource asks for, or undefined for the host's own. */
@@ -69,6 +126,7 @@ export function createSpec(c: CheckedInputs): CreateSpec {
     },
     specHash: specHashOf(c),
     proxyPort: c.proxyPort,
+    proxy: proxySetupOf(c),
     tags: c.tags,
   };
   const nic = nicOf(c);
@@ -77,6 +135,18 @@ export function createSpec(c: CheckedInputs): CreateSpec {
   if (vendorData !== undefined) spec.vendorData = vendorData;
   if (c.macAddress !== undefined) spec.mac = c.macAddress;
   return spec;
+}
+
+/** The credentials in a `proxyUrlWithCredentials` the state holds, to rebuild it for a new address. */
+function credentialsIn(url: unknown): { username: string; password: string } | undefined {
+  if (typeof url !== "string") return undefined;
+  try {
+    const u = new URL(url);
+    if (u.username === "") return undefined;
+    return { username: decodeURIComponent(u.username), password: decodeURIComponent(u.password) };
+  } catch {
+    return undefined;
+  }
 }
 
 /** What libvirt says now, as output properties. */
@@ -91,8 +161,10 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
     uuid: status.uuid,
     macAddress: status.mac,
     ipAddress: status.ipv4,
-    proxyUrl: status.ipv4 === undefined ? undefined : `http://${status.ipv4}:${proxyPort}`,
   };
+  if (status.ipv4 !== undefined) {
+    Object.assign(out, proxyUrls(status.ipv4, proxyPort, credentialsIn(props.proxyUrlWithCredentials)));
+  }
   if (status.domain !== undefined) {
     out.memoryMiB = status.domain.memoryMiB;
     out.vcpus = status.domain.vcpus;
@@ -105,6 +177,7 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
 export function outputsFrom(
   c: CheckedInputs,
   status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4">,
+  health?: ProxyHealth,
 ) {
   const {
     macAddress: _requested,
@@ -112,6 +185,7 @@ export function outputsFrom(
     vendorData: _vendorData,
     userDataBase64: _userDataBase64,
     vendorDataBase64: _vendorDataBase64,
+    proxy: _proxy,
     ...rest
   } = c;
   const vendorData = seedDataOf(c, "vendorData");
@@ -123,11 +197,19 @@ export function outputsFrom(
     uuid: status.uuid ?? "",
     state: status.state,
   };
+  const proxy = publicProxy(c);
+  if (proxy !== undefined) out.proxy = proxy;
+  const passwordHash = proxyPasswordHashOf(c);
+  if (passwordHash !== undefined) out.proxyPasswordHash = passwordHash;
   const mac = status.mac ?? c.macAddress;
   if (mac !== undefined) out.macAddress = mac;
   if (status.ipv4 !== undefined) {
     out.ipAddress = status.ipv4;
-    out.proxyUrl = `http://${status.ipv4}:${c.proxyPort}`;
+    Object.assign(out, proxyUrls(status.ipv4, c.proxyPort, c.proxy?.auth));
+  }
+  if (health !== undefined) {
+    out.health = health;
+    if (!health.ok && status.state === "running") out.state = "degraded";
   }
   return defined(out as unknown as Props);
 }

@@ -18,12 +18,12 @@ import { ProvisionError } from "../kvm/host/provision";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { ValidationError } from "../kvm/validation";
-import { DEFAULTS } from "./args";
+import { type CheckedInputs, DEFAULTS, type ProxyHealth } from "./args";
 import { asChecked, checkInputs } from "./check";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
 import { diffProxy } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
-import { waitHealthy } from "./health-check";
+import { probeOnce, waitHealthy } from "./health-check";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
 import { progressText } from "./progress";
 
@@ -70,6 +70,8 @@ export class KvmProxyRuntime {
    * health poll one TCP connect or HTTP request.
    */
   pollMs = 1_000;
+  /** Deadline of the one probe a refresh or update makes, ms. */
+  probeTimeoutMs = 5_000;
   /** Where progress and warnings go: the engine's Log RPC (see engine-log.ts); replaceable by tests. */
   log: EngineLog | undefined;
   /** Secret strings of the configuration, masked in anything logged. */
@@ -144,6 +146,7 @@ export class KvmProxyRuntime {
   async create(inputs: Props): Promise<{ id: string; outs: Props }> {
     const c = asChecked(inputs);
     const spec = createSpec(c);
+    let health: ProxyHealth | undefined;
     try {
       const status = await this.ops().provision(spec, {
         onProgress: this.progressTo(c.owner?.urn),
@@ -151,9 +154,15 @@ export class KvmProxyRuntime {
         deadlineName: "timeouts.create",
         waitForIp: c.waitForIp,
         pollMs: this.pollMs,
-        ...(c.healthCheck !== false ? { ready: this.healthGate(c) } : {}),
+        ...(c.healthCheck !== false
+          ? {
+              ready: async (status: VmStatus, remainingMs: number) => {
+                health = await this.healthGate(c, status, remainingMs);
+              },
+            }
+          : {}),
       });
-      return { id: formatProviderId(c.host, c.name), outs: outputsFrom(c, status) };
+      return { id: formatProviderId(c.host, c.name), outs: outputsFrom(c, status, health) };
     } catch (err) {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
       const id = err.providerId;
@@ -178,22 +187,43 @@ export class KvmProxyRuntime {
     }
   }
 
-  /** The health check of the inputs, as provision's readiness gate. */
-  private healthGate(c: ReturnType<typeof asChecked>) {
-    const health = c.healthCheck === false ? {} : c.healthCheck;
-    return async (status: VmStatus, remainingMs: number): Promise<void> => {
-      if (status.ipv4 === undefined) throw new ProviderError("permanent", "no IP to health-check");
-      await waitHealthy(
-        {
-          ip: status.ipv4,
-          proxyPort: c.proxyPort,
-          ...(health.url !== undefined ? { url: health.url } : {}),
-          ...(health.expectStatus !== undefined ? { expectStatus: health.expectStatus } : {}),
-        },
-        remainingMs,
-        { pollMs: this.pollMs },
-      );
+  /** The health check's target for a VM at `ip`, or undefined when the inputs turn it off. */
+  private probeTarget(c: Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy">, ip: string) {
+    if (c.healthCheck === false) return undefined;
+    const auth = c.proxy?.auth;
+    return {
+      ip,
+      proxyPort: c.proxyPort,
+      ...(c.healthCheck.url !== undefined ? { url: c.healthCheck.url } : {}),
+      ...(c.healthCheck.expectStatus !== undefined ? { expectStatus: c.healthCheck.expectStatus } : {}),
+      ...(auth !== undefined ? { auth } : {}),
     };
+  }
+
+  /** The health check as provision's readiness gate: waits until it passes (or throws), and says what it saw. */
+  private async healthGate(c: CheckedInputs, status: VmStatus, remainingMs: number): Promise<ProxyHealth> {
+    const target = status.ipv4 === undefined ? undefined : this.probeTarget(c, status.ipv4);
+    if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
+    const r = await waitHealthy(target, remainingMs, { pollMs: this.pollMs });
+    if (r.ok && r.note !== undefined) this.engineLog().warn(c.owner?.urn, r.note);
+    return {
+      ok: true,
+      checkedAt: new Date().toISOString(),
+      ...(r.ok && r.note !== undefined ? { reason: r.note } : {}),
+    };
+  }
+
+  /** One probe with a short deadline (refresh, update): the proxy's health now, no libvirt call. */
+  private async probeNow(
+    c: Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy">,
+    ip: string | undefined,
+  ): Promise<ProxyHealth | undefined> {
+    const target = ip === undefined ? undefined : this.probeTarget(c, ip);
+    if (target === undefined) return undefined;
+    const r = await probeOnce(target, this.probeTimeoutMs);
+    const checkedAt = new Date().toISOString();
+    if (r.ok) return { ok: true, checkedAt, ...(r.note !== undefined ? { reason: r.note } : {}) };
+    return { ok: false, checkedAt, reason: r.reason };
   }
 
   async read(id: string, props: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {
@@ -217,7 +247,15 @@ export class KvmProxyRuntime {
     if (status.ipv4 === undefined) {
       delete next.ipAddress;
       delete next.proxyUrl;
+      delete next.proxyUrlWithCredentials;
     }
+    // The proxy itself: one request from here, no libvirt call. A VM that runs but whose proxy fails is degraded.
+    const health =
+      status.state === "running" ? await this.probeNow(probeInputsOf(props), status.ipv4) : undefined;
+    if (health !== undefined) {
+      next.health = health;
+      if (!health.ok) next.state = "degraded";
+    } else delete next.health;
     return { id, props: next };
   }
 
@@ -264,8 +302,12 @@ export class KvmProxyRuntime {
         onProgress: this.progressTo(c.owner?.urn),
       });
     }
+    // A degraded proxy (or any) is probed again: the outputs say what it is now.
+    const health = status.state === "running" ? await this.probeNow(c, status.ipv4) : undefined;
+    if (health !== undefined && !health.ok)
+      this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);
     await this.engineLog().flush();
-    return { outs: outputsFrom(c, status) };
+    return { outs: outputsFrom(c, status, health) };
   }
 
   async delete(id: string, props: Props): Promise<void> {
@@ -308,6 +350,27 @@ function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
     add(h.ssh?.passphrase);
   }
   return [...out].filter((v) => v.length >= 4).sort((a, b) => b.length - a.length);
+}
+
+/** What the probe of a refresh needs from the state's outputs: the health check, the port, and the credentials. */
+function probeInputsOf(props: Props): Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy"> {
+  const healthCheck = (props.healthCheck ?? {}) as CheckedInputs["healthCheck"];
+  const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : 3128;
+  let auth: { username: string; password: string } | undefined;
+  try {
+    const u =
+      typeof props.proxyUrlWithCredentials === "string" ? new URL(props.proxyUrlWithCredentials) : undefined;
+    if (u !== undefined && u.username !== "") {
+      auth = { username: decodeURIComponent(u.username), password: decodeURIComponent(u.password) };
+    }
+  } catch {
+    auth = undefined;
+  }
+  return {
+    healthCheck,
+    proxyPort,
+    ...(auth !== undefined ? { proxy: { port: proxyPort, auth, allowedClients: [] } } : {}),
+  };
 }
 
 function same(a: unknown, b: unknown): boolean {

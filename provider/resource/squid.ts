@@ -1,10 +1,16 @@
 /**
- * The default user-data: a cloud-config that installs squid and lets the
- * private networks use it on `proxyPort`. Used when a KvmProxy gives no
- * userData. Debian/Ubuntu's squid.conf includes `/etc/squid/conf.d/*.conf`
- * before its final `http_access deny all`, and defines the `localnet` ACL.
+ * The default user-data, used when a KvmProxy gives none: an empty
+ * cloud-config (squid is set up by the provider's vendor-data script, see
+ * kvm/proxy-setup.ts, whatever the user-data is), and the default of earlier
+ * versions, which installed squid itself, kept so a proxy built with it is
+ * not rebuilt by an upgrade (diff.ts).
  */
-export function defaultUserData(proxyPort: number): string {
+export function defaultUserData(): string {
+  return "#cloud-config\n# pulumi-kvm-proxy: no user-data given; squid is set up by the provider's vendor-data\n";
+}
+
+/** The default user-data of versions before the typed proxy block (0.1.0), for `proxyPort`. */
+export function legacyDefaultUserData(proxyPort: number): string {
   const lines = [
     "#cloud-config",
     "# pulumi-kvm-proxy default: squid for the private networks (localnet)",
@@ -15,7 +21,6 @@ export function defaultUserData(proxyPort: number): string {
     "  - path: /etc/squid/conf.d/pulumi-kvm-proxy.conf",
     "    permissions: '0644'",
     "    content: |",
-    // squid.conf already listens on 3128; a second http_port line for the same port would fail to bind.
     ...(proxyPort === 3128 ? [] : [`      http_port ${proxyPort}`]),
     "      http_access allow localnet",
     "runcmd:",

@@ -42,6 +42,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const dir = path.dirname(imagePath);
     const file = path.basename(imagePath);
     const target = await startServer(servers, host.netns, ["204", gateway]);
+    const whoami = await startServer(servers, host.netns, ["whoami", gateway]);
     const viaVeth = await startServer(servers, host.netns, ["files", host.address, dir]);
     const viaLoopback = await startServer(servers, host.netns, ["files", "127.0.0.1", dir]);
     const env: GuestEnv = {
@@ -53,6 +54,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
       gateway,
       subnetPrefix: gateway.replace(/\.\d+$/, "."),
       targetUrl: `http://${gateway}:${target}/`,
+      whoamiUrl: `http://${gateway}:${whoami}/`,
     };
     // Loud failures now rather than a mysterious boot later: the image must
     // be downloadable from the root namespace, and the target must answer
@@ -119,8 +121,9 @@ function natGateway(network: string, uri: string): string {
 
 /**
  * A Python HTTP server inside the namespace. Modes: `204 ADDR` answers every
- * GET with 204; `files ADDR DIR` serves DIR's files. It binds port 0 and
- * prints the port it got.
+ * GET with 204; `whoami ADDR` answers 200 with the client's address (what a
+ * target sees as a proxy's source); `files ADDR DIR` serves DIR's files. It
+ * binds port 0 and prints the port it got.
  */
 const SERVER = `
 import http.server, sys
@@ -131,12 +134,21 @@ class NoContent(http.server.BaseHTTPRequestHandler):
         self.end_headers()
     def log_message(self, *a):
         pass
+class WhoAmI(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.client_address[0].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
 class Files(http.server.SimpleHTTPRequestHandler):
     def __init__(self, *a, **k):
         super().__init__(*a, directory=sys.argv[3], **k)
     def log_message(self, *a):
         pass
-srv = http.server.ThreadingHTTPServer((addr, 0), NoContent if mode == "204" else Files)
+srv = http.server.ThreadingHTTPServer((addr, 0), {"204": NoContent, "whoami": WhoAmI}.get(mode, Files))
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 `;

@@ -1,10 +1,13 @@
 /**
  * One KvmProxy with the real guest image through the real Pulumi CLI: up
- * (health check: a 204 through the guest's squid), refresh, destroy. Its
- * user-data is the third format of the booted-guest tests, a MIME multipart
- * (boot.test.ts boots the cloud-config and the shell script at the same
- * time): it must reach the guest byte for byte through Pulumi's config, the
- * state and the seed.
+ * (health check: a 204 through the guest's squid, with its credentials),
+ * the proxy's access rules, refresh (degraded while squid is stopped),
+ * destroy. Its user-data is the third format of the booted-guest tests, a
+ * MIME multipart (boot.test.ts boots the cloud-config and the shell script
+ * at the same time), gzip-compressed and given as userDataBase64: it must
+ * reach the guest byte for byte through Pulumi's config, the state and the
+ * seed. It says nothing about squid: the provider's vendor-data sets the
+ * proxy up (authentication, an allowed client range, an outgoing address).
  *
  * The CLI runs INSIDE the test host's network namespace (`ip netns exec`),
  * so the provider's health check to the guest's address stays there. The
@@ -12,13 +15,15 @@
  * downloads the image over HTTP from a server on the namespace's loopback.
  * The test process itself talks to the guest only through the agent.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
+import { buildProxySetupScript, type ProxySetup, squidPasswordHash } from "../../provider/kvm/proxy-setup";
 import {
   allDomains,
   poolVolumes,
@@ -38,7 +43,7 @@ import {
   expectVendorScriptRan,
   nvramFiles,
   poolFilesOf,
-  proxyStatus,
+  proxyRequest,
   since,
   waitCloudInitDone,
 } from "./support";
@@ -46,7 +51,20 @@ import {
 const env = inject("guest");
 const NAME = `kvmpt-guest-pulumi-${process.pid}`;
 const BOUNDARY = "===kvmp-guest-test-boundary===";
-/** A MIME multipart user-data: a cloud-config part (squid for the NAT network) and a shell-script part. */
+/** The proxy's credentials (the password from secret config, never in the program or the state). */
+const PROXY_USER = "crawler";
+const PROXY_PASSWORD = `pw-${process.pid}-S3cr3t!`;
+/** The only client the proxy admits: the NAT gateway (where the CLI and the probes come from). */
+const ALLOWED_CLIENT = "192.168.213.1";
+/** A second address of the namespace on the NAT bridge: a client outside allowedClients. */
+const OUTSIDE_CLIENT = "192.168.213.2";
+/** An address the guest adds to its NIC (outside the DHCP range): the proxy's outgoing address. */
+const OUTGOING = "192.168.213.5";
+/**
+ * A MIME multipart user-data with nothing about squid: a cloud-config part
+ * with its own packages: and runcmd: (the history's bug: vendor cloud-config
+ * keys would be dropped by cloud-init's merge) and a shell-script part.
+ */
 const USER_DATA = [
   `Content-Type: multipart/mixed; boundary="${BOUNDARY}"`,
   "MIME-Version: 1.0",
@@ -55,15 +73,14 @@ const USER_DATA = [
   'Content-Type: text/cloud-config; charset="us-ascii"',
   "MIME-Version: 1.0",
   "Content-Transfer-Encoding: 7bit",
-  'Content-Disposition: attachment; filename="squid.cfg"',
+  'Content-Disposition: attachment; filename="user.cfg"',
   "",
   "#cloud-config",
-  "write_files:",
-  "  - path: /etc/squid/conf.d/kvmp-guest-test.conf",
-  "    content: |",
-  "      http_access allow localnet",
+  "packages:",
+  "  - openssh-server",
   "runcmd:",
-  '  - [sh, -c, "systemctl reload squid || systemctl restart squid"]',
+  `  - [sh, -c, "ip addr add ${OUTGOING}/24 dev $(ip -o -4 route show default | awk '{print $5; exit}')"]`,
+  '  - [sh, -c, "echo kvmp-user-runcmd-ran > /var/lib/kvmp-guest-test-runcmd"]',
   "",
   `--${BOUNDARY}`,
   'Content-Type: text/x-shellscript; charset="us-ascii"',
@@ -77,6 +94,15 @@ const USER_DATA = [
   `--${BOUNDARY}--`,
   "",
 ].join("\n");
+
+const CREDENTIALS = `${PROXY_USER}:${PROXY_PASSWORD}`;
+/** What the provider must have set the guest's squid up with (the seed carries the hash, never the password). */
+const EXPECTED_SETUP: ProxySetup = {
+  port: 3128,
+  auth: { username: PROXY_USER, passwordHash: squidPasswordHash(PROXY_PASSWORD, `${PROXY_USER}@${NAME}`) },
+  allowedClients: [`${ALLOWED_CLIENT}/32`],
+  outgoingAddress: OUTGOING,
+};
 
 /** The user-data as given: gzip of the MIME multipart (deterministic bytes: no name, mtime 0). */
 const USER_DATA_GZIP = gzipSync(Buffer.from(USER_DATA, "utf8"));
@@ -186,9 +212,18 @@ beforeAll(() => {
         diskGiB: 4,
         healthCheck: { url: env.targetUrl, expectStatus: 204 },
         timeouts: { create: "14m" },
+        proxy: {
+          auth: { username: PROXY_USER },
+          allowedClients: [`${ALLOWED_CLIENT}/32`],
+          outgoingAddress: OUTGOING,
+        },
+        proxyPasswordFromSecret: true,
       },
     },
   });
+  ws.setSecret("pair:proxyPassword", PROXY_PASSWORD);
+  // The client outside allowedClients: a second address of the namespace on the NAT bridge.
+  execFileSync("ip", ["-n", env.netns, "addr", "replace", `${OUTSIDE_CLIENT}/32`, "dev", "kvmpbr0"]);
 });
 
 afterAll(async () => {
@@ -206,6 +241,9 @@ afterAll(async () => {
   // destroy reaches libvirt over SSH only (no guest traffic), so the root namespace is fine.
   if (allDomains(host).includes(NAME)) ws.cleanup();
   removeByHand(host, NAME);
+  execFileSync("ip", ["-n", env.netns, "addr", "del", `${OUTSIDE_CLIENT}/32`, "dev", "kvmpbr0"], {
+    stdio: "ignore",
+  });
   virshQuiet(host, "vol-delete", "--pool", host.poolName, cachedImage());
   virshQuiet(host, "vol-delete", "--pool", host.poolName, `${cachedImage()}.partial`);
   await agentPool.closeAll();
@@ -238,8 +276,13 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     // The guest's agent reports that address.
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
     expect(await agent.ipv4Addresses()).toContain(ip);
-    // The squid answers the target's 204 (probed inside the namespace).
-    expect(await proxyStatus(env, ip)).toBe("204");
+    // The squid answers the target's 204 to the allowed client with the credentials (probed inside the namespace).
+    expect((await proxyRequest(env, ip, env.targetUrl, { credentials: CREDENTIALS })).status).toBe("204");
+    // The URL with the credentials is a secret output; the plain one carries none.
+    expect(ws.outputs().urlsWithCredentials).toEqual({
+      edge: `http://${PROXY_USER}:${encodeURIComponent(PROXY_PASSWORD)}@${ip}:3128`,
+    });
+    expect(String(out.proxyUrl)).not.toContain(PROXY_PASSWORD);
     // The image came from the HTTP server, into the host's cache, under its URL's entry.
     expect(poolVolumes(host)).toContain(cachedImage());
   });
@@ -254,15 +297,65 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     expect((await agent.readFile("/var/lib/kvmp-guest-test-mime")).toString()).toBe(
       `mime-script-part-${process.pid}\n`,
     );
-    expect((await agent.readFile("/etc/squid/conf.d/kvmp-guest-test.conf")).toString()).toBe(
-      "http_access allow localnet\n",
+    expect((await agent.readFile("/var/lib/kvmp-guest-test-runcmd")).toString()).toBe(
+      "kvmp-user-runcmd-ran\n",
     );
   });
 
-  it("gets the guest-agent script as vendor-data, and cloud-init finishes without errors", async () => {
+  it("gets the guest-agent script and the proxy setup as vendor-data, both ran, and cloud-init finishes without errors", async () => {
     expect(cloudInit).toBeDefined();
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
-    await expectVendorScriptRan(agent, cloudInit as CloudInitOutcome);
+    await expectVendorScriptRan(agent, cloudInit as CloudInitOutcome, buildProxySetupScript(EXPECTED_SETUP));
+  });
+
+  describe("the proxy the provider set up, whatever the user-data", () => {
+    it("asks a client without credentials for them (407) and admits it with them", async () => {
+      const ip = upOutputs?.ip as string;
+      const bare = await proxyRequest(env, ip, env.targetUrl);
+      expect(bare.status).toBe("407");
+      const wrong = await proxyRequest(env, ip, env.targetUrl, { credentials: `${PROXY_USER}:wrong` });
+      expect(wrong.status).toBe("407");
+      expect((await proxyRequest(env, ip, env.targetUrl, { credentials: CREDENTIALS })).status).toBe("204");
+    });
+
+    it("refuses a client outside allowedClients (403), even with the credentials", async () => {
+      const ip = upOutputs?.ip as string;
+      const outside = await proxyRequest(env, ip, env.targetUrl, {
+        credentials: CREDENTIALS,
+        from: OUTSIDE_CLIENT,
+      });
+      expect(outside.status).toBe("403");
+    });
+
+    it("connects out from outgoingAddress: the target sees that source", async () => {
+      const ip = upOutputs?.ip as string;
+      const r = await proxyRequest(env, ip, env.whoamiUrl, { credentials: CREDENTIALS });
+      expect(r).toEqual({ status: "200", body: OUTGOING });
+    });
+
+    it("keeps the password out of the state and the seed: only its salted hash is on the host", () => {
+      expect(ws.stateText()).not.toContain(PROXY_PASSWORD);
+      const seed = readFileSync(path.join(host.poolPath, `${NAME}-seed.iso`));
+      expect(seed.includes(Buffer.from(PROXY_PASSWORD))).toBe(false);
+      expect(seed.includes(Buffer.from(`${PROXY_USER}:${EXPECTED_SETUP.auth?.passwordHash}`))).toBe(true);
+    });
+
+    it("shows as degraded at the next refresh while squid is stopped, and running again once it is back", async () => {
+      const agent = await agentFor(agentPool.libvirt("local"), NAME);
+      await agent.sh("systemctl stop squid");
+      await mustPulumi("refresh", "--yes", "--skip-preview");
+      const down = proxyOutputs();
+      expect(down.state).toBe("degraded");
+      expect(down.health).toMatchObject({
+        ok: false,
+        reason: expect.stringMatching(/ECONNREFUSED|not as squid/),
+      });
+      await agent.sh("systemctl start squid");
+      await mustPulumi("refresh", "--yes", "--skip-preview");
+      const back = proxyOutputs();
+      expect(back.state).toBe("running");
+      expect(back.health).toMatchObject({ ok: true });
+    });
   });
 
   it("pulumi refresh shows it running with its IP", async () => {

@@ -13,7 +13,8 @@ import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { expect } from "vitest";
-import { GUEST_AGENT_SCRIPT } from "../../provider/kvm/cloud-init";
+import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/cloud-init";
+import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy-setup";
 import type { Libvirt } from "../../provider/libvirt/libvirt";
 import type { Domain } from "../../provider/libvirt/types";
 import type { TestHost } from "../support/test-host";
@@ -37,6 +38,8 @@ export interface GuestEnv {
   subnetPrefix: string;
   /** A URL on the gateway that answers 204 (the proxy target). */
   targetUrl: string;
+  /** A target answering 200 with the client's address: what a proxy's outgoing connection comes from. */
+  whoamiUrl: string;
 }
 
 declare module "vitest" {
@@ -94,6 +97,49 @@ export async function proxyStatus(env: GuestEnv, ip: string, port = 3128): Promi
     const out = (err as { stdout?: string }).stdout;
     return typeof out === "string" && out.trim() !== "" ? out.trim() : "000";
   }
+}
+
+/** What {@link proxyRequest} got: the status ("000" when nothing answered) and the body. */
+export interface ProxyReply {
+  status: string;
+  body: string;
+}
+
+/**
+ * One GET of `url` through the squid at `ip:port`, made INSIDE the namespace,
+ * optionally with the proxy's credentials and from a given source address.
+ */
+export async function proxyRequest(
+  env: GuestEnv,
+  ip: string,
+  url: string,
+  options: { port?: number; credentials?: string; from?: string } = {},
+): Promise<ProxyReply> {
+  const guest = assertGuestAddress(env, ip);
+  const args = [
+    "netns",
+    "exec",
+    env.netns,
+    "curl",
+    "-s",
+    "-w",
+    "\n%{http_code}",
+    "--max-time",
+    "10",
+    "--noproxy",
+    "",
+  ];
+  if (options.credentials !== undefined) args.push("--proxy-user", options.credentials);
+  if (options.from !== undefined) args.push("--interface", options.from);
+  args.push("-x", `http://${guest}:${options.port ?? 3128}`, url);
+  let out: string;
+  try {
+    out = (await execFileAsync("ip", args, { encoding: "utf8", timeout: 30_000 })).stdout;
+  } catch (err) {
+    out = (err as { stdout?: string }).stdout ?? "";
+  }
+  const nl = out.lastIndexOf("\n");
+  return { status: out.slice(nl + 1).trim() || "000", body: nl < 0 ? "" : out.slice(0, nl) };
 }
 
 /** Polls {@link proxyStatus} until it is `want` or the deadline passes; returns the last status. */
@@ -292,13 +338,27 @@ export async function waitCloudInitDone(agent: GuestAgent, timeoutMs: number): P
  * part-001), is byte for byte the provider's, ran and said so, and cloud-init
  * finished without errors.
  */
-export async function expectVendorScriptRan(agent: GuestAgent, ci: CloudInitOutcome): Promise<void> {
+export async function expectVendorScriptRan(
+  agent: GuestAgent,
+  ci: CloudInitOutcome,
+  /** The proxy setup script the vendor-data carries beside the agent's (the resource's path), when it does. */
+  proxySetup?: string,
+): Promise<void> {
   expect(ci.status).toBe("status: done");
   const dir = "/var/lib/cloud/instance/scripts/vendor";
   const files = (await agent.sh(`ls -1 ${dir}`)).split("\n").filter((f) => f !== "");
-  expect(files).toHaveLength(1);
-  expect((await agent.readFile(`${dir}/${files[0]}`)).toString("utf8")).toBe(GUEST_AGENT_SCRIPT);
   const log = (await agent.readFile("/var/log/cloud-init-output.log")).toString("utf8");
+  if (proxySetup === undefined) {
+    expect(files).toHaveLength(1);
+    expect((await agent.readFile(`${dir}/${files[0]}`)).toString("utf8")).toBe(GUEST_AGENT_SCRIPT);
+  } else {
+    expect(files.sort()).toEqual([GUEST_AGENT_SCRIPT_FILENAME, PROXY_SETUP_SCRIPT_FILENAME]);
+    expect((await agent.readFile(`${dir}/${GUEST_AGENT_SCRIPT_FILENAME}`)).toString("utf8")).toBe(
+      GUEST_AGENT_SCRIPT,
+    );
+    expect((await agent.readFile(`${dir}/${PROXY_SETUP_SCRIPT_FILENAME}`)).toString("utf8")).toBe(proxySetup);
+    expect(log).toMatch(/kvm-proxy-squid: squid is listening on port \d+/);
+  }
   expect(log).toContain("kvm-proxy-guest-agent: qemu-guest-agent enabled and started");
   expect(ci.errors).toEqual([]);
 }

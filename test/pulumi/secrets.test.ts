@@ -4,8 +4,8 @@
  * protected key, logged by our trace at its most verbose (KVMP_LOG=2) and by
  * the Pulumi engine and its plugins (--logflow). Every byte of output and
  * every file of the state backend is scanned for the private key, its
- * passphrase, and user-data and vendor-data markers (from secret config and
- * from plain strings in the program).
+ * passphrase, user-data and vendor-data markers (from secret config and
+ * from plain strings in the program) and a proxy password.
  *
  * The boundary is the engine's own property logging: from -v=7 the Pulumi
  * engine prints every property value it plans with or sends to a provider
@@ -41,6 +41,7 @@ const PASSPHRASE = "kvmp-passphrase-Zq81-never-logged";
 const SECRET_USER_DATA_MARKER = "kvmp-secret-userdata-Hx42";
 const PLAIN_USER_DATA_MARKER = "kvmp-plain-userdata-Kc77";
 const VENDOR_DATA_MARKER = "kvmp-vendordata-Wp19";
+const PROXY_PASSWORD = "kvmp-proxy-password-Tr56";
 
 let host: TestHost;
 const workspaces: Workspace[] = [];
@@ -120,7 +121,14 @@ function secrets(): string[] {
     .split("\n")
     .map((l) => l.trim())
     .filter((l) => l !== "" && !l.startsWith("-----"));
-  return [...keyLines, PASSPHRASE, SECRET_USER_DATA_MARKER, PLAIN_USER_DATA_MARKER, VENDOR_DATA_MARKER];
+  return [
+    ...keyLines,
+    PASSPHRASE,
+    SECRET_USER_DATA_MARKER,
+    PLAIN_USER_DATA_MARKER,
+    VENDOR_DATA_MARKER,
+    PROXY_PASSWORD,
+  ];
 }
 
 function leaked(text: string): string[] {
@@ -134,7 +142,14 @@ function secretsWorkspace(tag: string): Workspace {
   w.setConfig({
     ...hostsConfig(host, ["remote"]),
     "pair:proxies": {
-      fromsecret: { host: "remote", image: "tiny", ...TEST_PROXY_ARGS, userDataFromSecret: true },
+      fromsecret: {
+        host: "remote",
+        image: "tiny",
+        ...TEST_PROXY_ARGS,
+        userDataFromSecret: true,
+        proxy: { auth: { username: "crawler" } },
+        proxyPasswordFromSecret: true,
+      },
       plain: {
         host: "remote",
         image: "tiny",
@@ -155,6 +170,7 @@ function secretsWorkspace(tag: string): Workspace {
   );
   expect(pass.code).toBe(0);
   w.setSecret("pair:userData", `#cloud-config\npassword: ${SECRET_USER_DATA_MARKER}\n`);
+  w.setSecret("pair:proxyPassword", PROXY_PASSWORD);
   return w;
 }
 
@@ -184,6 +200,9 @@ describe("secrets in logs and state", () => {
     );
     expect(seeds.some((s) => s.includes(SECRET_USER_DATA_MARKER))).toBe(true);
     expect(seeds.some((s) => s.includes(PLAIN_USER_DATA_MARKER))).toBe(true);
+    // The proxy's password reached its seed only as squid's salted hash.
+    expect(seeds.some((s) => /crawler:\$1\$[./0-9A-Za-z]{8}\$[./0-9A-Za-z]{22}/.test(s))).toBe(true);
+    expect(seeds.some((s) => s.includes(PROXY_PASSWORD))).toBe(false);
     const afterUp = backendText(ws);
     expect(afterUp).toContain("kvmpt-secrets");
 

@@ -243,15 +243,39 @@ describe("buildVendorData: the script beside the user's vendorData (MIME multipa
     expect(err.message).toMatch(/vendorData/);
   });
 
-  it("tells MIME users to add GUEST_AGENT_SCRIPT to their own multipart", () => {
-    const err = permanentError(() =>
-      buildVendorData({
-        installGuestAgent: true,
-        vendorData: "MIME-Version: 1.0\nContent-Type: text/plain\n\nx\n",
-      }),
-    );
-    expect(err.message).toContain("installGuestAgent: false");
-    expect(err.message).toContain("GUEST_AGENT_SCRIPT");
+  it("tells MIME users how to give their vendor-data beside the provider's scripts", () => {
+    for (const opts of [
+      { installGuestAgent: true },
+      { installGuestAgent: false, proxySetup: "#!/bin/sh\n" },
+    ]) {
+      const err = permanentError(() =>
+        buildVendorData({ ...opts, vendorData: "MIME-Version: 1.0\nContent-Type: text/plain\n\nx\n" }),
+      );
+      expect(err.message).toContain("give each of its parts as a single document");
+      expect(err.message).toContain("userData");
+    }
+  });
+
+  it("carries the proxy setup as a second script part, after the guest agent's, before the user's data", () => {
+    const vd = buildVendorData({
+      installGuestAgent: true,
+      proxySetup: "#!/bin/sh\necho proxy\n",
+      vendorData: "#cloud-config\n",
+    });
+    const text = vd?.toString("utf8") ?? "";
+    const agent = text.indexOf('filename="kvm-proxy-guest-agent.sh"');
+    const proxy = text.indexOf('filename="kvm-proxy-squid.sh"');
+    const user = text.indexOf('filename="vendor-data"');
+    expect(agent).toBeGreaterThan(0);
+    expect(proxy).toBeGreaterThan(agent);
+    expect(user).toBeGreaterThan(proxy);
+    expect(text).toContain("#!/bin/sh\necho proxy\n");
+  });
+
+  it("is the proxy setup script alone when it is the only part", () => {
+    expect(
+      buildVendorData({ installGuestAgent: false, proxySetup: "#!/bin/sh\necho proxy\n" })?.toString(),
+    ).toBe("#!/bin/sh\necho proxy\n");
   });
 });
 

@@ -78,7 +78,7 @@ describe("health check deadline", () => {
     }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TimeoutError);
     expect((err as TimeoutError).waitingFor).toMatch(
-      new RegExp(`^a healthy proxy \\(TCP 127\\.0\\.0\\.1:${port}\\); last failure: .*ECONNREFUSED`),
+      new RegExp(`^a healthy proxy \\(squid at 127\\.0\\.0\\.1:${port}\\); last failure: .*ECONNREFUSED`),
     );
     expect((err as TimeoutError).timeoutMs).toBe(3_000);
   });

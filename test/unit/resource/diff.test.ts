@@ -5,7 +5,8 @@ import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provide
 import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
 import { diffProxy } from "../../../provider/resource/diff";
-import { outputsFrom } from "../../../provider/resource/mapping";
+import { outputsFrom, seedDigest } from "../../../provider/resource/mapping";
+import { legacyDefaultUserData } from "../../../provider/resource/squid";
 
 const config = readStackConfig(
   (k) =>
@@ -90,6 +91,14 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
     "vendorDataBase64",
   ],
   ["installGuestAgent", {}, { installGuestAgent: false }, "replace", "installGuestAgent"],
+  ["proxy block added", {}, { proxy: { allowedClients: ["203.0.113.0/24"] } }, "replace", "proxy"],
+  [
+    "proxy password",
+    { proxy: { auth: { username: "u", password: "first" } } },
+    { proxy: { auth: { username: "u", password: "second" } } },
+    "replace",
+    "proxy",
+  ],
   ["memoryMiB", {}, { memoryMiB: 1024 }, "replace", "memoryMiB"],
   ["vcpus", {}, { vcpus: 2 }, "replace", "vcpus"],
   ["diskGiB", {}, { diskGiB: 20 }, "replace", "diskGiB"],
@@ -134,6 +143,31 @@ describe("diff", () => {
       healthCheck: { url: "http://example.com/", expectStatus: 204 },
     };
     expect(diff(full, full).changes).toBe(false);
+  });
+
+  it("does not count the same proxy password again as a change (the old outputs hold only its hash)", () => {
+    const withAuth = {
+      ...base,
+      proxy: { auth: { username: "u", password: "pw" }, allowedClients: ["10.0.0.0/8"] },
+    };
+    const olds = created(withAuth);
+    expect(JSON.stringify(olds)).not.toContain('"pw"');
+    expect(diff(withAuth, withAuth).changes).toBe(false);
+  });
+
+  it("does not rebuild a proxy built with the default user-data of 0.1.0 when the program still gives none", () => {
+    const olds = {
+      ...created({ host: "lab", image: "debian" }),
+      userDataSha256: seedDigest(legacyDefaultUserData(3128)),
+    };
+    const news = { ...checked({ host: "lab", image: "debian" }, olds), __provider: "new" };
+    expect(diffProxy(olds, news).replaces).toEqual([]);
+    // A user-data the program gives is compared as always.
+    const given = {
+      ...checked({ host: "lab", image: "debian", userData: "#cloud-config\n" }, olds),
+      __provider: "new",
+    };
+    expect(diffProxy(olds, given).replaces).toEqual(["userData"]);
   });
 
   it("does not count the same bytes given as base64 instead of text as a change", () => {

@@ -10,10 +10,18 @@ const proxies = {};
 // value `pair:userData` as its userData, as a careful user would pass it; one
 // with `userDataFromEnv` / `vendorDataFromEnv: "<VAR>"` gets a plain string
 // from the environment, as a literal in a program would be (kept out of the
-// stack config, which Pulumi records in the state's history).
+// stack config, which Pulumi records in the state's history). One with
+// `proxyPasswordFromSecret: true` gets the secret config value
+// `pair:proxyPassword` as its proxy.auth.password.
 for (const [name, args] of Object.entries(config.getObject("proxies") ?? {})) {
-  const { userDataFromSecret, userDataFromEnv, vendorDataFromEnv, ...rest } = args;
+  const { userDataFromSecret, userDataFromEnv, vendorDataFromEnv, proxyPasswordFromSecret, ...rest } = args;
   if (userDataFromSecret) rest.userData = config.requireSecret("userData");
+  if (proxyPasswordFromSecret) {
+    rest.proxy = {
+      ...rest.proxy,
+      auth: { ...rest.proxy?.auth, password: config.requireSecret("proxyPassword") },
+    };
+  }
   if (userDataFromEnv) rest.userData = process.env[userDataFromEnv];
   if (vendorDataFromEnv) rest.vendorData = process.env[vendorDataFromEnv];
   proxies[name] = new KvmProxy(name, rest);
@@ -25,6 +33,9 @@ for (const [name, id] of Object.entries(config.getObject("adopt") ?? {})) {
 
 exports.ids = Object.fromEntries(Object.entries(proxies).map(([n, p]) => [n, p.id]));
 exports.names = Object.fromEntries(Object.entries(proxies).map(([n, p]) => [n, p.domainName]));
+exports.urlsWithCredentials = Object.fromEntries(
+  Object.entries(proxies).map(([n, p]) => [n, p.proxyUrlWithCredentials]),
+);
 exports.adopted = Object.fromEntries(
   Object.entries(adopted).map(([n, p]) => [
     n,

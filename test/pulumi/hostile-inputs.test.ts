@@ -63,6 +63,9 @@ const COUPLED: Record<string, string> = {
   installGuestAgent: "vendorData",
   waitForIp: "healthCheck",
   bridge: "network",
+  proxyPort: "proxy",
+  userDataBase64: "userData",
+  vendorDataBase64: "vendorData",
 };
 
 /** Packs rows into groups whose changes touch different top-level properties. */

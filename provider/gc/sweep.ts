@@ -184,7 +184,8 @@ async function deleteOrphan(ops: KvmOperations, row: Row, problems: Problem[]): 
       });
       return;
     }
-    const result = await ops.delete(host, name);
+    // Its disks are found from the domain; the owner's tag finds them even if the domain goes first.
+    const result = await ops.delete(host, name, { volumeOwner: row.domain.metadata.owner.urn });
     row.deleted = { volumesRemoved: result.volumesRemoved };
   } catch (err) {
     problems.push({ scope: "delete", subject, message: message(err) });

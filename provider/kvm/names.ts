@@ -72,19 +72,37 @@ export function autoDomainName(resourceName: string, random: Uint8Array): string
 // Per-VM volumes
 // ---------------------------------------------------------------------------
 
-/** The per-VM qcow2 overlay volume: `<domain>-root.qcow2`. */
-export function overlayVolumeName(domain: string): string {
-  return `${checkedDomain(domain)}-root.qcow2`;
+/**
+ * The tag of one owner's per-VM volumes: the first 8 hex characters of the
+ * SHA-256 of its URN. Two stacks creating one domain name at once get
+ * different volumes, so neither can delete or rewrite the other's disks;
+ * one resource's retries get the same ones, so a create converges.
+ */
+export function ownerTag(ownerUrn: string): string {
+  return createHash("sha256").update(ownerUrn).digest("hex").slice(0, 8);
 }
 
-/** The per-VM NoCloud seed volume: `<domain>-seed.iso`. */
-export function seedVolumeName(domain: string): string {
-  return `${checkedDomain(domain)}-seed.iso`;
+/**
+ * The per-VM qcow2 overlay volume: `<domain>-<owner tag>-root.qcow2`, or
+ * without an owner `<domain>-root.qcow2` (the name of VMs made before the
+ * volumes were tagged; delete still knows it).
+ */
+export function overlayVolumeName(domain: string, ownerUrn?: string): string {
+  return `${checkedDomain(domain)}${tagPart(ownerUrn)}-root.qcow2`;
 }
 
-/** The names of every volume that belongs to one VM (what Delete removes). */
-export function perVmVolumeNames(domain: string): string[] {
-  return [overlayVolumeName(domain), seedVolumeName(domain)];
+/** The per-VM NoCloud seed volume: `<domain>-<owner tag>-seed.iso` (untagged as for {@link overlayVolumeName}). */
+export function seedVolumeName(domain: string, ownerUrn?: string): string {
+  return `${checkedDomain(domain)}${tagPart(ownerUrn)}-seed.iso`;
+}
+
+/** The names of every volume that belongs to one VM of `ownerUrn` (untagged without one). */
+export function perVmVolumeNames(domain: string, ownerUrn?: string): string[] {
+  return [overlayVolumeName(domain, ownerUrn), seedVolumeName(domain, ownerUrn)];
+}
+
+function tagPart(ownerUrn: string | undefined): string {
+  return ownerUrn === undefined ? "" : `-${ownerTag(ownerUrn)}`;
 }
 
 function checkedDomain(domain: string): string {

@@ -322,7 +322,10 @@ export class KvmProxyRuntime {
     });
     try {
       // The operation retries transient failures until timeouts.delete.
-      const r = await this.ops().delete(host, name, { deadlineMs });
+      const r = await this.ops().delete(host, name, {
+        deadlineMs,
+        ...(typeof urn === "string" ? { volumeOwner: urn } : {}),
+      });
       if (r.noop === "host-not-configured") {
         log.warn(
           typeof urn === "string" ? urn : undefined,

@@ -31,6 +31,7 @@ import {
   type VmStatus,
 } from "../../provider/kvm/host/operations";
 import { type ImageConfig, parseImage } from "../../provider/kvm/image";
+import { perVmVolumeNames } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virsh, virshQuiet } from "../pulumi/harness";
 import { type TestHost, testHost } from "../support/test-host";
@@ -321,7 +322,7 @@ describe("delete", () => {
     for (const g of Object.values(guests)) {
       const r = await ops.delete(HOST, g.name);
       expect(r.domainRemoved).toBe(true);
-      expect(r.volumesRemoved.sort()).toEqual([`${g.name}-root.qcow2`, `${g.name}-seed.iso`]);
+      expect(r.volumesRemoved.sort()).toEqual(perVmVolumeNames(g.name, spec(g).owner.urn).sort());
     }
     const names = Object.values(guests).map((g) => g.name);
     expect(allDomains(host).filter((d) => names.includes(d))).toEqual([]);

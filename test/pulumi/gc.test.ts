@@ -14,12 +14,14 @@ import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
   hostsConfig,
+  perVmVolumesOf,
   poolVolumes,
   pulumiEnv,
   removeByHand,
   TEST_PROXY_ARGS,
   virsh,
   virshQuiet,
+  vmVolumeNames,
   Workspace,
 } from "./harness";
 
@@ -95,9 +97,7 @@ function ours(): string[] {
 }
 
 function volumesOf(name: string): string[] {
-  return poolVolumes(host)
-    .filter((v) => v === `${name}-root.qcow2` || v === `${name}-seed.iso`)
-    .sort();
+  return perVmVolumesOf(poolVolumes(host), name);
 }
 
 /** gc's view of this project's domains: name → verdict. */
@@ -239,11 +239,10 @@ describe("pulumi-kvm-proxy gc", () => {
   });
 
   it("--delete removes the orphan and its volumes and leaves everything else", () => {
+    const aVolumes = vmVolumeNames(host, names.a as string);
     const r = gc("--min-age", "0", "--delete");
     expect(r.code).toBe(0);
-    expect(r.stdout).toContain(
-      `deleted local/${names.a} and volumes ${names.a}-root.qcow2, ${names.a}-seed.iso`,
-    );
+    expect(r.stdout).toContain(`deleted local/${names.a} and volumes ${aVolumes.join(", ")}`);
     expect(r.stdout).toContain("Deleted 1 of 1 orphan.");
     expect(ours()).toEqual([names.b, names.c, FOREIGN].sort());
     expect(volumesOf(names.a as string)).toEqual([]);
@@ -299,11 +298,12 @@ describe("pulumi-kvm-proxy gc", () => {
     expect(verdicts(r)).toEqual({ [names.b as string]: "held", [names.c as string]: "orphan" });
     expect(r.json?.domains.find((d) => d.domain === names.c)?.reason).toBe("stack no longer exists");
 
+    const cVolumes = vmVolumeNames(host, names.c as string);
     const d = gc("--json", "--min-age", "0", "--delete");
     expect(d.code).toBe(0);
     expect(d.json?.domains.find((x) => x.domain === names.c)).toMatchObject({
       deleted: true,
-      volumesRemoved: [`${names.c}-root.qcow2`, `${names.c}-seed.iso`],
+      volumesRemoved: cVolumes,
     });
     expect(ours()).toEqual([names.b, FOREIGN].sort());
   });

@@ -5,6 +5,7 @@ import YAML from "yaml";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
 import { parseImage } from "../../provider/kvm/image";
 import { METADATA_NAMESPACE } from "../../provider/kvm/metadata";
+import { perVmVolumeNames } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { repoRoot, type TestHost, virshUri } from "../support/test-host";
 
@@ -267,13 +268,31 @@ export function poolVolumes(host: TestHost): string[] {
     .filter((n) => n !== "");
 }
 
+/**
+ * The per-VM volumes of domain `name` among `volumes`: `<name>-<owner tag>-root.qcow2`
+ * and `-seed.iso` (names.ts), or the untagged names of older VMs.
+ */
+export function perVmVolumesOf(volumes: readonly string[], name: string): string[] {
+  const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const re = new RegExp(`^${escaped}(-[0-9a-f]{8})?-(root\\.qcow2|seed\\.iso)$`);
+  return volumes.filter((v) => re.test(v)).sort();
+}
+
+/** The per-VM volumes domain `name` was created with: tagged with the owner URN its metadata names. */
+export function vmVolumeNames(host: TestHost, name: string): string[] {
+  const urn = /\burn="([^"]+)"/.exec(metadataOf(host, name) ?? "")?.[1];
+  if (urn === undefined) throw new Error(`domain ${name} has no owner in its metadata`);
+  return perVmVolumeNames(name, urn);
+}
+
 /** Removes a domain and its per-VM volumes by hand (cleanup, and "deleted out of band"). */
 export function removeByHand(host: TestHost, name: string): void {
   virshQuiet(host, "destroy", name);
   virshQuiet(host, "undefine", "--nvram", name);
   virshQuiet(host, "undefine", name);
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${name}-root.qcow2`);
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${name}-seed.iso`);
+  for (const v of perVmVolumesOf(poolVolumes(host), name)) {
+    virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
+  }
 }
 
 /** `kvm:*` config pointing at the test host: `local` over the unix socket, `remote` over SSH. */

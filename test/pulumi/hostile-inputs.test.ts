@@ -29,9 +29,11 @@ import {
   E2E_ROOT,
   hostsConfig,
   metadataOf,
+  perVmVolumesOf,
   poolVolumes,
   removeByHand,
   TEST_PROXY_ARGS,
+  vmVolumeNames,
   Workspace,
 } from "./harness";
 
@@ -214,11 +216,7 @@ describe("wrong inputs only the first step can see", () => {
     );
     // Exactly one VM, owned by the proxy the state holds, with its disks; the refused one rolled nothing back.
     expect(allDomains(host).filter((d) => d === name)).toEqual([name]);
-    expect(
-      poolVolumes(host)
-        .filter((v) => v.startsWith(`${name}-`))
-        .sort(),
-    ).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
+    expect(perVmVolumesOf(poolVolumes(host), name)).toEqual(vmVolumeNames(host, name).sort());
     const held = ws.proxies();
     expect(held).toHaveLength(1);
     expect(held[0]?.id).toBe(`kvm://local/${name}`);

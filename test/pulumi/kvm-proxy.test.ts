@@ -14,10 +14,12 @@ import {
   domainsOfStack,
   hostsConfig,
   metadataOf,
+  perVmVolumesOf,
   poolVolumes,
   removeByHand,
   TEST_PROXY_ARGS,
   virsh,
+  vmVolumeNames,
   Workspace,
 } from "./harness";
 
@@ -47,7 +49,7 @@ afterAll(() => {
 
 function perVmVolumes(names: string[]): string[] {
   const vols = poolVolumes(host);
-  return vols.filter((v) => names.some((n) => v === `${n}-root.qcow2` || v === `${n}-seed.iso`)).sort();
+  return names.flatMap((n) => perVmVolumesOf(vols, n)).sort();
 }
 
 describe("the quickstart over SSH", () => {
@@ -79,7 +81,7 @@ describe("the quickstart over SSH", () => {
       );
       expect(meta).toContain('ref="tiny"');
     }
-    expect(perVmVolumes(names)).toEqual(names.flatMap((n) => [`${n}-root.qcow2`, `${n}-seed.iso`]).sort());
+    expect(perVmVolumes(names)).toEqual(names.flatMap((n) => vmVolumeNames(host, n)).sort());
 
     // The state: no plaintext key anywhere, a small serialized provider without paths.
     const text = ws.stateText();

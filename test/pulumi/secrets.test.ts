@@ -28,6 +28,7 @@ import {
   removeByHand,
   TEST_PROXY_ARGS,
   virsh,
+  vmVolumeNames,
   Workspace,
 } from "./harness";
 
@@ -194,9 +195,9 @@ describe("secrets in logs and state", () => {
     const names = Object.values(ws.outputs().names as Record<string, string>);
     expect(names).toHaveLength(2);
     const seeds = names.map((n) =>
-      readFileSync(virsh(host, "vol-path", "--pool", host.poolName, `${n}-seed.iso`).trim()).toString(
-        "latin1",
-      ),
+      readFileSync(
+        virsh(host, "vol-path", "--pool", host.poolName, vmVolumeNames(host, n)[1] as string).trim(),
+      ).toString("latin1"),
     );
     expect(seeds.some((s) => s.includes(SECRET_USER_DATA_MARKER))).toBe(true);
     expect(seeds.some((s) => s.includes(PLAIN_USER_DATA_MARKER))).toBe(true);

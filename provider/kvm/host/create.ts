@@ -165,7 +165,7 @@ export async function createOnce(
 
   await step("seed-volume");
   const iso = buildSeed(spec);
-  const seedName = seedVolumeName(spec.name);
+  const seedName = seedVolumeName(spec.name, spec.owner.urn);
   const seed = await createFreshVolume(lv, pool, seedName, buildSeedVolumeXml(seedName, iso.length), ctx.env);
 
   await step("seed-upload");
@@ -226,7 +226,7 @@ async function ensureOverlay(
   backingPath: string,
   virtualSize: number,
 ) {
-  const name = overlayVolumeName(spec.name);
+  const name = overlayVolumeName(spec.name, spec.owner.urn);
   const found = await lookupVolume(lv, pool, name);
   if (found !== undefined && (await volumeInfo(lv, found)) !== undefined) return found;
   const xml = buildOverlayVolumeXml({

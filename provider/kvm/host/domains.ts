@@ -16,6 +16,7 @@ import { DomainMetadataType, DomainModificationImpact, DomainUndefineFlags } fro
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain } from "../../libvirt/types";
+import { parseDomainXml } from "../domain-xml";
 import {
   METADATA_NAMESPACE,
   METADATA_PREFIX,
@@ -128,6 +129,26 @@ export async function setManagedMetadata(
     ? DomainModificationImpact.LIVE | DomainModificationImpact.CONFIG
     : DomainModificationImpact.CONFIG;
   await lv.domainSetMetadataElement(dom, METADATA_NAMESPACE, METADATA_PREFIX, metadataForSet(m), flags);
+}
+
+/**
+ * The names of the volumes the domain's disks point at (the file name of
+ * each disk's source: a dir pool names a volume after its file), or none when
+ * the domain went away meanwhile.
+ */
+export async function diskVolumeNames(lv: Libvirt, dom: Domain): Promise<string[]> {
+  let xml: string;
+  try {
+    xml = await lv.domainGetXmlDesc(dom);
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return [];
+    throw err;
+  }
+  const parsed = parseDomainXml(xml);
+  return [parsed.diskPath, parsed.seedPath]
+    .filter((p): p is string => p !== undefined)
+    .map((p) => p.slice(p.lastIndexOf("/") + 1))
+    .filter((n) => n !== "");
 }
 
 /** Destroys and undefines a domain, tolerating every already-gone case. True when one existed. */

@@ -14,20 +14,18 @@ import { ProviderError, TimeoutError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { type ParsedDomain, parseDomainXml } from "../domain-xml";
 import type { ProxyMetadata } from "../metadata";
-import { overlayVolumeName, seedVolumeName } from "../names";
 import { type ProgressListener, report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import { isActiveState, mapDomainState, type ProxyState } from "../states";
 import { guestIpv4, probeAddress } from "./addresses";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
+import { deleteOnce } from "./delete";
 import {
   domainByUuid,
   type LibvirtState,
   lookupDomain,
   managedMetadata,
-  ownerOf,
-  removeDomain,
   setManagedMetadata,
   stateByUuid,
 } from "./domains";
@@ -42,7 +40,7 @@ import {
   toOperationError,
   withRetry,
 } from "./retry";
-import { deleteVolume, hasCode, lookupPool, lookupVolume, refreshPool } from "./volumes";
+import { hasCode, lookupPool } from "./volumes";
 
 /** What get reports. */
 export interface VmStatus {
@@ -84,6 +82,12 @@ export interface DeleteOptions {
   owner?: string;
   /** How long transient failures are retried, ms (the resource's `timeouts.delete`; default the retry policy's). */
   deadlineMs?: number;
+  /**
+   * The owner whose create chose the volumes' names (tagged with it, see
+   * names.ts): found even when the domain is already gone. Without it, a
+   * domain's volumes are the ones its disks name.
+   */
+  volumeOwner?: string;
 }
 
 /** A managed VM found by list. */
@@ -260,45 +264,17 @@ export class KvmOperations {
     }
     const policy =
       options.deadlineMs === undefined ? {} : { deadlineMs: options.deadlineMs, maxAttempts: Infinity };
-    const result = await this.retrying(ctx, () => this.deleteOnce(hostKey, name, options), undefined, policy);
+    const result = await this.retrying(
+      ctx,
+      () => deleteOnce(this.hosts, this.env, hostKey, name, options),
+      undefined,
+      policy,
+    );
     if (late === "expired" && !result.domainRemoved) {
       // Everything else is gone, but the domain may yet appear: say so, so the caller keeps it on record.
       throw toOperationError(ctx, new DefineInDoubtError(hostKey, name, this.ledger.graceMs));
     }
     return result;
-  }
-
-  private async deleteOnce(hostKey: string, name: string, options: DeleteOptions): Promise<DeleteResult> {
-    const lv = this.hosts.libvirt(hostKey);
-    const host = this.hosts.config(hostKey);
-    let dom = await lookupDomain(lv, name);
-    if (dom !== undefined && options.owner !== undefined) {
-      const owner = await ownerOf(lv, dom);
-      if (owner === "gone") dom = undefined;
-      else if (owner !== options.owner)
-        return { domainRemoved: false, volumesRemoved: [], noop: "not-ours", foreignOwner: owner };
-    }
-    const domainRemoved = dom !== undefined && (await removeDomain(lv, dom));
-    const pool = await lookupPool(lv, host.pool);
-    if (pool === undefined) return { domainRemoved, volumesRemoved: [], noop: "pool-missing" };
-    const names = [overlayVolumeName(name), seedVolumeName(name)];
-    const removed: string[] = [];
-    const missing: string[] = [];
-    for (const n of names) {
-      const vol = await lookupVolume(lv, pool, n);
-      if (vol === undefined) missing.push(n);
-      else if (await deleteVolume(lv, vol)) removed.push(n);
-    }
-    if (missing.length > 0) {
-      // A file libvirt does not know about (created or restored behind its
-      // back) is only found after a refresh; done only when something was missing.
-      await refreshPool(lv, pool, this.env);
-      for (const n of missing) {
-        const vol = await lookupVolume(lv, pool, n);
-        if (vol !== undefined && (await deleteVolume(lv, vol))) removed.push(n);
-      }
-    }
-    return { domainRemoved, volumesRemoved: removed };
   }
 
   /**

@@ -7,8 +7,9 @@
  * readiness gate (the resource's health check). When any of it fails, what
  * this provision made is deleted again, but only a domain whose metadata
  * names this owner (two creates of one name at once must not roll back each
- * other's VM); a domain of another owner found at the lookup is refused
- * without touching anything. The caller learns what happened from the error:
+ * other's VM), and volumes tagged with this owner (names.ts): a domain of
+ * another owner, found at the lookup or winning the define, stays with the
+ * volumes it uses. The caller learns what happened from the error:
  * {@link ProvisionError} says whether the rollback ran or failed.
  *
  * Provisions of one host and name run one after the other inside the
@@ -21,7 +22,6 @@ import { ProviderError, TimeoutError } from "../../errors";
 import { report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import type { CreateOptions, CreateSpec } from "./create";
-import { DomainTakenError } from "./domains";
 import type { DeleteResult, KvmOperations, VmStatus } from "./operations";
 
 /** Options of {@link provision}. */
@@ -70,9 +70,11 @@ export class ProvisionError extends ProviderError {
     const rolledBack = "rollback" in outcome;
     const message = rolledBack
       ? `create of ${providerId} failed and was rolled back (${
-          outcome.rollback.noop === "not-ours"
-            ? `a domain of that name that belongs to ${outcome.rollback.foreignOwner} was left alone`
-            : "the VM and its volumes were deleted"
+          outcome.rollback.noop !== "not-ours"
+            ? "the VM and its volumes were deleted"
+            : outcome.rollback.foreignOwner === "unmanaged"
+              ? "a domain of that name not managed by pulumi-kvm-proxy was left alone"
+              : `a domain of that name that belongs to ${outcome.rollback.foreignOwner} was left alone`
         }): ${messageOf(err)}`
       : `create of ${providerId} failed (${messageOf(err)}) and deleting it again failed too (${messageOf(outcome.rollbackError)})`;
     // Rolled back, the create's own kind decides whether a rerun may help; not rolled back, it always may.
@@ -93,12 +95,6 @@ export class ProvisionError extends ProviderError {
 
 export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/** True when `err` (or an error it wraps) is a refusal of another owner's domain: nothing was made. */
-function isDomainTaken(err: unknown): boolean {
-  for (let e = err; e instanceof Error; e = e.cause) if (e instanceof DomainTakenError) return true;
-  return false;
 }
 
 /** See the module header. */
@@ -174,7 +170,9 @@ async function provisionNow(
     }
     return status;
   } catch (err) {
-    if (options.rollback === false || isDomainTaken(err)) throw err;
+    if (options.rollback === false) throw err;
+    // Only what is ours: a domain of another owner (taken before us, or winning the define) stays with
+    // its volumes; this create's own volumes carry its owner's tag and go (names.ts).
     let rollback: DeleteResult;
     try {
       rollback = await ops.delete(spec.host, spec.name, { owner: spec.owner.urn });

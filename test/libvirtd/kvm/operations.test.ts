@@ -27,6 +27,7 @@ import {
   uniqueName,
   virsh,
   virshQuiet,
+  vmVolumes,
 } from "./ops-helpers";
 
 let host: TestHost;
@@ -89,8 +90,7 @@ function domainsNamed(name: string): string[] {
 function removeDomainByHand(name: string): void {
   virshQuiet(host, "destroy", name);
   virshQuiet(host, "undefine", "--nvram", name);
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${name}-root.qcow2`);
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${name}-seed.iso`);
+  for (const v of volumesOf(name)) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
 }
 
 let sharedImage: ImageConfig;
@@ -144,7 +144,7 @@ describe("create", () => {
     expect(first.providerId).toBe(`kvm://local/${name}`);
     expect(domainsNamed(name)).toEqual([name]);
     expect(domainState(name)).toBe("running");
-    expect(volumesOf(name)).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
+    expect(volumesOf(name)).toEqual(vmVolumes(name).both);
   });
 
   it("starts an existing domain that was stopped, without redefining it", async () => {
@@ -162,14 +162,14 @@ describe("create", () => {
     const o = ops();
     const name = track(uniqueName("overlay"));
     await o.create({ ...baseSpec("local", name, sharedImage), diskGiB: 2 });
-    const xml = virsh(host, "vol-dumpxml", "--pool", host.poolName, `${name}-root.qcow2`);
+    const xml = virsh(host, "vol-dumpxml", "--pool", host.poolName, vmVolumes(name).root);
     expect(xml).toContain("<compat>1.1</compat>");
     expect(xml).toMatch(/<capacity unit='bytes'>2147483648<\/capacity>/);
     expect(xml).toContain(path.join(host.poolPath, ImageCache.volumeName(sharedImage)));
     // The domain's disks are files at the paths libvirt reported, never volume references.
     const dom = virsh(host, "dumpxml", name);
-    expect(dom).toContain(`<source file='${path.join(host.poolPath, `${name}-root.qcow2`)}'`);
-    expect(dom).toContain(`<source file='${path.join(host.poolPath, `${name}-seed.iso`)}'`);
+    expect(dom).toContain(`<source file='${path.join(host.poolPath, vmVolumes(name).root)}'`);
+    expect(dom).toContain(`<source file='${path.join(host.poolPath, vmVolumes(name).seed)}'`);
     expect(dom).not.toMatch(/type='volume'/);
   });
 
@@ -181,7 +181,7 @@ describe("create", () => {
     const o = ops();
     const name = track(uniqueName("virtsize"));
     await o.create({ ...baseSpec("local", name, image), diskGiB: 1 });
-    const xml = virsh(host, "vol-dumpxml", "--pool", host.poolName, `${name}-root.qcow2`);
+    const xml = virsh(host, "vol-dumpxml", "--pool", host.poolName, vmVolumes(name).root);
     expect(xml).toMatch(/<capacity unit='bytes'>3221225472<\/capacity>/);
   });
 
@@ -202,7 +202,7 @@ describe("create", () => {
       expect(done.uuid).toMatch(/^[0-9a-f-]{36}$/);
       expect(domainsNamed(name), failAt).toEqual([name]);
       expect(domainState(name), failAt).toBe("running");
-      expect(volumesOf(name), failAt).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
+      expect(volumesOf(name), failAt).toEqual(vmVolumes(name).both);
       // This test's image only: files running beside it have markers of their own.
       const marker = partialMarkerVolumeName(ImageCache.volumeName(sharedImage));
       expect(
@@ -231,7 +231,7 @@ describe("create", () => {
       expect(done.uuid, dropAt).toMatch(/^[0-9a-f-]{36}$/);
       expect(domainsNamed(name), dropAt).toEqual([name]);
       expect(domainState(name), dropAt).toBe("running");
-      expect(volumesOf(name), dropAt).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
+      expect(volumesOf(name), dropAt).toEqual(vmVolumes(name).both);
       await o.delete("local", name);
     }
   });
@@ -356,7 +356,7 @@ describe("create", () => {
   it("rewrites the seed with user-data byte for byte on every create that defines the domain, whatever seed the name already has", async () => {
     const o = ops();
     const name = track(uniqueName("seed"));
-    const iso = path.join(host.poolPath, `${name}-seed.iso`);
+    const iso = path.join(host.poolPath, vmVolumes(name).seed);
     /** A file of the seed, or why the seed cannot be read. */
     const read = (f: string): Buffer | string => {
       try {
@@ -389,7 +389,7 @@ describe("create", () => {
             })
             .catch((e: unknown) => e);
           expect(err).toBeInstanceOf(KvmOperationError);
-          expect(volumesOf(name)).toContain(`${name}-seed.iso`);
+          expect(volumesOf(name)).toContain(vmVolumes(name).seed);
           expect(domainsNamed(name)).toEqual([]);
         },
         "#!/bin/sh\necho third\n",
@@ -547,7 +547,7 @@ describe("image cache", () => {
       virsh(host, "vol-create", poolName, markerXml);
       const removed = await o.pruneImages("local");
       expect(removed.sort()).toEqual([unusedVol, staleMarker].sort());
-      expect(pruneVols().sort()).toEqual([`${keep}-root.qcow2`, `${keep}-seed.iso`, usedVol].sort());
+      expect(pruneVols().sort()).toEqual([...vmVolumes(keep).both, usedVol].sort());
       await o.delete("local", keep);
       // Nothing in use any more: the last image goes too.
       expect(await o.pruneImages("local")).toEqual([usedVol]);
@@ -578,7 +578,7 @@ describe("delete", () => {
     await o.create(baseSpec("local", name, sharedImage));
     const first = await o.delete("local", name);
     expect(first.domainRemoved).toBe(true);
-    expect(first.volumesRemoved.sort()).toEqual([`${name}-root.qcow2`, `${name}-seed.iso`]);
+    expect(first.volumesRemoved.sort()).toEqual(vmVolumes(name).both);
     const second = await o.delete("local", name);
     expect(second).toEqual({ domainRemoved: false, volumesRemoved: [] });
     expect(domainsNamed(name)).toEqual([]);
@@ -593,7 +593,7 @@ describe("delete", () => {
     const spec = baseSpec("local", name, sharedImage);
     await o.create(spec);
     const other = "urn:pulumi:other::kvmpt::kvm:Proxy::someone-else";
-    const volumes = [`${name}-root.qcow2`, `${name}-seed.iso`];
+    const volumes = vmVolumes(name).both;
     expect(await o.delete("local", name, { owner: other })).toEqual({
       domainRemoved: false,
       volumesRemoved: [],
@@ -623,8 +623,8 @@ describe("delete", () => {
     const name = track(uniqueName("delhand"));
     await o.create(baseSpec("local", name, sharedImage));
     virsh(host, "destroy", name);
-    virsh(host, "vol-delete", "--pool", host.poolName, `${name}-root.qcow2`);
-    virsh(host, "vol-delete", "--pool", host.poolName, `${name}-seed.iso`);
+    virsh(host, "vol-delete", "--pool", host.poolName, vmVolumes(name).root);
+    virsh(host, "vol-delete", "--pool", host.poolName, vmVolumes(name).seed);
     const r = await o.delete("local", name);
     expect(r).toEqual({ domainRemoved: true, volumesRemoved: [] });
     expect(domainsNamed(name)).toEqual([]);
@@ -635,8 +635,8 @@ describe("delete", () => {
     const name = track(uniqueName("delrm"));
     await o.create(baseSpec("local", name, sharedImage));
     virsh(host, "destroy", name);
-    rmSync(path.join(host.poolPath, `${name}-root.qcow2`));
-    rmSync(path.join(host.poolPath, `${name}-seed.iso`));
+    rmSync(path.join(host.poolPath, vmVolumes(name).root));
+    rmSync(path.join(host.poolPath, vmVolumes(name).seed));
     const r = await o.delete("local", name);
     expect(r.domainRemoved).toBe(true);
     expect(domainsNamed(name)).toEqual([]);
@@ -676,7 +676,7 @@ describe("get", () => {
     expect(running.ipv4).toBeUndefined();
     expect(running.metadata?.owner.stack).toBe("test");
     expect(running.metadata?.image.url).toBe(sharedImage.url);
-    expect(running.domain?.diskPath).toBe(path.join(host.poolPath, `${name}-root.qcow2`));
+    expect(running.domain?.diskPath).toBe(path.join(host.poolPath, vmVolumes(name).root));
     virsh(host, "destroy", name);
     expect((await o.get("local", name)).state).toBe("stopped");
     await o.delete("local", name);

@@ -11,6 +11,7 @@ import { buildTransport, HostPool, type HostPoolOptions } from "../../../provide
 import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { CallTracer, type TraceRecord } from "../../../provider/kvm/host/trace";
 import { type ImageConfig, parseImage } from "../../../provider/kvm/image";
+import { perVmVolumeNames } from "../../../provider/kvm/names";
 import { Failures } from "../../../provider/kvm/validation";
 import type { Transport } from "../../../provider/transport/types";
 import { type TestHost, virshUri } from "../../support/test-host";
@@ -152,6 +153,20 @@ export function hostPool(host: TestHost, options: HostPoolOptions = {}): HostPoo
   return new HostPool(hostConfigs(host), options);
 }
 
+/** The owner URN {@link baseSpec} records for `name`. */
+export function ownerUrnOf(name: string): string {
+  return `urn:pulumi:test::kvmpt::kvm:Proxy::${name}`;
+}
+
+/** The per-VM volumes a create of {@link baseSpec} makes for `name` (tagged with its owner, names.ts). */
+export function vmVolumes(
+  name: string,
+  ownerUrn = ownerUrnOf(name),
+): { root: string; seed: string; both: string[] } {
+  const [root, seed] = perVmVolumeNames(name, ownerUrn) as [string, string];
+  return { root, seed, both: [root, seed] };
+}
+
 export function baseSpec(hostKey: string, name: string, image: ImageConfig): CreateSpec {
   return {
     host: hostKey,
@@ -162,7 +177,7 @@ export function baseSpec(hostKey: string, name: string, image: ImageConfig): Cre
     vcpus: 1,
     diskGiB: 1,
     userData: "#cloud-config\nhostname: test\n",
-    owner: { project: "kvmpt", stack: "test", urn: `urn:pulumi:test::kvmpt::kvm:Proxy::${name}` },
+    owner: { project: "kvmpt", stack: "test", urn: ownerUrnOf(name) },
     specHash: createHash("sha256").update(name).digest("hex"),
     proxyPort: 3128,
   };

@@ -27,6 +27,7 @@ import {
   uniqueName,
   virsh,
   virshQuiet,
+  vmVolumes,
 } from "./ops-helpers";
 
 let host: TestHost;
@@ -139,8 +140,7 @@ afterAll(async () => {
   for (const d of domains) {
     virshQuiet(host, "destroy", d);
     virshQuiet(host, "undefine", "--nvram", d);
-    virshQuiet(host, "vol-delete", "--pool", host.poolName, `${d}-root.qcow2`);
-    virshQuiet(host, "vol-delete", "--pool", host.poolName, `${d}-seed.iso`);
+    for (const v of vmVolumes(d).both) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
   }
   virshQuiet(host, "vol-delete", "--pool", host.poolName, ImageCache.volumeName(image));
   rmSync(scratch, { recursive: true, force: true });

@@ -6,7 +6,7 @@
  * themselves), and the report's "Running it" section is rendered from
  * {@link knobs}, so a knob cannot be added without appearing there. The
  * knobs only scripts/bench acts on (render-only, the second test host's
- * addresses) are rows here too; test/unit/bench checks that every KVMP_BENCH_*
+ * folder) are rows here too; test/unit/bench checks that every KVMP_BENCH_*
  * name in bench/ and scripts/bench is in the table and that scripts/bench's
  * defaults are the ones shown.
  *
@@ -215,27 +215,6 @@ export const knobs = {
     "KVMP_BENCH_HOST2_DIR",
     "set by scripts/bench",
     "state folder of the second test host; unset: the same daemon under a second key",
-  ),
-  // The second test host's names and addresses: only scripts/bench reads them (its defaults
-  // must be the ones shown here; the unit test compares them).
-  host2Netns: text(
-    "KVMP_BENCH_HOST2_NETNS",
-    "kvmp-bench2",
-    "network namespace of the second test host",
-    () => "kvmp-bench2",
-  ),
-  host2Veth: text("KVMP_BENCH_HOST2_VETH", "kvmp7", "veth name of the second test host", () => "kvmp7"),
-  host2Gateway: text(
-    "KVMP_BENCH_HOST2_GATEWAY",
-    "169.254.219.1",
-    "the second test host's gateway address (outside its namespace)",
-    () => "169.254.219.1",
-  ),
-  host2Addr: text(
-    "KVMP_BENCH_HOST2_ADDR",
-    "169.254.219.2",
-    "the second test host's address (inside its namespace); move these when they clash with another host",
-    () => "169.254.219.2",
   ),
   /** The test host the figures run against (scripts/test-host's own variable). */
   testHostDir: text(

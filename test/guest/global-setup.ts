@@ -5,7 +5,7 @@ import http from "node:http";
 import path from "node:path";
 import type { TestProject } from "vitest/node";
 import { preparePulumi } from "../support/prepare-pulumi";
-import { repoRoot, testHost, virshUri } from "../support/test-host";
+import { repoRoot, testHost } from "../support/test-host";
 import type { GuestEnv } from "./support";
 
 /**
@@ -33,7 +33,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
   preparePulumi();
 
-  const gateway = natGateway(host.network, virshUri(host));
+  // The NAT network's gateway: the bridge's address, inside the namespace.
+  const gateway = host.networkAddress;
   const servers: ChildProcess[] = [];
   const stop = async () => {
     await Promise.all(servers.map((s) => stopServer(s)));
@@ -106,17 +107,6 @@ function sha256File(file: string): Promise<string> {
       .on("error", reject)
       .on("end", () => resolve(h.digest("hex")));
   });
-}
-
-/** The NAT network's gateway address (the bridge's, inside the namespace), e.g. 192.168.213.1. */
-function natGateway(network: string, uri: string): string {
-  const xml = execFileSync("virsh", ["-q", "-c", uri, "net-dumpxml", network], {
-    encoding: "utf8",
-    timeout: 60_000,
-  });
-  const m = /<ip\b[^>]*\baddress=['"](\d+\.\d+\.\d+\.\d+)['"]/.exec(xml);
-  if (m?.[1] === undefined) throw new Error(`network ${network} has no IPv4 address:\n${xml}`);
-  return m[1];
 }
 
 /**

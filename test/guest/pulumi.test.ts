@@ -55,11 +55,11 @@ const BOUNDARY = "===kvmp-guest-test-boundary===";
 const PROXY_USER = "crawler";
 const PROXY_PASSWORD = `pw-${process.pid}-S3cr3t!`;
 /** The only client the proxy admits: the NAT gateway (where the CLI and the probes come from). */
-const ALLOWED_CLIENT = "192.168.213.1";
+const ALLOWED_CLIENT = env.gateway;
 /** A second address of the namespace on the NAT bridge: a client outside allowedClients. */
-const OUTSIDE_CLIENT = "192.168.213.2";
+const OUTSIDE_CLIENT = `${env.subnetPrefix}2`;
 /** An address the guest adds to its NIC (outside the DHCP range): the proxy's outgoing address. */
-const OUTGOING = "192.168.213.5";
+const OUTGOING = `${env.subnetPrefix}5`;
 /**
  * A MIME multipart user-data with nothing about squid: a cloud-config part
  * with its own packages: and runcmd: (the history's bug: vendor cloud-config
@@ -223,7 +223,7 @@ beforeAll(() => {
   });
   ws.setSecret("pair:proxyPassword", PROXY_PASSWORD);
   // The client outside allowedClients: a second address of the namespace on the NAT bridge.
-  execFileSync("ip", ["-n", env.netns, "addr", "replace", `${OUTSIDE_CLIENT}/32`, "dev", "kvmpbr0"]);
+  execFileSync("ip", ["-n", env.netns, "addr", "replace", `${OUTSIDE_CLIENT}/32`, "dev", host.networkBridge]);
 });
 
 afterAll(async () => {
@@ -241,7 +241,7 @@ afterAll(async () => {
   // destroy reaches libvirt over SSH only (no guest traffic), so the root namespace is fine.
   if (allDomains(host).includes(NAME)) ws.cleanup();
   removeByHand(host, NAME);
-  execFileSync("ip", ["-n", env.netns, "addr", "del", `${OUTSIDE_CLIENT}/32`, "dev", "kvmpbr0"], {
+  execFileSync("ip", ["-n", env.netns, "addr", "del", `${OUTSIDE_CLIENT}/32`, "dev", host.networkBridge], {
     stdio: "ignore",
   });
   virshQuiet(host, "vol-delete", "--pool", host.poolName, cachedImage());

@@ -5,9 +5,9 @@
  * must converge (four domains, no extra volumes), and destroy must leave
  * nothing.
  *
- * It runs on a private test host of its own (scripts/test-host with distinct
- * state folder, namespace and addresses): restarting the shared host's
- * libvirtd would break every other suite running at the same time.
+ * It runs on a private test host of its own (scripts/test-host with another
+ * state folder, hence its own namespace, veth and addresses): restarting the
+ * shared host's libvirtd would break every other suite running at the same time.
  */
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -25,13 +25,9 @@ import {
   Workspace,
 } from "./harness";
 
-/** The private host: its own state folder, namespace, veth and link-local /30. */
+/** The private host: its own state folder, from which its namespace, veth and link-local /30 follow. */
 const PRIVATE_ENV = {
   KVMP_TEST_HOST_DIR: path.join(repoRoot, ".state/test-host-restart"),
-  KVMP_TEST_HOST_NETNS: "kvmp-restart",
-  KVMP_TEST_HOST_VETH: "kvmprst",
-  KVMP_TEST_HOST_GATEWAY: "169.254.229.1",
-  KVMP_TEST_HOST_ADDR: "169.254.229.2",
 };
 
 function testHostScript(...args: string[]): void {

@@ -4,9 +4,13 @@ import path from "node:path";
 /** Connection facts of the running test host, as written by `scripts/test-host start`. */
 export interface TestHost {
   stateDir: string;
+  /** The host's network namespace, named after its state folder (kvmp-<id>). */
   netns: string;
-  /** The namespace's veth address, where sshd listens. */
+  /** The namespace's veth address (link-local, picked at start), where sshd listens. */
   address: string;
+  /** The veth's end in the root namespace (kvmp<id>) and its address. */
+  vethHost: string;
+  rootAddress: string;
   sshPort: number;
   sshUser: string;
   sshKeyPath: string;
@@ -16,8 +20,11 @@ export interface TestHost {
   socketPath: string;
   poolName: string;
   poolPath: string;
-  /** A NAT network with DHCP, inside the namespace. */
+  /** A NAT network with DHCP, inside the namespace: its bridge and the bridge's address. */
   network: string;
+  networkBridge: string;
+  networkAddress: string;
+  networkPrefix: number;
   logDir: string;
 }
 

@@ -49,9 +49,11 @@ export type StackState =
 
 /**
  * The verdicts. Only `orphan` may ever be deleted. `too-young` is an orphan
- * younger than the minimum age; `other-project` was not judged at all.
+ * younger than the minimum age; `other-project` was not judged at all, nor
+ * was `unknown-backend`: its stack lives in another Pulumi backend than the
+ * one this run reads, where it would look gone.
  */
-export type Verdict = "orphan" | "held" | "unknown" | "too-young" | "other-project";
+export type Verdict = "orphan" | "held" | "unknown" | "too-young" | "other-project" | "unknown-backend";
 
 /** A domain with its verdict and the reason for it. */
 export interface Classified {
@@ -76,6 +78,8 @@ export interface GcInput {
   stacks: readonly StackRef[] | { error: string };
   /** Checkpoints by {@link stackKey}; an existing stack missing here counts as unreadable. */
   states: ReadonlyMap<string, StackState>;
+  /** The identity of the backend this run reads (resource/backend.ts), when it can be told. */
+  backend?: string;
 }
 
 /** Map key of a stack: `project/stack`. */
@@ -89,7 +93,7 @@ function inScope(input: Pick<GcInput, "project" | "allProjects">, project: strin
 }
 
 /** The stacks whose checkpoints the decision needs: existing stacks that own an in-scope domain. */
-export function stacksToRead(input: Omit<GcInput, "states" | "now" | "minAgeMs">): StackRef[] {
+export function stacksToRead(input: Omit<GcInput, "states" | "now" | "minAgeMs" | "backend">): StackRef[] {
   if (!Array.isArray(input.stacks)) return [];
   const wanted = new Set(
     input.domains
@@ -122,6 +126,13 @@ function judge(
   const { project, stack, urn } = domain.metadata.owner;
   if (!inScope(input, project)) {
     return { verdict: "other-project", reason: `belongs to project ${project} (see --all-projects)` };
+  }
+  const backend = domain.metadata.owner.backend;
+  if (backend !== undefined && backend !== input.backend) {
+    return {
+      verdict: "unknown-backend",
+      reason: `its stack lives in another Pulumi backend (${backend}; this run reads ${input.backend ?? "one it cannot tell"}): not judged`,
+    };
   }
   if (existing === undefined) {
     return {

@@ -22,7 +22,7 @@ export function formatAge(ms: number): string {
 }
 
 /** Verdicts the table shows; held and other projects' domains only count in the summary. */
-const SHOWN: readonly Verdict[] = ["orphan", "unknown", "too-young"];
+const SHOWN: readonly Verdict[] = ["orphan", "unknown", "too-young", "unknown-backend"];
 
 function status(row: Row): string {
   if (row.deleted !== undefined) return "deleted";
@@ -80,7 +80,10 @@ export function formatText(report: GcReport): string {
       `(project ${report.project}, hosts from stack ${report.stack}): ` +
       `${plural(orphans, "orphan")}, ${count(report, "held")} held, ${count(report, "unknown")} unknown, ` +
       `${count(report, "too-young")} younger than ${formatAge(report.minAgeMs)}, ` +
-      `${count(report, "other-project")} of other projects.`,
+      `${count(report, "other-project")} of other projects` +
+      (count(report, "unknown-backend") > 0
+        ? `, ${count(report, "unknown-backend")} of other backends (not judged).`
+        : "."),
   );
   if (report.deleteRequested) {
     for (const r of report.rows.filter((x) => x.deleted !== undefined)) {

@@ -10,6 +10,7 @@ import path from "node:path";
 import YAML from "yaml";
 import { HostPool } from "../kvm/host/hosts";
 import { KvmOperations } from "../kvm/host/operations";
+import { backendIdentity } from "../resource/backend";
 import { readStackConfig } from "../resource/config";
 import type { GcOptions } from "./args";
 import {
@@ -141,7 +142,14 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
     }
 
     const now = (deps.now ?? (() => new Date()))();
-    const rows: Row[] = classify({ ...scope, minAgeMs: options.minAgeMs, now, states });
+    const backend = backendIdentity(process.env, options.cwd);
+    const rows: Row[] = classify({
+      ...scope,
+      minAgeMs: options.minAgeMs,
+      now,
+      states,
+      ...(backend !== undefined ? { backend } : {}),
+    });
     if (options.delete) {
       for (const row of rows) {
         if (row.verdict === "orphan") await deleteOrphan(ops, row, problems);

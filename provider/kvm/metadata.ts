@@ -10,7 +10,7 @@
  * ```xml
  * <kvmp:proxy xmlns:kvmp="https://pulumi-kvm-proxy.dev/xmlns/proxy/v1"
  *             version="1" managedBy="pulumi-kvm-proxy" createdAt="2026-01-02T03:04:05.000Z">
- *   <kvmp:owner project="infra" stack="prod" urn="urn:pulumi:prod::infra::kvm:Proxy::web"/>
+ *   <kvmp:owner project="infra" stack="prod" urn="urn:pulumi:prod::infra::kvm:Proxy::web" backend="3f9a01bc5e7d2a10"/>
  *   <kvmp:image ref="debian" url="https://..." format="qcow2" sha256="..."/>
  *   <kvmp:spec hash="<sha256 hex>" proxyPort="3128" diskGiB="10"/>
  *   <kvmp:tag key="team" value="crawl"/>
@@ -52,6 +52,12 @@ export interface MetadataOwner {
   project: string;
   stack: string;
   urn: string;
+  /**
+   * Which Pulumi backend the stack lives in: a short hash of its URL (no
+   * path or bucket name on the host). The orphan sweep judges only VMs of
+   * the backend it runs against. Absent on VMs made before it was recorded.
+   */
+  backend?: string;
 }
 
 /**
@@ -126,6 +132,9 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
   str(m.owner?.project, "owner.project");
   str(m.owner?.stack, "owner.stack");
   str(m.owner?.urn, "owner.urn");
+  if (m.owner?.backend !== undefined && !/^[0-9a-f]{16}$/.test(m.owner.backend)) {
+    f.fail("owner.backend", "must be 16 lower-case hexadecimal characters");
+  }
   str(m.image?.ref, "image");
   str(m.image?.url, "image.url");
   if (!IMAGE_FORMATS.includes(m.image?.format)) f.fail("image.format", "must be qcow2 or raw");
@@ -172,7 +181,12 @@ export function buildMetadataElement(m: ProxyMetadata): XmlElement {
       managedBy: MANAGED_BY,
       createdAt: m.createdAt,
     },
-    el(p("owner"), { project: m.owner.project, stack: m.owner.stack, urn: m.owner.urn }),
+    el(p("owner"), {
+      project: m.owner.project,
+      stack: m.owner.stack,
+      urn: m.owner.urn,
+      backend: m.owner.backend,
+    }),
     el(p("image"), { ref: m.image.ref, url: m.image.url, format: m.image.format, sha256: m.image.sha256 }),
     el(p("spec"), { hash: m.specHash, proxyPort: m.proxyPort, diskGiB: m.diskGiB }),
     ...Object.entries(m.tags ?? {}).map(([key, value]) => el(p("tag"), { key, value })),
@@ -280,8 +294,14 @@ function decode(root: XmlNode): ProxyMetadata {
     if (Object.hasOwn(tags, key)) throw new MetadataError(`duplicate tag ${JSON.stringify(key)}`);
     tags[key] = need(tag, "value");
   }
+  const backend = attribute(owner, "backend");
   const m: ProxyMetadata = {
-    owner: { project: need(owner, "project"), stack: need(owner, "stack"), urn: need(owner, "urn") },
+    owner: {
+      project: need(owner, "project"),
+      stack: need(owner, "stack"),
+      urn: need(owner, "urn"),
+      ...(backend !== undefined ? { backend } : {}),
+    },
     image: { ref: need(image, "ref"), url: need(image, "url"), format: need(image, "format") as ImageFormat },
     specHash: need(spec, "hash"),
     createdAt: need(root, "createdAt"),

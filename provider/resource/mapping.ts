@@ -101,8 +101,11 @@ export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): s
   return c[part];
 }
 
-/** The operations layer's create spec for checked inputs. */
-export function createSpec(c: CheckedInputs): CreateSpec {
+/**
+ * The operations layer's create spec for checked inputs; `backend`, the
+ * identity of the Pulumi backend (backend.ts), goes into the owner record.
+ */
+export function createSpec(c: CheckedInputs, backend?: string): CreateSpec {
   const image: ImageIdentity = {
     url: c.resolvedImage.url,
     format: c.resolvedImage.format,
@@ -123,6 +126,7 @@ export function createSpec(c: CheckedInputs): CreateSpec {
       project: c.owner?.project ?? "unknown",
       stack: c.owner?.stack ?? "unknown",
       urn: c.owner?.urn ?? `kvm://${c.host}/${c.name}`,
+      ...(backend !== undefined ? { backend } : {}),
     },
     specHash: specHashOf(c),
     proxyPort: c.proxyPort,

@@ -19,6 +19,7 @@ import type { Progress, ProgressListener } from "../kvm/progress";
 import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { ValidationError } from "../kvm/validation";
 import { type CheckedInputs, DEFAULTS, type ProxyHealth } from "./args";
+import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
 import { diffProxy } from "./diff";
@@ -89,6 +90,13 @@ export class KvmProxyRuntime {
     return out;
   }
 
+  /** The Pulumi backend's identity, recorded in each VM's owner (read once: the process serves one deployment). */
+  private backendId: string | undefined | null = null;
+  private backend(): string | undefined {
+    if (this.backendId === null) this.backendId = backendIdentity();
+    return this.backendId;
+  }
+
   /** A progress listener that shows each report as the resource's status line in Pulumi's display. */
   private progressTo(urn: string | undefined): ProgressListener {
     const log = this.engineLog();
@@ -145,7 +153,7 @@ export class KvmProxyRuntime {
    */
   async create(inputs: Props): Promise<{ id: string; outs: Props }> {
     const c = asChecked(inputs);
-    const spec = createSpec(c);
+    const spec = createSpec(c, this.backend());
     let health: ProxyHealth | undefined;
     try {
       const status = await this.ops().provision(spec, {
@@ -283,7 +291,7 @@ export class KvmProxyRuntime {
     if (unfinished || status.state === "stopped" || status.state === "failed") {
       // Restart (or finish) the VM this resource records, whatever URN its
       // metadata holds (a stack rename changes it); never roll it back.
-      status = await o.provision(createSpec(c), {
+      status = await o.provision(createSpec(c, this.backend()), {
         ...deadline,
         onProgress: this.progressTo(c.owner?.urn),
         adopt: unfinished ? "own" : "any",

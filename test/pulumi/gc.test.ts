@@ -7,7 +7,7 @@
  * (names starting with PREFIX).
  */
 import { spawn, spawnSync } from "node:child_process";
-import { copyFileSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
@@ -30,6 +30,7 @@ const PREFIX = `gc${process.pid}`;
 const PROJECT = `kvmpt-gc-${process.pid}`;
 const FOREIGN = `${PREFIX}-foreign`;
 const S2 = `${PREFIX}s2`;
+const S4 = `${PREFIX}s4`;
 const CFG = `${PREFIX}cfg`;
 
 let host: TestHost;
@@ -310,6 +311,7 @@ describe("pulumi-kvm-proxy gc", () => {
 
   it("an `up` still creating its VM holds it, even with --min-age 0", async () => {
     // The create waits for an IP the empty image never gets, then rolls back.
+    const S4 = `other-backend-${process.pid}`;
     const S3 = `${PREFIX}s3`;
     pulumiOn(S3, "stack", "init");
     pulumiOn(ws.stack, "stack", "select");
@@ -350,6 +352,45 @@ describe("pulumi-kvm-proxy gc", () => {
       up.kill();
       await exited;
       pulumiOn(S3, "stack", "rm", "--force", "--yes");
+    }
+  });
+
+  it("judges no VM whose stack lives in another backend: reported as unknown-backend, never deleted", () => {
+    // The same project, a stack in a second file backend: gc reads the first, where that stack looks gone.
+    const other = path.join(ws.dir, ".backend-2");
+    mkdirSync(other, { recursive: true });
+    const inOther = (...args: string[]): string => {
+      const r = spawnSync("pulumi", [...args, "--stack", S4, "--non-interactive", "--color", "never"], {
+        cwd: ws.dir,
+        env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${other}` },
+        encoding: "utf8",
+        timeout: 600_000,
+      });
+      if (r.status !== 0)
+        throw new Error(`pulumi ${args.join(" ")} exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
+      return r.stdout;
+    };
+    inOther("stack", "init");
+    try {
+      writeFileSync(
+        path.join(ws.dir, `Pulumi.${S4}.yaml`),
+        JSON.stringify({ config: { ...hostsConfig(host), "pair:proxies": { [`${PREFIX}z`]: proxy } } }),
+      );
+      inOther("up", "--yes", "--skip-preview");
+      const z = (JSON.parse(inOther("stack", "output", "names", "--json")) as Record<string, string>)[
+        `${PREFIX}z`
+      ] as string;
+      const r = gc("--json", "--min-age", "0", "--delete");
+      expect(r.code).toBe(0);
+      expect(verdicts(r)[z]).toBe("unknown-backend");
+      expect(r.json?.domains.find((d) => d.domain === z)?.reason).toMatch(/another Pulumi backend/);
+      expect(ours()).toContain(z);
+      expect(volumesOf(z)).toHaveLength(2);
+      // Its own backend's sweep holds it.
+      inOther("destroy", "--yes", "--skip-preview");
+      expect(ours()).not.toContain(z);
+    } finally {
+      inOther("stack", "rm", "--force", "--yes");
     }
   });
 });

@@ -251,6 +251,19 @@ describe("classify", () => {
     expect(got?.domain).toBe(c.domain);
   });
 
+  it.each([
+    ["another backend's", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "unknown-backend"],
+    ["a domain of this backend", "aaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa", "orphan"],
+    ["a domain recorded before backends were (no backend)", undefined, "aaaaaaaaaaaaaaaa", "orphan"],
+    ["a backend this run cannot tell", "aaaaaaaaaaaaaaaa", undefined, "unknown-backend"],
+  ] as const)("judges %s stack only when it is this run's backend", (_what, theirs, ours, verdict) => {
+    const d = domain("web-1", { stack: "gone" });
+    if (theirs !== undefined) d.metadata.owner.backend = theirs;
+    const [got] = classify({ ...input({}, [d]), ...(ours !== undefined ? { backend: ours } : {}) });
+    expect(got?.verdict).toBe(verdict);
+    if (verdict === "unknown-backend") expect(got?.reason).toMatch(/another Pulumi backend.*not judged/);
+  });
+
   it("reports each domain's age from its metadata", () => {
     const [got] = classify(input({}, [domain("web-1", { stack: "gone" }, 90)]));
     expect(got?.ageMs).toBe(90 * MIN);

@@ -35,6 +35,16 @@ describe("buildMetadataXml", () => {
     );
   });
 
+  it("records the owner's backend identity when known, reads it back, and refuses one that is not 16 hex", () => {
+    const m = sampleMetadata({ owner: { ...sampleMetadata().owner, backend: "0123456789abcdef" } });
+    expect(buildMetadataXml(m)).toContain('backend="0123456789abcdef"');
+    expect(parseMetadata(buildMetadataXml(m))?.owner.backend).toBe("0123456789abcdef");
+    expect(parseMetadata(buildMetadataXml(sampleMetadata()))?.owner).not.toHaveProperty("backend");
+    expect(() =>
+      buildMetadataXml(sampleMetadata({ owner: { ...sampleMetadata().owner, backend: "/home/me/.pulumi" } })),
+    ).toThrow(/owner\.backend/);
+  });
+
   it("leaves out an unpinned checksum", () => {
     const m = sampleMetadata();
     delete m.image.sha256;

@@ -33,6 +33,7 @@ import {
   removeByHand,
   virsh,
   virshQuiet,
+  vmVolumeNames,
   Workspace,
 } from "../pulumi/harness";
 import { type TestHost, testHost } from "../support/test-host";
@@ -335,7 +336,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
 
     it("keeps the password out of the state and the seed: only its salted hash is on the host", () => {
       expect(ws.stateText()).not.toContain(PROXY_PASSWORD);
-      const seed = readFileSync(path.join(host.poolPath, `${NAME}-seed.iso`));
+      const seed = readFileSync(path.join(host.poolPath, vmVolumeNames(host, NAME)[1] as string));
       expect(seed.includes(Buffer.from(PROXY_PASSWORD))).toBe(false);
       expect(seed.includes(Buffer.from(`${PROXY_USER}:${EXPECTED_SETUP.auth?.passwordHash}`))).toBe(true);
     });

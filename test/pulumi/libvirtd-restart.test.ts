@@ -22,6 +22,7 @@ import {
   TEST_IMAGE,
   TEST_PROXY_ARGS,
   virsh,
+  vmVolumeNames,
   Workspace,
 } from "./harness";
 
@@ -125,7 +126,7 @@ describe("libvirtd restarted during a four-proxy pulumi up", () => {
     expect(domainsOfStack(host, w.stack)).toEqual([...names].sort());
     const vols = poolVolumes(host);
     const perVm = vols.filter((v) => v.startsWith(prefix)).sort();
-    expect(perVm).toEqual(names.flatMap((n) => [`${n}-root.qcow2`, `${n}-seed.iso`]).sort());
+    expect(perVm).toEqual(names.flatMap((n) => vmVolumeNames(host, n)).sort());
     const markers = vols.filter((v) => v.endsWith(".partial"));
     expect(markers).toEqual([]);
     rows.push({

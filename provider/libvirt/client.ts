@@ -1,10 +1,9 @@
 import type { Duplex } from "node:stream";
 import { ProviderError, TimeoutError } from "../errors";
-import { readRemoteError } from "./codec";
+import { decodeError } from "./codec";
 import { PACKET_HEADER_SIZE, PacketStatus, PacketType } from "./constants";
-import { ConnectionClosedError, LibvirtError, ProtocolError } from "./errors";
+import { ConnectionClosedError, ProtocolError } from "./errors";
 import { encodeHeader, encodePacket, type Packet, PacketDecoder, sealPacket } from "./packet";
-import { XdrReader } from "./xdr";
 
 /** One call as the RPC layer sees it: numbers, encoded args, and a name for errors. */
 export interface CallRequest {
@@ -66,6 +65,10 @@ export class RpcClient {
   private readonly closeListeners: ((err: Error) => void)[] = [];
   private nextSerial = 1;
   private failure: Error | null = null;
+  /** performance.now() when bytes last arrived: the keepalive's measure of life (one write per chunk). */
+  lastInboundAt = performance.now();
+  /** Receives MESSAGE packets (keepalive, events); without it they are dropped. */
+  onMessage: ((p: Packet) => void) | undefined;
   private readonly defaultTimeoutMs: number;
   /**
    * One timer for every deadline (not one per call): it is due at the earliest
@@ -122,9 +125,9 @@ export class RpcClient {
     return stream;
   }
 
-  /** Destroys the stream; pending calls reject with ConnectionClosedError. Sends nothing. */
-  close(): void {
-    this.fail(new ConnectionClosedError("connection to libvirtd closed by the client"));
+  /** Destroys the stream; pending calls reject with `reason` (a ConnectionClosedError by default). Sends nothing. */
+  close(reason?: Error): void {
+    this.fail(reason ?? new ConnectionClosedError("connection to libvirtd closed by the client"));
   }
 
   private send(req: CallRequest, stream?: OutgoingStream): Promise<Buffer> {
@@ -261,6 +264,7 @@ export class RpcClient {
 
   private onData(chunk: Buffer): void {
     if (this.failure) return;
+    this.lastInboundAt = performance.now();
     let packets: Packet[];
     try {
       packets = this.decoder.push(chunk);
@@ -274,9 +278,12 @@ export class RpcClient {
 
   private dispatch(p: Packet): void {
     const { header } = p;
-    // Events (MESSAGE) and anything we did not ask for are ignored; a reply
-    // whose call already timed out lands here too.
-    if (header.type === PacketType.MESSAGE) return;
+    // MESSAGE packets answer no call (keepalive, events). Anything else we did
+    // not ask for is dropped; a reply whose call already timed out lands here too.
+    if (header.type === PacketType.MESSAGE) {
+      this.onMessage?.(p);
+      return;
+    }
     const entry = this.pending.get(header.serial);
     if (!entry) return;
     if (entry.stream?.started) {
@@ -336,17 +343,6 @@ function callPacket(req: CallRequest, serial: number): Buffer {
     return sealPacket(header, frame);
   }
   return encodePacket(header, req.body);
-}
-
-/** Decodes a remote_error body into a LibvirtError; a malformed body becomes a ProtocolError. */
-export function decodeError(body: Buffer, call: string): Error {
-  try {
-    return new LibvirtError(readRemoteError(new XdrReader(body)), call);
-  } catch (err) {
-    return err instanceof ProtocolError
-      ? new ProtocolError(`${call}: malformed error reply: ${err.message}`)
-      : (err as Error);
-  }
 }
 
 function abortError(signal: AbortSignal, call: string): Error {

@@ -1,7 +1,7 @@
 import type { RemoteErrorFields } from "./errors";
-import { ProtocolError } from "./errors";
+import { LibvirtError, ProtocolError } from "./errors";
 import type { Domain, StoragePool, StorageVol } from "./types";
-import { UUID_LEN, type XdrReader, type XdrWriter } from "./xdr";
+import { UUID_LEN, XdrReader, type XdrWriter } from "./xdr";
 
 /** Encoders and decoders for the structs shared by many procedures. */
 
@@ -107,4 +107,15 @@ export function writeRemoteError(
     w2.string(n.name);
     writeUuid(w2, n.uuid);
   });
+}
+
+/** Decodes a remote_error body into a LibvirtError; a malformed body becomes a ProtocolError. */
+export function decodeError(body: Buffer, call: string): Error {
+  try {
+    return new LibvirtError(readRemoteError(new XdrReader(body)), call);
+  } catch (err) {
+    return err instanceof ProtocolError
+      ? new ProtocolError(`${call}: malformed error reply: ${err.message}`)
+      : (err as Error);
+  }
 }

@@ -1,8 +1,9 @@
 import { ProviderError } from "../errors";
 import type { Transport } from "../transport/types";
 import { type CallRequest, RpcClient } from "./client";
-import { AuthType, PACKET_HEADER_SIZE } from "./constants";
-import { ProtocolError } from "./errors";
+import { AuthType, DrvFeature, PACKET_HEADER_SIZE } from "./constants";
+import { type ConnectionClosedError, LibvirtError, ProtocolError } from "./errors";
+import { Keepalive, type KeepaliveClock, type KeepaliveOptions } from "./keepalive";
 import { type Procedure, Procedures } from "./procedures";
 import { summarizeArgs, type TraceHook } from "./trace";
 import { type UploadOptions, type UploadSource, uploadStream } from "./upload";
@@ -34,6 +35,14 @@ export interface LibvirtConnectionOptions {
   callTimeoutMs?: number;
   /** Invoked once per call after it settles (including the handshake calls). Must not throw. */
   onCall?: TraceHook;
+  /**
+   * libvirt keepalive (keepalive.ts), when the daemon supports it: a daemon
+   * silent for intervalMs × count (default 5 s × 3) is declared dead, the
+   * calls on it fail transiently and the next call reconnects. false: off.
+   */
+  keepalive?: KeepaliveOptions | false;
+  /** The keepalive's timers (tests). */
+  keepaliveClock?: KeepaliveClock;
 }
 
 const DEFAULT_URI = "qemu:///system";
@@ -93,7 +102,10 @@ export class LibvirtConnection implements RpcCaller {
   private readonly transport: Transport;
   private readonly callTimeoutMs: number | undefined;
   private readonly onCall: TraceHook | undefined;
+  private readonly keepaliveOptions: KeepaliveOptions | false;
+  private readonly keepaliveClock: KeepaliveClock | undefined;
   private client: RpcClient | null = null;
+  private keepaliveOf: { client: RpcClient; keepalive: Keepalive } | null = null;
   private connecting: Promise<RpcClient> | null = null;
   private closed = false;
 
@@ -102,6 +114,8 @@ export class LibvirtConnection implements RpcCaller {
     this.uri = options.uri ?? DEFAULT_URI;
     this.callTimeoutMs = options.callTimeoutMs;
     this.onCall = options.onCall;
+    this.keepaliveOptions = options.keepalive ?? {};
+    this.keepaliveClock = options.keepaliveClock;
   }
 
   /** e.g. 'qemu:///system via unix:/var/run/libvirt/libvirt-sock'. */
@@ -112,6 +126,12 @@ export class LibvirtConnection implements RpcCaller {
   /** True while an open RpcClient exists (for tests and diagnostics). */
   get connected(): boolean {
     return this.client !== null && !this.client.closed;
+  }
+
+  /** The current stream's keepalive; undefined when not connected or the daemon has none. */
+  get keepalive(): Keepalive | undefined {
+    const k = this.keepaliveOf;
+    return k !== null && k.client === this.client && !k.client.closed ? k.keepalive : undefined;
   }
 
   call<A, R>(proc: Procedure<A, R>, args: A, options: CallOptions = {}): Promise<R> {
@@ -208,6 +228,7 @@ export class LibvirtConnection implements RpcCaller {
       await this.traced(Procedures.connectOpen, { name: this.uri, flags: 0 }, () =>
         invoke(client, Procedures.connectOpen, { name: this.uri, flags: 0 }, opts),
       );
+      if (this.keepaliveOptions !== false) await this.startKeepalive(client, opts);
     } catch (err) {
       client.close();
       throw err;
@@ -221,6 +242,38 @@ export class LibvirtConnection implements RpcCaller {
     });
     this.client = client;
     return client;
+  }
+
+  /**
+   * Asks libvirtd whether it speaks the keepalive program (which also starts
+   * its own PINGs to us, as for libvirt's client) and, if so, starts ours.
+   * libvirt's client asks before connect_open; libvirtd answers it after too
+   * and starts the same pings (test/libvirtd/reliability/keepalive.test.ts).
+   */
+  private async startKeepalive(client: RpcClient, opts: CallOptions): Promise<void> {
+    const args = { feature: DrvFeature.PROGRAM_KEEPALIVE };
+    const supported = await this.traced(Procedures.connectSupportsFeature, args, () =>
+      invoke(client, Procedures.connectSupportsFeature, args, opts),
+    ).catch((err: unknown) => {
+      // A daemon that cannot answer has no keepalive; a dropped stream still fails the connect.
+      if (err instanceof LibvirtError) return false;
+      throw err;
+    });
+    if (!supported || this.keepaliveOptions === false) return;
+    const dead = (err: ConnectionClosedError): void => {
+      client.close(err);
+      // Over SSH the session under the channel is most likely dead too: the next call opens a new one.
+      this.transport.close().catch(() => {});
+    };
+    const keepalive = new Keepalive(
+      client,
+      this.description,
+      dead,
+      this.keepaliveOptions,
+      this.keepaliveClock,
+    );
+    keepalive.start();
+    this.keepaliveOf = { client, keepalive };
   }
 
   private async traced<A, R>(

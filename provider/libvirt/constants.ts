@@ -1,13 +1,31 @@
 /**
  * Numbers of libvirt's RPC protocol, checked against src/rpc/virnetprotocol.x,
- * src/remote/remote_protocol.x, src/remote/qemu_protocol.x and the public
- * headers (libvirt-domain.h, libvirt-storage.h). All are wire ABI and stable.
+ * src/rpc/virkeepaliveprotocol.x, src/remote/remote_protocol.x,
+ * src/remote/qemu_protocol.x, src/libvirt_internal.h and the public headers
+ * (libvirt-domain.h, libvirt-storage.h). All are wire ABI and stable.
  */
 
 export const REMOTE_PROGRAM = 0x20008086;
 export const REMOTE_PROTOCOL_VERSION = 1;
 export const QEMU_PROGRAM = 0x20008087;
 export const QEMU_PROTOCOL_VERSION = 1;
+
+/**
+ * The keepalive program (src/rpc/virkeepaliveprotocol.x): body-less MESSAGE
+ * packets with status OK, PING answered by PONG, in both directions.
+ */
+export const KEEPALIVE_PROGRAM = 0x6b656570;
+export const KEEPALIVE_PROTOCOL_VERSION = 1;
+export const KeepaliveProcedure = {
+  PING: 1,
+  PONG: 2,
+} as const;
+
+/** virDrvFeature (src/libvirt_internal.h): numbers asked with connect_supports_feature. */
+export const DrvFeature = {
+  /** The remote party speaks the keepalive program; asking also starts the daemon's own pings. */
+  PROGRAM_KEEPALIVE: 10,
+} as const;
 
 /** Length word (4) + header (6 × 4). */
 export const PACKET_HEADER_SIZE = 28;

@@ -15,6 +15,13 @@ export {
   ProtocolError,
   type RemoteErrorFields,
 } from "./errors";
+export {
+  KEEPALIVE_DEFAULTS,
+  Keepalive,
+  type KeepaliveClock,
+  type KeepaliveOptions,
+  keepaliveBoundMs,
+} from "./keepalive";
 export { Libvirt } from "./libvirt";
 export { encodePacket, type Packet, PacketDecoder, type PacketHeader } from "./packet";
 export { callNameOf, type Procedure, Procedures, publicName } from "./procedures";

@@ -6,7 +6,9 @@
  * decoder and encoder (provider/libvirt/packet.ts), so it can name each call
  * and act on it: cut both sockets before or after a given call, refuse new
  * connections after a cut, stall a call, answer a call with a crafted
- * remote_error, or cut an upload after K bytes of stream data. It exists
+ * remote_error, cut an upload after K bytes of stream data, or blackhole a
+ * connection (stop forwarding both ways and close nothing, as a host that
+ * lost power or a NAT that dropped the flow). It exists
  * because the real daemon cannot be made to fail at an exact call on demand;
  * everything it does not inject comes from the real libvirtd.
  */
@@ -15,7 +17,12 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { writeRemoteError } from "../../provider/libvirt/codec";
-import { PacketStatus, PacketType } from "../../provider/libvirt/constants";
+import {
+  KEEPALIVE_PROGRAM,
+  KeepaliveProcedure,
+  PacketStatus,
+  PacketType,
+} from "../../provider/libvirt/constants";
 import { encodeHeader, encodePacket, type Packet, PacketDecoder } from "../../provider/libvirt/packet";
 import { procedureByNumber } from "../../provider/libvirt/procedures";
 import { XdrWriter } from "../../provider/libvirt/xdr";
@@ -40,6 +47,8 @@ export interface RelayRecord {
   name: string;
   serial: number;
   bodyBytes: number;
+  /** Set when the packet was swallowed by a blackholed connection. */
+  dropped?: true;
 }
 
 /** A fault for one CALL. */
@@ -52,7 +61,9 @@ export type CallFault =
    */
   | { kind: "stall"; ms: number }
   /** Answer with a remote_error (status ERROR) instead of forwarding. */
-  | { kind: "error"; code: number; domain: number; message: string };
+  | { kind: "error"; code: number; domain: number; message: string }
+  /** Swallow the call and blackhole its connection (see WireRelay.blackholeAll). */
+  | { kind: "blackhole" };
 
 /** A fault on an upload's STREAM packets (client to daemon). */
 export type StreamFault =
@@ -76,10 +87,19 @@ interface Link {
   cutOnReply: Set<number>;
   /** Set once the link is closed; queued packets are dropped. */
   dead: boolean;
+  /** Nothing is forwarded either way and neither side learns of the other's close. */
+  blackholed: boolean;
 }
 
 /** Public name of a procedure number, for records. */
 function nameOf(prog: number, proc: number): string {
+  if (prog === KEEPALIVE_PROGRAM) {
+    return proc === KeepaliveProcedure.PING
+      ? "keepalive_ping"
+      : proc === KeepaliveProcedure.PONG
+        ? "keepalive_pong"
+        : `keepalive-${proc}`;
+  }
   return procedureByNumber(prog, proc)?.name ?? `proc-${proc}`;
 }
 
@@ -97,6 +117,8 @@ export class WireRelay {
   refusing = false;
   /** Number of cuts made since the last reset(). */
   cuts = 0;
+  /** Number of connections blackholed since the last reset(). */
+  blackholes = 0;
   /** Connections accepted (including refused ones) since the last reset(). */
   connections = 0;
   /** Stream data bytes forwarded to the daemon since the last reset(). */
@@ -147,6 +169,7 @@ export class WireRelay {
     this.connections = 0;
     this.streamBytes = 0;
     this.streamBytesAtCut = undefined;
+    this.blackholes = 0;
   }
 
   /** Call names in order since the last reset(). */
@@ -159,6 +182,23 @@ export class WireRelay {
     for (const l of [...this.links]) this.cut(l);
   }
 
+  /**
+   * Blackholes every open connection: from now on nothing is forwarded in
+   * either direction and neither socket is closed; when libvirtd gives up on
+   * it and closes, the client is not told (as behind a dead host or a NAT
+   * that dropped the flow). The client closing its side still releases the
+   * daemon's. New connections are forwarded normally.
+   */
+  blackholeAll(): void {
+    for (const l of this.links) this.blackhole(l);
+  }
+
+  private blackhole(link: Link): void {
+    if (link.blackholed || link.dead) return;
+    link.blackholed = true;
+    this.blackholes += 1;
+  }
+
   private accept(client: net.Socket): void {
     const conn = this.connections++;
     if (this.refusing) {
@@ -166,13 +206,18 @@ export class WireRelay {
       return;
     }
     const daemon = net.createConnection({ path: this.target });
-    const link: Link = { conn, client, daemon, cutOnReply: new Set(), dead: false };
+    const link: Link = { conn, client, daemon, cutOnReply: new Set(), dead: false, blackholed: false };
     this.links.add(link);
     const end = (): void => this.close(link);
-    for (const s of [client, daemon]) {
-      s.on("error", end);
-      s.on("close", end);
-    }
+    client.on("error", end);
+    client.on("close", end);
+    // Behind a blackhole the client never learns that libvirtd closed.
+    const daemonEnd = (): void => {
+      if (link.blackholed) daemon.destroy();
+      else this.close(link);
+    };
+    daemon.on("error", daemonEnd);
+    daemon.on("close", daemonEnd);
     this.pump(link, client, daemon, (p) => this.fromClient(link, p));
     this.pump(link, daemon, client, (p) => this.fromDaemon(link, p));
   }
@@ -230,6 +275,7 @@ export class WireRelay {
       name: nameOf(p.header.prog, p.header.proc),
       serial: p.header.serial,
       bodyBytes: p.body.length,
+      ...(link.blackholed ? { dropped: true as const } : {}),
     };
     this.records.push(r);
     for (const w of this.waiters.filter((x) => x.match(r))) {
@@ -240,6 +286,7 @@ export class WireRelay {
 
   private fromClient(link: Link, p: Packet): Buffer[] | Promise<Buffer[]> | undefined {
     this.record(link, "to-daemon", p);
+    if (link.blackholed) return undefined;
     const raw = (): Buffer[] => [encodeHeader(p.header, p.body.length), p.body];
     if (p.header.type === PacketType.STREAM) return this.streamPacket(link, p, raw);
     if (p.header.type !== PacketType.CALL) return raw();
@@ -253,6 +300,9 @@ export class WireRelay {
     const fault = this.onCall?.(call);
     if (fault === undefined) return raw();
     switch (fault.kind) {
+      case "blackhole":
+        this.blackhole(link);
+        return undefined;
       case "cut":
         if (fault.mode === "before") {
           this.cut(link);
@@ -262,7 +312,7 @@ export class WireRelay {
         return raw();
       case "stall":
         setTimeout(() => {
-          if (link.dead) return;
+          if (link.dead || link.blackholed) return;
           for (const b of raw()) link.daemon.write(b);
         }, fault.ms);
         return undefined;
@@ -325,6 +375,7 @@ export class WireRelay {
 
   private fromDaemon(link: Link, p: Packet): Buffer[] | undefined {
     this.record(link, "to-client", p);
+    if (link.blackholed) return undefined;
     const isReply = p.header.type === PacketType.REPLY || p.header.type === PacketType.STREAM;
     if (isReply && link.cutOnReply.has(p.header.serial)) {
       this.cut(link);

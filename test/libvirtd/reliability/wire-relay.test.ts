@@ -54,7 +54,13 @@ describe("wire relay", () => {
     const replies = relay.records.filter((r) => r.direction === "to-client");
     expect(replies.map((r) => r.serial)).toEqual(relay.calls.map((c) => c.serial));
     await conn.close();
-    expect(relay.callNames).toEqual(["auth_list", "connect_open", "connect_get_type", "connect_close"]);
+    expect(relay.callNames).toEqual([
+      "auth_list",
+      "connect_open",
+      "connect_supports_feature",
+      "connect_get_type",
+      "connect_close",
+    ]);
   });
 
   it("cut before: the call never reaches libvirtd and the caller sees a transient error", async () => {
@@ -83,7 +89,7 @@ describe("wire relay", () => {
   it("refuses reconnection after a cut when asked, and heals when allowed again", async () => {
     relay.refuseAfterCut = true;
     relay.onCall = (c) =>
-      c.name === "connect_get_type" && c.index < 3 ? { kind: "cut", mode: "before" } : undefined;
+      c.name === "connect_get_type" && c.conn === 0 ? { kind: "cut", mode: "before" } : undefined;
     const { conn, lv } = viaRelay();
     await expect(lv.connectGetType()).rejects.toMatchObject({ kind: "transient" });
     await expect(lv.connectGetType()).rejects.toMatchObject({ kind: "transient" });

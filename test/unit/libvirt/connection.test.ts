@@ -56,6 +56,10 @@ class FakeTransport implements Transport {
       case RemoteProcedure.CONNECT_CLOSE:
         d.reply(p);
         return;
+      case RemoteProcedure.CONNECT_SUPPORTS_FEATURE:
+        // No keepalive here (test/unit/libvirt/keepalive.test.ts has a daemon with one).
+        d.reply(p, new XdrWriter().int(0).finish());
+        return;
       case RemoteProcedure.DOMAIN_LOOKUP_BY_NAME: {
         const name = new XdrReader(p.body).string();
         if (name === "hang") return;
@@ -73,13 +77,13 @@ class FakeTransport implements Transport {
 }
 
 describe("LibvirtConnection", () => {
-  it("connects lazily: nothing happens until the first call, which runs auth_list then connect_open", async () => {
+  it("connects lazily: nothing happens until the first call, which runs auth_list, connect_open, then asks for keepalive", async () => {
     const transport = new FakeTransport();
     const conn = new LibvirtConnection({ transport, uri: "test:///default" });
     expect(transport.opens).toBe(0);
     const lv = new Libvirt(conn);
     expect(await lv.domainLookupByName("a")).toEqual({ name: "a", uuid: DOM_UUID, id: 7 });
-    expect(transport.procs).toEqual([[66, 1, 23]]);
+    expect(transport.procs).toEqual([[66, 1, 60, 23]]);
     const open = transport.daemons[0]?.received[1] as Packet;
     expect(new XdrReader(open.body).optional((r) => r.string())).toBe("test:///default");
   });
@@ -107,7 +111,7 @@ describe("LibvirtConnection", () => {
     expect(isTransient(err)).toBe(true);
     expect(await lv.domainLookupByName("b")).toMatchObject({ name: "b" });
     expect(transport.opens).toBe(2);
-    expect(transport.procs[1]).toEqual([66, 1, 23]);
+    expect(transport.procs[1]).toEqual([66, 1, 60, 23]);
   });
 
   it("refuses daemons that offer no 'none' authentication, permanently", async () => {
@@ -125,7 +129,7 @@ describe("LibvirtConnection", () => {
     const conn = new LibvirtConnection({ transport });
     await new Libvirt(conn).domainLookupByName("a");
     await conn.close();
-    expect(transport.procs[0]).toEqual([66, 1, 23, 2]);
+    expect(transport.procs[0]).toEqual([66, 1, 60, 23, 2]);
     expect(transport.closes).toBe(1);
     const err = await conn.call(Procedures.connectGetType, undefined).catch((e: unknown) => e);
     expect(isTransient(err)).toBe(false);
@@ -166,6 +170,7 @@ describe("LibvirtConnection", () => {
     expect(traces.map((t) => [t.call, t.args, t.error?.constructor.name])).toEqual([
       ["virAuthList", "", undefined],
       ["virConnectOpen", 'name="qemu:///system" flags=0', undefined],
+      ["virConnectSupportsFeature", "feature=10", undefined],
       ["virDomainLookupByName", 'name="kvmp-a"', undefined],
       ["virDomainDefineXML", "xml=<517 chars>", "LibvirtError"],
     ]);

@@ -10,8 +10,7 @@ import {
   XdrReader,
   XdrWriter,
 } from "../../../provider/libvirt";
-import { decodeError } from "../../../provider/libvirt/client";
-import { readRemoteError, writeRemoteError } from "../../../provider/libvirt/codec";
+import { decodeError, readRemoteError, writeRemoteError } from "../../../provider/libvirt/codec";
 import { KNOWN_ERROR_CODES, KNOWN_ERROR_DOMAINS } from "../../../provider/libvirt/error-codes";
 
 function craftedBody(): Buffer {

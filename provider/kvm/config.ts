@@ -6,11 +6,11 @@
  */
 
 import { LIBVIRT_DEFAULTS } from "../transport/defaults";
-import { parseDuration } from "./duration";
-import { isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
+import { MIN_DEADLINE_SECONDS, parseDuration } from "./duration";
+import { given, isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
 import { type ImageConfig, parseImage } from "./image";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
-import { Failures, ValidationError, type ValidationFailure } from "./validation";
+import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
 export type DomainType = "kvm" | "qemu";
@@ -67,7 +67,7 @@ export interface HostConfig {
 }
 
 /** Bounds of a host's `callTimeout`, seconds. */
-export const CALL_TIMEOUT_RANGE = { min: 1, max: 3600 } as const;
+export const CALL_TIMEOUT_RANGE = { min: MIN_DEADLINE_SECONDS, max: 3600 } as const;
 
 /** The whole validated configuration. */
 export interface ProviderConfig {
@@ -121,6 +121,55 @@ const SSH_FIELDS = [
   "passphrase",
 ] as const;
 
+function decodeOrUndefined(v: string): string | undefined {
+  try {
+    return decodeURIComponent(v);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The libvirt drivers a host's libvirtd can be asked to open for this
+ * provider (sent in CONNECT_OPEN, or to virt-ssh-helper): QEMU/KVM, system
+ * or session instance, and libvirt's test driver. A transport (`qemu+ssh`)
+ * or a host belongs in `uri`, which says how to reach the daemon.
+ */
+export const SUPPORTED_DRIVER_URIS: readonly string[] = [
+  "qemu:///system",
+  "qemu:///session",
+  "test:///default",
+];
+
+/** Why `v` is not a driver URI the provider supports, or undefined. Quotes nothing of `v`. */
+export function driverUriProblem(v: string): string | undefined {
+  if (SUPPORTED_DRIVER_URIS.includes(v)) return undefined;
+  const supported = `must be one of ${SUPPORTED_DRIVER_URIS.join(", ")}`;
+  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)/.exec(v);
+  if (m?.[1]?.includes("+")) {
+    return `${supported}: a transport such as ${m[1]} goes in uri (ssh:// or unix://), the driver here`;
+  }
+  if (m !== null && m[2] !== "")
+    return `${supported}: the host goes in uri, and a driver URI names none (three slashes)`;
+  return supported;
+}
+
+/** Why a path field holds something that is not a path (key material, known_hosts lines), or undefined. Quotes nothing of `v`. */
+export function pathFieldProblem(field: string, v: string): string | undefined {
+  if (/-----BEGIN|PRIVATE KEY-----/.test(v)) {
+    return field === "privateKeyPath"
+      ? "holds key material, not a path: give the key as privateKey (a secret) or kvm:sshPrivateKey, or the key file's path here"
+      : "holds key material, not a path";
+  }
+  if (/[\r\n]/.test(v)) return "must be a path: one line, without line breaks";
+  if (field === "knownHostsPath" && /^\S+\s+(ssh-|ecdsa-|sk-)/.test(v.trim())) {
+    return "holds known_hosts lines, not a path: give them as knownHosts";
+  }
+  return undefined;
+}
+
+const PATH_FIELDS = ["privateKeyPath", "knownHostsPath", "agentSocket"] as const;
+
 /**
  * Parses a host URI: `ssh://[user@]host[:port][?socket=/path]` (user default
  * root, port default 22, socket default {@link DEFAULT_REMOTE_SOCKET}) or
@@ -141,22 +190,22 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
 
   if (url.protocol === "ssh:") {
     const params = [...url.searchParams.keys()];
-    for (const p of params)
-      if (p !== "socket") problems.push(`unsupported query parameter ${JSON.stringify(p)}`);
+    for (const p of params) if (p !== "socket") problems.push(`unsupported query parameter ${quote(p)}`);
     const socketPath = url.searchParams.get("socket") ?? DEFAULT_REMOTE_SOCKET;
     if (!socketPath.startsWith("/")) problems.push("socket= must be an absolute path");
     if (url.pathname !== "" && url.pathname !== "/") {
       problems.push(
-        `must not have a path (${JSON.stringify(url.pathname)}); the libvirt driver URI goes in driverUri`,
+        `must not have a path (${quote(url.pathname)}); the libvirt driver URI goes in driverUri`,
       );
     }
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
     if (host === "") problems.push("must name a host");
     let user: string = DEFAULT_SSH_USER;
     if (url.username !== "") {
-      user = decodeURIComponent(url.username);
-      if (!/^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$/.test(user))
-        problems.push(`invalid user ${JSON.stringify(user)}`);
+      const decoded = decodeOrUndefined(url.username);
+      if (decoded === undefined || !/^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$/.test(decoded))
+        problems.push(`invalid user ${quote(decoded ?? url.username)}`);
+      else user = decoded;
     }
     const port = url.port === "" ? DEFAULT_SSH_PORT : Number(url.port);
     if (!Number.isInteger(port) || port < 1 || port > 65535) problems.push("port must be 1-65535");
@@ -170,8 +219,9 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
   if (url.protocol === "unix:") {
     if (url.host !== "") problems.push("must have an empty host: unix:///path/to/socket");
     if (url.search !== "") problems.push("must not have a query");
-    const socketPath = decodeURIComponent(url.pathname);
-    if (!socketPath.startsWith("/") || socketPath === "/")
+    const socketPath = decodeOrUndefined(url.pathname) ?? "";
+    if (socketPath.includes("\0")) problems.push("must not contain NUL characters");
+    else if (!socketPath.startsWith("/") || socketPath === "/")
       problems.push("must give the socket's absolute path");
     if (problems.length > 0) {
       f.fail("uri", problems.join("; "));
@@ -185,7 +235,7 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
     : "";
   f.fail(
     "uri",
-    `scheme ${JSON.stringify(url.protocol.replace(/:$/, ""))} is not supported; use ssh:// or unix://${hint}`,
+    `scheme ${quote(url.protocol.replace(/:$/, ""))} is not supported; use ssh:// or unix://${hint}`,
   );
   return undefined;
 }
@@ -202,13 +252,12 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   }
   rejectUnknown(input, HOST_FIELDS, f);
   const uri = optString(input, "uri", f);
-  if (uri === undefined && input.uri === undefined) f.fail("uri", "is required");
+  if (!given(input.uri)) f.fail("uri", "is required");
   const endpoint = uri === undefined ? undefined : parseHostUri(uri, f);
 
   const driverUri = optString(input, "driverUri", f) ?? DEFAULT_DRIVER_URI;
-  if (!/^[a-z][a-z0-9+]*:\/\/[^\s]*$/.test(driverUri)) {
-    f.fail("driverUri", `must be a libvirt driver URI such as ${DEFAULT_DRIVER_URI}`);
-  }
+  const driverProblem = driverUriProblem(driverUri);
+  if (driverProblem !== undefined) f.fail("driverUri", driverProblem);
   const domainType = optEnum(input, "domainType", DOMAIN_TYPES, f) ?? DEFAULT_DOMAIN_TYPE;
   const pool = libvirtName(input, "pool", f) ?? DEFAULT_POOL;
 
@@ -221,15 +270,20 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
     const v = optString(input, field, f);
     if (v !== undefined) ssh[field] = v;
   }
+  for (const field of PATH_FIELDS) {
+    const v = ssh[field];
+    const problem = v === undefined ? undefined : pathFieldProblem(field, v);
+    if (problem !== undefined) f.fail(field, problem);
+  }
   if (endpoint?.kind === "unix") {
     for (const field of SSH_FIELDS) {
-      if (input[field] !== undefined) f.fail(field, "applies only to ssh:// hosts");
+      if (given(input[field])) f.fail(field, "applies only to ssh:// hosts");
     }
   }
   if (endpoint?.kind === "ssh") checkSshAuth(input, ssh, f);
 
   let callTimeoutMs: number | undefined;
-  if (input.callTimeout !== undefined) {
+  if (given(input.callTimeout)) {
     const secs = parseDuration(input.callTimeout);
     const { min, max } = CALL_TIMEOUT_RANGE;
     if (secs === undefined || secs < min || secs > max) {
@@ -252,30 +306,22 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
 }
 
 function checkSshAuth(input: Obj, ssh: SshAuthConfig, f: Failures): void {
-  if (input.knownHosts !== undefined && input.knownHostsPath !== undefined) {
+  if (given(input.knownHosts) && given(input.knownHostsPath)) {
     f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
   }
   if (ssh.knownHosts !== undefined && !/\s/.test(ssh.knownHosts.trim())) {
     f.fail("knownHosts", "must hold known_hosts lines (host, key type, key); for a file use knownHostsPath");
   }
-  if (input.privateKey !== undefined && input.privateKeyPath !== undefined) {
+  if (given(input.privateKey) && given(input.privateKeyPath)) {
     f.fail("privateKeyPath", "give either privateKey (content) or privateKeyPath, not both");
   }
   if (ssh.privateKey !== undefined && !ssh.privateKey.includes("-----BEGIN")) {
     f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
   }
-  if (
-    input.privateKey === undefined &&
-    input.privateKeyPath === undefined &&
-    input.agentSocket === undefined
-  ) {
+  if (!given(input.privateKey) && !given(input.privateKeyPath) && !given(input.agentSocket)) {
     f.fail("privateKey", "ssh:// hosts need privateKey, privateKeyPath or agentSocket");
   }
-  if (
-    input.passphrase !== undefined &&
-    input.privateKey === undefined &&
-    input.privateKeyPath === undefined
-  ) {
+  if (given(input.passphrase) && !given(input.privateKey) && !given(input.privateKeyPath)) {
     f.fail("passphrase", "applies only with privateKey or privateKeyPath");
   }
 }
@@ -315,17 +361,29 @@ export function parseKeyedEntries<T>(
     out.general.push({ property: name, reason: "must be an object keyed by name" });
     return out;
   }
+  const values: [string, T][] = [];
+  const failures: [string, ValidationFailure[]][] = [];
   for (const [key, value] of Object.entries(input)) {
     // Failures for a bad key still use the key as written, so the user can find it.
     const f = new Failures(name).at(key);
     const keyProblem = configKeyProblem(key);
-    if (keyProblem !== undefined) f.fail(undefined, `key ${JSON.stringify(key)} ${keyProblem}`);
+    if (keyProblem !== undefined) f.fail(undefined, `key ${quote(key)} ${keyProblem}`);
     else {
-      const parsed = each(key, value, f);
-      if (parsed !== undefined && f.empty) out.values[key] = parsed;
+      let parsed: T | undefined;
+      try {
+        parsed = each(key, value, f);
+      } catch (err) {
+        // A bug here must fail this entry, not configure: the other entries still serve.
+        f.fail(undefined, internalFailure(err));
+      }
+      if (parsed !== undefined && f.empty) values.push([key, parsed]);
+      else if (f.empty) f.fail(undefined, "could not be read");
     }
-    if (!f.empty) out.failures[key] = f.list;
+    if (!f.empty) failures.push([key, f.list]);
   }
+  // fromEntries defines own properties: a key such as "__proto__" stays a key, never a prototype.
+  out.values = Object.fromEntries(values);
+  out.failures = Object.fromEntries(failures);
   return out;
 }
 

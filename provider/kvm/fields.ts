@@ -3,12 +3,17 @@
  * of a plain object, records a failure under the field's name and returns
  * undefined on bad input. Pure.
  */
-import type { Failures } from "./validation";
+import { type Failures, quote } from "./validation";
 
 export type Obj = Record<string, unknown>;
 
 export function isObject(v: unknown): v is Obj {
   return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Whether an optional field was given: null counts as absent, as everywhere in config and inputs. */
+export function given(v: unknown): boolean {
+  return v !== undefined && v !== null;
 }
 
 export function rejectUnknown(obj: Obj, known: readonly string[], f: Failures): void {
@@ -44,10 +49,7 @@ export function optEnum<T extends string>(
   const v = optString(obj, field, f);
   if (v === undefined) return undefined;
   if (!(allowed as readonly string[]).includes(v)) {
-    f.fail(
-      field,
-      `must be one of ${allowed.map((a) => JSON.stringify(a)).join(", ")} (got ${JSON.stringify(v)})`,
-    );
+    f.fail(field, `must be one of ${allowed.map((a) => JSON.stringify(a)).join(", ")} (got ${quote(v)})`);
     return undefined;
   }
   return v as T;

@@ -7,8 +7,8 @@
  * is derived from the canonical URL ({@link imageSourceOf}). Pure.
  */
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { isObject, optEnum, optString, rejectUnknown } from "./fields";
-import { Failures } from "./validation";
+import { given, isObject, optEnum, optString, rejectUnknown } from "./fields";
+import { Failures, quote } from "./validation";
 
 /** Disk image formats the provider handles. */
 export type ImageFormat = "qcow2" | "raw";
@@ -46,45 +46,97 @@ export function imageSourceOf(url: string): ImageSource {
 
 const IMAGE_FIELDS = ["url", "format", "firmware", "sha256"] as const;
 
+/** Why a URL that carries `user:password@` is refused; it never quotes the URL. */
+export const URL_CREDENTIALS_REASON =
+  "must not carry credentials (user:password@): the URL is kept in the VM's metadata and in the state; " +
+  "serve the image without them, or download it and give its path";
+
 /**
- * Parses an image location: `https://`, `http://`, `file:///abs/path` or an
- * absolute local path. Returns the canonical URL (local paths become
- * `file://` URLs, so both spellings of one file share a cache entry).
- * Records failures under `f` at `field`.
+ * Whether `raw` may carry URL credentials: userinfo that the WHATWG parser
+ * finds (also in `https:user:token@host` and `https:\\user@host`, which it
+ * reads as authorities), or, for a string that is refused anyway, any `@` at
+ * all (`user:token@host/x` parses as the scheme `user`). Such a value's
+ * failures are named `<field> (secret)`: the engine prints the value beside a
+ * failing top-level input, never beside a name it cannot look up.
+ */
+export function mayCarryCredentials(raw: string, url: URL | undefined): boolean {
+  if (url !== undefined && (url.username !== "" || url.password !== "")) return true;
+  return raw.includes("@");
+}
+
+/** The name a failure of a URL that may carry credentials is reported under. */
+export function secretName(field: string): string {
+  return `${field} (secret)`;
+}
+
+type Location = { url: string } | { problem: string };
+
+function localFile(path: string): Location {
+  if (path.includes("\0")) return { problem: "must not contain NUL characters" };
+  if (path.endsWith("/")) return { problem: "must name a file, not a directory" };
+  try {
+    return { url: pathToFileURL(path).href };
+  } catch {
+    return { problem: "is not a usable local path" };
+  }
+}
+
+/** The URL parser's view of `raw`: it drops leading and trailing controls and spaces, and every tab and line break. */
+function asParsed(raw: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the WHATWG parser's own trimming
+  return raw.replace(/^[\u0000-\u0020]+|[\u0000-\u0020]+$/g, "").replace(/[\t\n\r]/g, "");
+}
+
+function readLocation(raw: string, url: URL | undefined): Location {
+  if (raw.startsWith("/")) return localFile(raw);
+  if (url === undefined)
+    return { problem: "must be an https://, http:// or file: URL, or an absolute local path" };
+  if (url.username !== "" || url.password !== "") return { problem: URL_CREDENTIALS_REASON };
+  if (url.hash !== "") return { problem: "must not have a #fragment" };
+  if (url.protocol === "https:" || url.protocol === "http:") return { url: url.href };
+  if (url.protocol === "file:") {
+    if (url.host !== "" && url.host !== "localhost") {
+      return { problem: "file: URLs must name a local file (file:///path)" };
+    }
+    // `file:relative/path` parses as file:///relative/path: refused rather than read from the root.
+    if (!/^file:\//i.test(asParsed(raw)) || asParsed(raw).includes("\\")) {
+      return {
+        problem:
+          "file: URLs must give an absolute path (file:///path/to/image); a relative one is not resolved",
+      };
+    }
+    if (url.search !== "") return { problem: "file: URLs must not have a ?query" };
+    let path: string;
+    try {
+      path = fileURLToPath(url);
+    } catch {
+      return { problem: "file: URLs must not encode '/' in the path (%2F)" };
+    }
+    return localFile(path);
+  }
+  return {
+    problem: `scheme ${quote(url.protocol.replace(/:$/, ""))} is not supported; use https, http or file`,
+  };
+}
+
+/**
+ * Parses an image location: `https://`, `http://`, `file:///abs/path` (or
+ * `file:/abs/path`) or an absolute local path. Returns the canonical URL
+ * (local paths become `file://` URLs, so both spellings of one file share a
+ * cache entry). Records failures under `f` at `field`, or at
+ * `<field> (secret)` when the value may carry credentials
+ * ({@link mayCarryCredentials}); reasons never quote the value. Never throws.
  */
 export function parseImageUrl(raw: string, f: Failures, field = "url"): { url: string } | undefined {
-  if (raw.startsWith("/")) {
-    return { url: pathToFileURL(raw).href };
-  }
-  let url: URL;
+  let url: URL | undefined;
   try {
     url = new URL(raw);
   } catch {
-    f.fail(field, "must be an https://, http:// or file: URL, or an absolute local path");
-    return undefined;
+    url = undefined;
   }
-  if (url.protocol === "https:" || url.protocol === "http:") {
-    if (url.username !== "" || url.password !== "") {
-      f.fail(field, "must not carry credentials (the URL is recorded in the VM's metadata)");
-      return undefined;
-    }
-    if (url.hash !== "") {
-      f.fail(field, "must not have a #fragment");
-      return undefined;
-    }
-    return { url: url.href };
-  }
-  if (url.protocol === "file:") {
-    if (url.host !== "" && url.host !== "localhost") {
-      f.fail(field, "file: URLs must name a local file (file:///path)");
-      return undefined;
-    }
-    return { url: pathToFileURL(fileURLToPath(url)).href };
-  }
-  f.fail(
-    field,
-    `scheme ${JSON.stringify(url.protocol.replace(/:$/, ""))} is not supported; use https, http or file`,
-  );
+  const location = readLocation(raw, url);
+  if ("url" in location) return location;
+  f.fail(mayCarryCredentials(raw, url) ? secretName(field) : field, location.problem);
   return undefined;
 }
 
@@ -100,7 +152,7 @@ export function parseImage(key: string | undefined, input: unknown, f: Failures)
   }
   rejectUnknown(input, IMAGE_FIELDS, f);
   const rawUrl = optString(input, "url", f);
-  if (rawUrl === undefined && input.url === undefined) f.fail("url", "is required");
+  if (!given(input.url)) f.fail("url", "is required");
   const location = rawUrl === undefined ? undefined : parseImageUrl(rawUrl, f);
   const format = optEnum(input, "format", IMAGE_FORMATS, f) ?? DEFAULT_IMAGE_FORMAT;
   const firmware = optEnum(input, "firmware", FIRMWARES, f) ?? DEFAULT_FIRMWARE;
@@ -114,6 +166,15 @@ export function parseImage(key: string | undefined, input: unknown, f: Failures)
   if (key !== undefined) image.key = key;
   if (sha256 !== undefined) image.sha256 = sha256;
   return image;
+}
+
+/**
+ * Whether `v` could be a key of `kvm:images` as a resource names it: a
+ * short word (letters, digits, `_`, `.`, `-`), never a secret. Anything else
+ * is a location, or a mistake whose failures must not quote it.
+ */
+export function couldBeImageKey(v: unknown): v is string {
+  return typeof v === "string" && /^[\w.-]{1,64}$/.test(v);
 }
 
 /**
@@ -147,9 +208,12 @@ export function resolveImage(
   const image = Object.hasOwn(images, r) ? images[r] : undefined;
   if (image === undefined) {
     const known = Object.keys(images);
+    // Quoted only when it could be a key: `token@host/x` is a URL without its scheme, not a key.
+    const keyLike = couldBeImageKey(r);
     f.fail(
-      property,
-      `unknown image key ${JSON.stringify(r)} (configured: ${known.length ? known.join(", ") : "none"}); ` +
+      keyLike ? property : secretName(property),
+      `${keyLike ? `unknown image key ${quote(r)}` : "neither a key of kvm:images nor a URL"} ` +
+        `(configured: ${known.length ? known.join(", ") : "none"}); ` +
         "or give an https://, http://, file: URL or absolute path",
     );
     f.throwIfAny();

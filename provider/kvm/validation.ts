@@ -7,6 +7,29 @@ export interface ValidationFailure {
 }
 
 /**
+ * `v` as JSON for a failure's reason, cut to `max` characters: a reason
+ * quotes a (non-secret) value to help find it, never megabytes of it.
+ */
+export function quote(v: unknown, max = 64): string {
+  let text: string;
+  try {
+    text = JSON.stringify(v) ?? String(v);
+  } catch {
+    text = typeof v;
+  }
+  return text.length <= max ? text : `${text.slice(0, max)}…`;
+}
+
+/**
+ * The reason recorded when a parser threw instead of recording a failure (a
+ * bug): the error's class only, since its message might quote the value.
+ */
+export function internalFailure(err: unknown): string {
+  const kind = err instanceof Error ? err.name : typeof err;
+  return `could not be checked (internal error: ${kind}); please report this`;
+}
+
+/**
  * Bad input, reported all at once.
  *
  * Always permanent: retrying the same input cannot succeed. Carries every
@@ -42,9 +65,13 @@ export class Failures {
     return new Failures(this.path(segment), this.list);
   }
 
-  /** The full property path of `segment` under this collector's prefix. */
+  /**
+   * The full property path of `segment` under this collector's prefix (the
+   * prefix itself when `segment` is undefined; an empty key is a segment too,
+   * so a failure of `{"": ...}` never lands on its parent).
+   */
   path(segment?: string): string {
-    if (segment === undefined || segment === "") return this.prefix;
+    if (segment === undefined) return this.prefix;
     return this.prefix === "" ? segment : `${this.prefix}.${segment}`;
   }
 

@@ -6,6 +6,7 @@
  */
 import { isIP } from "node:net";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-setup";
+import { quote } from "../kvm/validation";
 import { DEFAULTS, type ProxyAuth, UNKNOWN } from "./args";
 
 type Obj = Record<string, unknown>;
@@ -55,11 +56,11 @@ export function cidrProblem(v: unknown): string | undefined {
   if (typeof v !== "string") return "must be a CIDR string such as 203.0.113.0/24 or 2001:db8::/32";
   const [addr, prefix, ...rest] = v.split("/");
   const family = isIP(addr ?? "");
-  if (family === 0 || rest.length > 0) return `${JSON.stringify(v)} is not a CIDR such as 203.0.113.0/24`;
+  if (family === 0 || rest.length > 0) return `${quote(v)} is not a CIDR such as 203.0.113.0/24`;
   if (prefix === undefined) return undefined;
   const max = family === 4 ? 32 : 128;
   if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > max) {
-    return `${JSON.stringify(v)} has a prefix length that is not 0-${max}`;
+    return `${quote(v)} has a prefix length that is not 0-${max}`;
   }
   return undefined;
 }

@@ -2,11 +2,13 @@
  * `check` for what goes into the seed: user-data and vendor-data, each given
  * as text (`userData`, written as UTF-8) or as bytes (`userDataBase64`, for
  * gzip-compressed or other binary cloud-init data, the convention of other
- * Pulumi providers), never both; then the seed itself is built once with the
- * same function create uses (kvm/seed.ts), so what cannot make a seed fails
- * at preview naming its field.
+ * Pulumi providers), never both; then the seed's files are made once with the
+ * same function create uses (kvm/seed.ts `seedFiles`, which `buildSeed` writes
+ * into the ISO), so what cannot make a seed fails at preview naming its
+ * field. Writing the ISO itself cannot fail for files `seedFiles` made (it
+ * checks their sizes) and costs half a millisecond, so check skips it.
  */
-import { buildSeed, type SeedField } from "../kvm/seed";
+import { type SeedField, seedFiles } from "../kvm/seed";
 import { MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";
 import { type Failures, ValidationError } from "../kvm/validation";
 import { UNKNOWN } from "./args";
@@ -94,8 +96,9 @@ export function readSeedInput(
 }
 
 /**
- * Builds the seed create would write (kvm/seed.ts, the same function), so
- * that input that cannot make one fails here, naming the field it came from.
+ * Makes the seed's files create would write (kvm/seed.ts `seedFiles`, the
+ * same function), so that input that cannot make them fails here, naming the
+ * field it came from.
  * The name is also the guest hostname and cloud-init instance-id.
  */
 export function checkSeed(
@@ -112,7 +115,7 @@ export function checkSeed(
   const fieldOf = (part: "userData" | "vendorData", input: SeedInput) =>
     input.base64 !== undefined ? SEED_FIELD[`${part}Base64`] : SEED_FIELD[part];
   try {
-    buildSeed({
+    seedFiles({
       name: s.name ?? "placeholder",
       userData: s.userData.data ?? "",
       installGuestAgent: s.installGuestAgent,

@@ -11,19 +11,23 @@
 
 import type { HostConfig } from "../kvm/config";
 import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain-xml";
-import { parseDuration } from "../kvm/duration";
+import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
+import { given } from "../kvm/fields";
 import {
+  couldBeImageKey,
   FIRMWARES,
   IMAGE_FORMATS,
   type ImageConfig,
   type ImageIdentity,
+  mayCarryCredentials,
   parseImage,
   resolveImage,
+  secretName,
 } from "../kvm/image";
 import { MAX_TAGS, tagProblem } from "../kvm/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/names";
 import { readNicFields } from "../kvm/nic";
-import { Failures, ValidationError, type ValidationFailure } from "../kvm/validation";
+import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
   type CheckedInputs,
   DEFAULTS,
@@ -35,7 +39,7 @@ import {
   UPDATE_PROPERTIES,
 } from "./args";
 import { checkProxy } from "./check-proxy";
-import { checkSeed, readSeedInput } from "./check-seed";
+import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import type { StackConfig } from "./config";
 import { defaultUserData } from "./squid";
 
@@ -60,23 +64,34 @@ export interface CheckOutcome {
   failures: ValidationFailure[];
 }
 
-/** True when `v` is (or, for objects and arrays, contains) an unknown value. */
+/** True when `v` is (or, for objects and arrays, contains) an unknown value. Iterative: no depth overflows it. */
 export function isUnknown(v: unknown): boolean {
-  if (v === UNKNOWN) return true;
-  if (Array.isArray(v)) return v.some(isUnknown);
-  if (typeof v === "object" && v !== null) return Object.values(v).some(isUnknown);
+  const todo: unknown[] = [v];
+  while (todo.length > 0) {
+    const x = todo.pop();
+    if (x === UNKNOWN) return true;
+    if (typeof x === "object" && x !== null) todo.push(...Object.values(x));
+  }
   return false;
+}
+
+/**
+ * Runs the check of one property; a throw (a bug: every bad value should be
+ * a failure) becomes a failure at `property`, so check itself never throws.
+ */
+function guard<T>(f: Failures, property: string, fallback: T, run: () => T): T {
+  try {
+    return run();
+  } catch (err) {
+    f.fail(property, internalFailure(err));
+    return fallback;
+  }
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-/**
- * Parses a duration: a non-negative number of seconds, or text such as
- * `"45s"`, `"10m"`, `"1h30m"`, `"2h"` (units h, m, s; a bare number is
- * seconds). Returns seconds, or undefined when unparsable.
- */
 function intIn(f: Failures, property: string, v: unknown, min: number, max: number, def: number): number {
   if (v === undefined || v === null) return def;
   if (v === UNKNOWN) return def;
@@ -138,6 +153,34 @@ function checkImage(
   return resolved;
 }
 
+/**
+ * The health check's URL, normalised; failures at `healthCheck.url`, or at
+ * `healthCheck.url (secret)` when it may carry credentials: the URL is kept
+ * in the outputs as plain text, so it must not carry any.
+ */
+function healthUrl(f: Failures, raw: unknown): string | undefined {
+  let url: URL | undefined;
+  try {
+    url = typeof raw === "string" ? new URL(raw) : undefined;
+  } catch {
+    url = undefined;
+  }
+  const field =
+    typeof raw === "string" && mayCarryCredentials(raw, url)
+      ? secretName("healthCheck.url")
+      : "healthCheck.url";
+  if (url === undefined) f.fail(field, "must be an http:// or https:// URL");
+  else if (url.protocol !== "http:" && url.protocol !== "https:") {
+    f.fail(field, `scheme ${quote(url.protocol.replace(/:$/, ""))} is not supported; use http or https`);
+  } else if (url.username !== "" || url.password !== "") {
+    f.fail(
+      field,
+      "must not carry credentials (user:password@): the URL is kept in the outputs as plain text",
+    );
+  } else return url.href;
+  return undefined;
+}
+
 function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs["healthCheck"] {
   if (v === undefined || v === null) return waitForIp ? {} : false;
   if (v === false) return false;
@@ -151,33 +194,32 @@ function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs
     if (k !== "url" && k !== "expectStatus")
       f.fail(`healthCheck.${k}`, "unknown property (known: url, expectStatus)");
   }
-  if (v.url !== undefined && v.url !== UNKNOWN) {
-    let url: URL | undefined;
-    try {
-      url = typeof v.url === "string" ? new URL(v.url) : undefined;
-    } catch {
-      url = undefined;
-    }
-    if (url === undefined) f.fail("healthCheck.url", "must be an http:// or https:// URL");
-    else if (url.protocol !== "http:" && url.protocol !== "https:") {
-      f.fail(
-        "healthCheck.url",
-        `scheme ${JSON.stringify(url.protocol.replace(/:$/, ""))} is not supported; use http or https`,
-      );
-    } else out.url = url.href;
+  if (given(v.url) && v.url !== UNKNOWN) {
+    const url = healthUrl(f, v.url);
+    if (url !== undefined) out.url = url;
   } else if (v.url === UNKNOWN) out.url = UNKNOWN;
-  if (v.expectStatus !== undefined) {
-    if (v.url === undefined) f.fail("healthCheck.expectStatus", "applies only with healthCheck.url");
+  if (given(v.expectStatus)) {
+    if (!given(v.url)) f.fail("healthCheck.expectStatus", "applies only with healthCheck.url");
     // 1xx are interim responses: an HTTP client never delivers one as the answer.
     out.expectStatus = intIn(f, "healthCheck.expectStatus", v.expectStatus, 200, 599, DEFAULTS.expectStatus);
   } else if (out.url !== undefined) out.expectStatus = DEFAULTS.expectStatus;
+  // Named after waitForIp, a boolean: the engine prints the value of a failing top-level
+  // input, and healthCheck's may hold a URL with credentials.
   if (!waitForIp)
-    f.fail("healthCheck", "needs the guest's IP: set healthCheck: false when waitForIp is false");
+    f.fail(
+      "waitForIp",
+      "is false, but healthCheck needs the guest's IP: set healthCheck: false, or waitForIp: true",
+    );
   return out;
 }
 
+const DEFAULT_TIMEOUTS: CheckedInputs["timeouts"] = {
+  create: DEFAULTS.createSeconds,
+  delete: DEFAULTS.deleteSeconds,
+};
+
 function checkTimeouts(f: Failures, v: unknown): CheckedInputs["timeouts"] {
-  const out: CheckedInputs["timeouts"] = { create: DEFAULTS.createSeconds, delete: DEFAULTS.deleteSeconds };
+  const out: CheckedInputs["timeouts"] = { ...DEFAULT_TIMEOUTS };
   if (v === undefined || v === null || v === UNKNOWN) return out;
   if (!isObject(v)) {
     f.fail("timeouts", "must be {create, delete}");
@@ -192,8 +234,11 @@ function checkTimeouts(f: Failures, v: unknown): CheckedInputs["timeouts"] {
     const secs = parseDuration(raw);
     if (secs === undefined) {
       f.fail(`timeouts.${k}`, 'must be seconds or a duration such as "90s", "10m", "1h30m"');
-    } else if (secs <= 0 || secs > MAX_TIMEOUT_SECONDS) {
-      f.fail(`timeouts.${k}`, `must be more than 0 and at most ${MAX_TIMEOUT_SECONDS} seconds (24h)`);
+    } else if (secs < MIN_DEADLINE_SECONDS || secs > MAX_TIMEOUT_SECONDS) {
+      f.fail(
+        `timeouts.${k}`,
+        `must be at least ${MIN_DEADLINE_SECONDS} s and at most ${MAX_TIMEOUT_SECONDS} seconds (24h)`,
+      );
     } else out[k] = secs;
   }
   return out;
@@ -207,13 +252,14 @@ function checkTags(f: Failures, v: unknown): Record<string, string> {
   }
   const entries = Object.entries(v);
   if (entries.length > MAX_TAGS) f.fail("tags", `at most ${MAX_TAGS} tags (got ${entries.length})`);
-  const out: Record<string, string> = {};
+  const out: [string, string][] = [];
   for (const [k, val] of entries) {
-    const problem = val === UNKNOWN ? undefined : tagProblem(k, val, { input: true });
+    // An unknown value still has a known key to check.
+    const problem = tagProblem(k, val === UNKNOWN ? "" : val, { input: true });
     if (problem !== undefined) f.fail(`tags.${k}`, problem);
-    else out[k] = val as string;
+    else out.push([k, val as string]);
   }
-  return out;
+  return Object.fromEntries(out);
 }
 
 function checkName(f: Failures, v: unknown): string | undefined {
@@ -247,7 +293,7 @@ function checkHostRef(f: Failures, v: unknown, config: StackConfig): HostConfig 
     const known = Object.keys(config.hosts);
     f.fail(
       "host",
-      `unknown host ${JSON.stringify(v)}: not a key of the stack config kvm:hosts (configured: ${
+      `unknown host ${quote(v)}: not a key of the stack config kvm:hosts (configured: ${
         known.length > 0 ? known.join(", ") : "none"
       })`,
     );
@@ -276,7 +322,13 @@ export function checkInputs(
 ): CheckOutcome {
   const f = new Failures();
   const { config } = ctx;
-  for (const x of config.general) f.fail("host", `stack config ${x.property}: ${x.reason}`);
+  // A failure of a whole config key fails the resources that depend on it, at that input:
+  // kvm:images only those naming an image by key (a key is no secret, unlike an inline URL).
+  for (const x of config.general) {
+    const images = x.property.startsWith("kvm:images");
+    if (images && !couldBeImageKey(news.image)) continue;
+    f.fail(images ? "image" : "host", `stack config ${x.property}: ${x.reason}`);
+  }
 
   for (const k of Object.keys(news)) {
     if (!INPUT_PROPERTIES.includes(k) && !INTERNAL.includes(k)) {
@@ -284,8 +336,11 @@ export function checkInputs(
     }
   }
 
-  checkHostRef(f, news.host, config);
-  const resolvedImage = checkImage(f, news.image, config.images, config.imageFailures);
+  guard(f, "host", undefined, () => checkHostRef(f, news.host, config));
+  // Guards of inputs that may hold a secret (an inline image's URL, a password) use a secret name.
+  const resolvedImage = guard(f, secretName("image"), undefined, () =>
+    checkImage(f, news.image, config.images, config.imageFailures),
+  );
 
   const waitForIp = optBool(f, "waitForIp", news.waitForIp, DEFAULTS.waitForIp);
   const installGuestAgent = optBool(
@@ -294,16 +349,20 @@ export function checkInputs(
     news.installGuestAgent,
     DEFAULTS.installGuestAgent,
   );
-  const checkedProxy = checkProxy(f, news);
+  const checkedProxy = guard(f, secretName("proxy"), { port: DEFAULTS.proxyPort, proxy: undefined }, () =>
+    checkProxy(f, news),
+  );
   const proxyPort = checkedProxy.port ?? DEFAULTS.proxyPort;
   const memoryMiB = intIn(f, "memoryMiB", news.memoryMiB, MIN_MEMORY_MIB, MAX_MEMORY_MIB, DEFAULTS.memoryMiB);
   const vcpus = intIn(f, "vcpus", news.vcpus, 1, MAX_VCPUS, DEFAULTS.vcpus);
   const diskGiB = intIn(f, "diskGiB", news.diskGiB, 1, MAX_DISK_GIB, DEFAULTS.diskGiB);
 
-  const userData = readSeedInput(f, news, "userData");
-  const vendorData = readSeedInput(f, news, "vendorData");
+  const seedInput = (part: "userData" | "vendorData") =>
+    guard(f, SEED_FIELD[part], { pending: false }, () => readSeedInput(f, news, part));
+  const userData = seedInput("userData");
+  const vendorData = seedInput("vendorData");
   // One NIC rule for the host config and the resource (nic.ts); unknowns pass.
-  readNicFields(news, f, { isPending: (x) => x === UNKNOWN });
+  guard(f, "network", undefined, () => readNicFields(news, f, { isPending: (x) => x === UNKNOWN }));
   const network = news.network ?? undefined;
   const bridge = news.bridge ?? undefined;
 
@@ -333,17 +392,22 @@ export function checkInputs(
     }
   }
 
-  checkSeed(f, {
-    name,
-    userData,
-    vendorData,
-    installGuestAgent,
-    installGuestAgentKnown: news.installGuestAgent !== UNKNOWN,
-  });
+  // A bug in the seed builder is named after user-data: a secret name, whatever caused it.
+  guard(f, SEED_FIELD.userData, undefined, () =>
+    checkSeed(f, {
+      name,
+      userData,
+      vendorData,
+      installGuestAgent,
+      installGuestAgentKnown: news.installGuestAgent !== UNKNOWN,
+    }),
+  );
 
-  const healthCheck = checkHealth(f, news.healthCheck, waitForIp);
-  const timeouts = checkTimeouts(f, news.timeouts);
-  const tags = checkTags(f, news.tags);
+  const healthCheck = guard(f, secretName("healthCheck"), false, () =>
+    checkHealth(f, news.healthCheck, waitForIp),
+  );
+  const timeouts = guard(f, "timeouts", DEFAULT_TIMEOUTS, () => checkTimeouts(f, news.timeouts));
+  const tags = guard(f, "tags", {}, () => checkTags(f, news.tags));
 
   if (!f.empty) return { inputs: { ...news }, failures: f.list };
 

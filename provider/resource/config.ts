@@ -14,8 +14,10 @@
  * resource inputs: changing them never replaces a VM.
  */
 import { type HostConfig, parseHost, parseKeyedEntries } from "../kvm/config";
+import { given } from "../kvm/fields";
 import { type ImageConfig, parseImage } from "../kvm/image";
-import type { ValidationFailure } from "../kvm/validation";
+import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
+import { knownHostsContentProblems } from "../transport/known-hosts";
 
 /** Stack config keys read. */
 export const CONFIG_KEYS = {
@@ -63,17 +65,50 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 const SSH_AUTH_FIELDS = ["privateKey", "privateKeyPath", "agentSocket"];
 
+/** Lines reported per host before the rest are counted only. */
+const MAX_KNOWN_HOSTS_PROBLEMS = 5;
+
+/**
+ * Parses inline known_hosts content with the transport's own parser, so a
+ * line it would skip at connect (no key, a corrupt key, an unknown marker)
+ * fails the host at preview. Failures name `knownHosts` and line numbers,
+ * never the lines. Only for ssh:// hosts whose content passed the shape
+ * check of kvm/config.ts (it holds whitespace, so it is not a path).
+ */
+function checkKnownHostsContent(value: unknown, f: Failures): void {
+  if (!isObject(value) || typeof value.uri !== "string" || !/^\s*ssh:/i.test(value.uri)) return;
+  const content = value.knownHosts;
+  if (typeof content !== "string" || !/\s/.test(content.trim()) || content.includes("\0")) return;
+  const problems = knownHostsContentProblems(content);
+  for (const p of problems.slice(0, MAX_KNOWN_HOSTS_PROBLEMS)) {
+    f.fail("knownHosts", p.line === 0 ? p.reason : `line ${p.line}: ${p.reason}`);
+  }
+  if (problems.length > MAX_KNOWN_HOSTS_PROBLEMS) {
+    f.fail("knownHosts", `and ${problems.length - MAX_KNOWN_HOSTS_PROBLEMS} more lines the parser skips`);
+  }
+}
+
 /**
  * Parses the `kvm:*` values read through `get` (a function of the full key,
- * e.g. `get("kvm:hosts")`).
+ * e.g. `get("kvm:hosts")`). Never throws: whatever the values, each problem
+ * is a failure naming its config path (a broken entry fails only the
+ * resources that use it), and reasons quote no secret.
  */
 export function readStackConfig(get: (key: string) => unknown): StackConfig {
   const out = emptyStackConfig();
-  const rawHosts = decodeConfigValue(get(CONFIG_KEYS.hosts));
-  const rawImages = decodeConfigValue(get(CONFIG_KEYS.images));
-  const sshKey = get(CONFIG_KEYS.sshPrivateKey);
+  const read = (key: string): unknown => {
+    try {
+      return get(key);
+    } catch (err) {
+      out.general.push({ property: key, reason: `could not be read: ${internalFailure(err)}` });
+      return undefined;
+    }
+  };
+  const rawHosts = decodeConfigValue(read(CONFIG_KEYS.hosts));
+  const rawImages = decodeConfigValue(read(CONFIG_KEYS.images));
+  const sshKey = read(CONFIG_KEYS.sshPrivateKey);
 
-  if (sshKey !== undefined && (typeof sshKey !== "string" || !sshKey.includes("-----BEGIN"))) {
+  if (given(sshKey) && (typeof sshKey !== "string" || !sshKey.includes("-----BEGIN"))) {
     out.general.push({
       property: CONFIG_KEYS.sshPrivateKey,
       reason: "must hold a private key (-----BEGIN ...), set with `pulumi config set --secret`",
@@ -86,12 +121,14 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
     isObject(value) &&
     typeof value.uri === "string" &&
     value.uri.startsWith("ssh:") &&
-    SSH_AUTH_FIELDS.every((k) => value[k] === undefined)
+    SSH_AUTH_FIELDS.every((k) => !given(value[k]))
       ? { ...value, privateKey: sshKey }
       : value;
-  const hosts = parseKeyedEntries(rawHosts, CONFIG_KEYS.hosts, (key, value, f) =>
-    parseHost(key, withSharedKey(value), f),
-  );
+  const hosts = parseKeyedEntries(rawHosts, CONFIG_KEYS.hosts, (key, value, f) => {
+    const host = parseHost(key, withSharedKey(value), f);
+    checkKnownHostsContent(value, f);
+    return f.empty ? host : undefined;
+  });
   const images = parseKeyedEntries(rawImages, CONFIG_KEYS.images, parseImage);
   out.hosts = hosts.values;
   out.hostFailures = hosts.failures;

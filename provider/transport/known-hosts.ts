@@ -115,11 +115,11 @@ export class KnownHosts {
       if (fields[0]?.startsWith("@")) {
         const marker = fields.shift();
         if (marker === "@cert-authority") {
-          skipped.push({ line, reason: "@cert-authority lines are not supported" });
+          skipped.push({ line, reason: "@cert-authority lines are not supported: list the host's own key" });
           continue;
         }
         if (marker !== "@revoked") {
-          skipped.push({ line, reason: `unknown marker ${marker}` });
+          skipped.push({ line, reason: "unknown marker (known: @revoked, @cert-authority)" });
           continue;
         }
         revoked = true;
@@ -136,7 +136,7 @@ export class KnownHosts {
       const key = Buffer.from(keyBase64, "base64");
       // Buffer.from ignores junk; a blob whose embedded type disagrees is a corrupt line.
       if (keyBlobType(key) !== keyType) {
-        skipped.push({ line, reason: `key data is not a valid ${keyType} public key` });
+        skipped.push({ line, reason: "the key data is not a valid public key of the type the line names" });
         continue;
       }
       entries.push({ line, revoked, hosts, keyType, key });
@@ -172,6 +172,22 @@ export class KnownHosts {
     if (sameType.length > 0) return { status: "mismatch", entries: sameType };
     return { status: "other-type", knownTypes: [...new Set(live.map((e) => e.keyType))] };
   }
+}
+
+/**
+ * What is wrong with known_hosts content given inline, for the stack config
+ * to refuse at preview what the transport would skip at connect: each line
+ * the parser skips (with its 1-based number), or, when no line holds a key,
+ * one problem at line 0. Reasons quote nothing of the content (no host, no
+ * key material). Parses only: no host is matched, nothing is read.
+ */
+export function knownHostsContentProblems(content: string): SkippedLine[] {
+  const parsed = KnownHosts.parse(content);
+  const problems = [...parsed.skipped];
+  if (parsed.entries.length === 0 && problems.length === 0) {
+    problems.push({ line: 0, reason: "holds no host key line (host, key type, key)" });
+  }
+  return problems;
 }
 
 /**

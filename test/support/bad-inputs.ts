@@ -1,5 +1,5 @@
 /**
- * The hostile and wrong inputs of issue 7 (item 5), shared by the unit test of
+ * The hostile and wrong inputs of issue 7 (item 5) and issue 16, shared by the unit test of
  * `check` and the Pulumi test that feeds them through a real preview: each
  * row is a change merged over {@link GOOD_INPUTS}, the property the failure
  * must name, and part of its reason.
@@ -13,10 +13,16 @@ export const BAD_INPUT_CONFIG: Record<string, unknown> = {
     lab: { uri: "unix:///run/libvirt/libvirt-sock" },
     remote: { uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k" },
     broken: { uri: "ftp://x" },
+    // Issue 16: refused at configure, failing only the resources that use them.
+    pastedkey: { uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k", privateKeyPath: KEY },
+    wrongdriver: { uri: "unix:///run/libvirt/libvirt-sock", driverUri: "qemu+ssh://lab.example.com/system" },
+    keyless: { uri: "ssh://root@lab.example.com:22", knownHosts: "lab.example.com ssh-ed25519\n" },
   },
   "kvm:images": JSON.stringify({
     debian: { url: "https://example.com/debian.qcow2", sha256: "A".repeat(64) },
     bad: { url: "https://example.com/x.qcow2", firmware: "coreboot" },
+    slash: { url: "file:///srv/images/a%2Fb.qcow2" },
+    token: { url: "https://user:tok3n-in-config@example.com/x.qcow2" },
   }),
   "kvm:sshPrivateKey": KEY,
 };
@@ -32,6 +38,24 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
   ["host not a string", { host: 7 }, "host", /must be a string/],
   ["unknown host key", { host: "nowhere" }, "host", /unknown host "nowhere".*configured: lab, remote/],
   ["host whose config is broken", { host: "broken" }, "host", /stack config kvm:hosts\.broken\.uri/],
+  [
+    "host whose privateKeyPath holds a pasted key",
+    { host: "pastedkey" },
+    "host",
+    /kvm:hosts\.pastedkey\.privateKeyPath: holds key material, not a path/,
+  ],
+  [
+    "host whose driverUri carries a transport",
+    { host: "wrongdriver" },
+    "host",
+    /kvm:hosts\.wrongdriver\.driverUri: must be one of qemu:\/\/\/system/,
+  ],
+  [
+    "host whose known_hosts line has no key",
+    { host: "keyless" },
+    "host",
+    /kvm:hosts\.keyless\.knownHosts: line 1: expected/,
+  ],
   ["missing image", { image: undefined }, "image", /is required/],
   ["unknown image key", { image: "ubuntu" }, "image", /unknown image key "ubuntu"/],
   ["image whose config is broken", { image: "bad" }, "image", /kvm:images\.bad\.firmware/],
@@ -42,7 +66,38 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "image",
     /scheme "ftp" is not supported/,
   ],
-  ["image with credentials", { image: "https://u:p@example.com/x.qcow2" }, "image", /credentials/],
+  ["image with credentials", { image: "https://u:p@example.com/x.qcow2" }, "image (secret)", /credentials/],
+  [
+    "inline image with credentials",
+    { image: { url: "https://u:tok3n-inline@example.com/x.qcow2" } },
+    "image.url (secret)",
+    /credentials/,
+  ],
+  [
+    "image with a token after an unknown scheme",
+    { image: "user:tok3n-scheme@example.com/x.qcow2" },
+    "image (secret)",
+    /scheme "user" is not supported/,
+  ],
+  [
+    "image file: URL with an encoded slash",
+    { image: "file:///srv/images/a%2Fb.qcow2" },
+    "image",
+    /must not encode '\/'/,
+  ],
+  ["relative file: URL", { image: "file:relative/x.qcow2" }, "image", /absolute path/],
+  [
+    "image key whose config file: URL has an encoded slash",
+    { image: "slash" },
+    "image",
+    /kvm:images\.slash\.url: file: URLs must not encode/,
+  ],
+  [
+    "image key whose config URL carries credentials",
+    { image: "token" },
+    "image",
+    /kvm:images\.token\.url \(secret\): must not carry credentials/,
+  ],
   ["image not string/object", { image: 5 }, "image", /must be an image key/],
   ["inline image without url", { image: { format: "raw" } }, "image.url", /is required/],
   [
@@ -171,6 +226,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
   ["health check bad URL", { healthCheck: { url: "not a url" } }, "healthCheck.url", /http/],
   ["health check ftp URL", { healthCheck: { url: "ftp://x/" } }, "healthCheck.url", /scheme "ftp"/],
   [
+    "health check URL with credentials",
+    { healthCheck: { url: "http://u:tok3n-health@x/" } },
+    "healthCheck.url (secret)",
+    /credentials/,
+  ],
+  [
     "health check bad status",
     { healthCheck: { url: "http://x/", expectStatus: 99 } },
     "healthCheck.expectStatus",
@@ -191,12 +252,13 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
   [
     "health check without IP wait",
     { waitForIp: false, healthCheck: {} },
-    "healthCheck",
-    /waitForIp is false/,
+    "waitForIp",
+    /healthCheck needs the guest's IP/,
   ],
   ["waitForIp not boolean", { waitForIp: 1 }, "waitForIp", /true or false/],
   ["bad duration", { timeouts: { create: "10 minutes" } }, "timeouts.create", /duration/],
-  ["zero duration", { timeouts: { delete: 0 } }, "timeouts.delete", /more than 0/],
+  ["zero duration", { timeouts: { delete: 0 } }, "timeouts.delete", /at least 1 s/],
+  ["a 1 ms create deadline", { timeouts: { create: 0.001 } }, "timeouts.create", /at least 1 s/],
   ["duration over a day", { timeouts: { create: "25h" } }, "timeouts.create", /at most 86400/],
   ["unknown timeout", { timeouts: { read: "1m" } }, "timeouts.read", /unknown/],
   ["tags not an object", { tags: ["a"] }, "tags", /object/],

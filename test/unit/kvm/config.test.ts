@@ -132,6 +132,11 @@ describe("host configuration", () => {
     ["an empty pool", { pool: "" }, "hosts.edge.pool"],
     ["a non-string network", { network: 5 }, "hosts.edge.network"],
     ["a driverUri that is not a URI", { driverUri: "system" }, "hosts.edge.driverUri"],
+    ["a driverUri with a transport", { driverUri: "qemu+ssh://h/system" }, "hosts.edge.driverUri"],
+    ["a driverUri naming a host", { driverUri: "qemu://h/system" }, "hosts.edge.driverUri"],
+    ["a driverUri of another hypervisor", { driverUri: "xen:///system" }, "hosts.edge.driverUri"],
+    ["a driverUri the daemon cannot open", { driverUri: "qemu:///embed" }, "hosts.edge.driverUri"],
+    ["a null uri", { uri: null }, "hosts.edge.uri"],
     ["an unknown property", { privatekey: KEY }, "hosts.edge.privatekey"],
     ["a callTimeout of zero", { callTimeout: "0s" }, "hosts.edge.callTimeout"],
     ["a callTimeout over an hour", { callTimeout: "2h" }, "hosts.edge.callTimeout"],
@@ -160,9 +165,42 @@ describe("host configuration", () => {
       "hosts.edge.knownHosts",
     ],
     ["a passphrase without a key", { agentSocket: "/a", passphrase: "x" }, "hosts.edge.passphrase"],
+    ["a key pasted into privateKeyPath", { privateKeyPath: KEY }, "hosts.edge.privateKeyPath"],
+    ["a privateKeyPath with a line break", { privateKeyPath: "/k\n/l" }, "hosts.edge.privateKeyPath"],
+    ["a key pasted into agentSocket", { agentSocket: KEY }, "hosts.edge.agentSocket"],
+    [
+      "known_hosts lines given as knownHostsPath",
+      { agentSocket: "/a", knownHostsPath: "h ssh-ed25519 AAAAC3Nz" },
+      "hosts.edge.knownHostsPath",
+    ],
+    ["a user name that is no percent-encoding", { uri: "ssh://%ff@h", agentSocket: "/a" }, "hosts.edge.uri"],
   ])("rejects an ssh host with %s", (_, extra, property) => {
     const f = failures({ hosts: { edge: { uri: "ssh://h", ...extra } } });
     expect(f.map((x) => x.property)).toContain(property);
+    // A key in the wrong field is refused without quoting it.
+    for (const x of f) expect(x.reason).not.toContain("-----BEGIN OPENSSH PRIVATE KEY-----");
+  });
+
+  it.each(["qemu:///system", "qemu:///session", "test:///default"])("takes the driverUri %s", (driverUri) => {
+    expect(host({ uri: "unix:///s", driverUri }).driverUri).toBe(driverUri);
+  });
+
+  it("treats null as an absent field, as the resource inputs do (no 'not both' for a null)", () => {
+    const h = host({
+      uri: "ssh://h",
+      privateKey: KEY,
+      privateKeyPath: null,
+      knownHostsPath: null,
+      network: "n",
+      bridge: null,
+      callTimeout: null,
+    });
+    expect(h.ssh).toEqual({ privateKey: KEY, knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH });
+    expect(h.nic).toEqual({ kind: "network", network: "n" });
+    expect(h.callTimeoutMs).toBeUndefined();
+    expect(
+      failures({ hosts: { edge: { uri: "ssh://h", privateKey: null } } }).map((x) => x.property),
+    ).toContain("hosts.edge.privateKey");
   });
 
   it("rejects SSH material on a unix host", () => {
@@ -223,6 +261,7 @@ describe("image configuration", () => {
       { kind: "file", path: "/srv/images/d.qcow2" },
     ],
     ["file://localhost/srv/d.qcow2", "file:///srv/d.qcow2", { kind: "file", path: "/srv/d.qcow2" }],
+    ["file:/srv/d.qcow2", "file:///srv/d.qcow2", { kind: "file", path: "/srv/d.qcow2" }],
   ])("canonicalises %s", (url, canonical, source) => {
     const image = parseConfig({ images: { i: { url } } }).images.i;
     expect(image?.url).toBe(canonical);
@@ -233,8 +272,16 @@ describe("image configuration", () => {
     ["a missing url", {}, "images.debian.url"],
     ["an ftp url", { url: "ftp://example.com/x" }, "images.debian.url"],
     ["a relative path", { url: "images/x.qcow2" }, "images.debian.url"],
-    ["credentials in the url", { url: "https://u:p@example.com/x" }, "images.debian.url"],
+    ["credentials in the url", { url: "https://u:p@example.com/x" }, "images.debian.url (secret)"],
+    ["a token as the url's user", { url: "https:token@example.com/x" }, "images.debian.url (secret)"],
+    ["credentials in a url that does not parse", { url: "file://u:p@nas/x" }, "images.debian.url (secret)"],
+    ["credentials after an unknown scheme", { url: "user:token@host/x" }, "images.debian.url (secret)"],
     ["a file URL on another host", { url: "file://nas/x" }, "images.debian.url"],
+    ["a relative file: URL", { url: "file:relative/x.qcow2" }, "images.debian.url"],
+    ["a file: URL with an encoded slash", { url: "file:///srv/a%2Fb.qcow2" }, "images.debian.url"],
+    ["a file: URL with a query", { url: "file:///srv/x.qcow2?v=1" }, "images.debian.url"],
+    ["a directory", { url: "/srv/images/" }, "images.debian.url"],
+    ["a null url", { url: null }, "images.debian.url"],
     ["format vmdk", { url: "/x", format: "vmdk" }, "images.debian.format"],
     ["firmware efi (the value is uefi)", { url: "/x", firmware: "efi" }, "images.debian.firmware"],
     ["a short sha256", { url: "/x", sha256: "abc" }, "images.debian.sha256"],
@@ -289,7 +336,8 @@ describe("configuration as a whole", () => {
     "rejects the host key %j (host keys go into provider IDs)",
     (key) => {
       expect(configKeyProblem(key)).toBeDefined();
-      const property = key === "" ? "hosts" : `hosts.${key}`;
+      // The empty key too is an entry of its own: `hosts.` (its failure never lands on the whole map).
+      const property = `hosts.${key}`;
       expect(failures({ hosts: { [key]: { uri: "unix:///s" } } })[0]?.property).toBe(property);
     },
   );

@@ -311,7 +311,6 @@ describe("pulumi-kvm-proxy gc", () => {
 
   it("an `up` still creating its VM holds it, even with --min-age 0", async () => {
     // The create waits for an IP the empty image never gets, then rolls back.
-    const S4 = `other-backend-${process.pid}`;
     const S3 = `${PREFIX}s3`;
     pulumiOn(S3, "stack", "init");
     pulumiOn(ws.stack, "stack", "select");

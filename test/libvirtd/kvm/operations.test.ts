@@ -21,6 +21,7 @@ import {
   ImageServer,
   imageConfig,
   makeQcow2,
+  ownedBy,
   scratchDir,
   sha256File,
   TraceLog,
@@ -209,7 +210,7 @@ describe("create", () => {
         poolVolumes().filter((v) => v === marker),
         failAt,
       ).toEqual([]);
-      await o.delete("local", name);
+      await o.delete("local", name, ownedBy(name));
     }
   });
 
@@ -232,7 +233,7 @@ describe("create", () => {
       expect(domainsNamed(name), dropAt).toEqual([name]);
       expect(domainState(name), dropAt).toBe("running");
       expect(volumesOf(name), dropAt).toEqual(vmVolumes(name).both);
-      await o.delete("local", name);
+      await o.delete("local", name, ownedBy(name));
     }
   });
 
@@ -268,7 +269,7 @@ describe("create", () => {
     expect(virsh(host, "domuuid", name).trim()).toBe(first?.uuid);
     // Its own owner converges onto it as before.
     expect((await o.create(mine)).uuid).toBe(first?.uuid);
-    await o.delete("local", name);
+    await o.delete("local", name, ownedBy(name));
   });
 
   it("refuses to converge onto its own owner's domain built from other inputs (another spec hash)", async () => {
@@ -280,7 +281,7 @@ describe("create", () => {
     expect(err).toBeInstanceOf(KvmOperationError);
     expect((err as KvmOperationError).message).toMatch(/was built from other inputs/);
     expect(virsh(host, "domuuid", name).trim()).toBe(first.uuid);
-    await o.delete("local", name);
+    await o.delete("local", name, ownedBy(name));
   });
 
   it("provision looks the domain up once before its define; a retry after a cut looks again and keeps the one define", async () => {
@@ -313,7 +314,7 @@ describe("create", () => {
     expect(done.uuid).toBe(virsh(host, "domuuid", name).trim());
     expect(done.domain?.name).toBe(name);
     expect(done.domain?.mac).toBe(done.mac);
-    await o.delete("local", name);
+    await o.delete("local", name, ownedBy(name));
   });
 
   it("stops where it is when its signal aborts: waiting for the image, no later step runs and nothing of the VM is made", async () => {
@@ -350,7 +351,7 @@ describe("create", () => {
     const done = await o.create(baseSpec("local", name, image));
     expect(done.imageUploaded).toBe(true);
     expect(sha256File(path.join(host.poolPath, volume))).toBe(img.sha256);
-    await o.delete("local", name);
+    await o.delete("local", name, ownedBy(name));
   });
 
   it("rewrites the seed with user-data byte for byte on every create that defines the domain, whatever seed the name already has", async () => {
@@ -380,7 +381,7 @@ describe("create", () => {
       [
         "the empty seed of a create cut short before its upload",
         async () => {
-          await o.delete("local", name);
+          await o.delete("local", name, ownedBy(name));
           const err = await o
             .create(baseSpec("local", name, sharedImage), {
               onStep: (s) => {
@@ -433,9 +434,9 @@ describe("image cache", () => {
     expect(sha256File(path.join(host.poolPath, volName))).toBe(img.sha256);
     expect(poolVolumes()).not.toContain(partialMarkerVolumeName(volName));
     // Cached images outlive their VMs.
-    await o.delete("local", a);
-    await o.delete("local", b);
-    await o.delete("local", c);
+    await o.delete("local", a, ownedBy(a));
+    await o.delete("local", b, ownedBy(b));
+    await o.delete("local", c, ownedBy(c));
     expect(poolVolumes()).toContain(volName);
   });
 
@@ -537,7 +538,7 @@ describe("image cache", () => {
       const gone = track(uniqueName("prune-gone"));
       await o.create(baseSpec("local", keep, usedImage));
       await o.create(baseSpec("local", gone, unusedImage));
-      await o.delete("local", gone);
+      await o.delete("local", gone, ownedBy(gone));
       // A stale marker of an image nobody uses goes too.
       const staleMarker = partialMarkerVolumeName(
         ImageCache.volumeName(imageConfig({ url: "/nowhere/stale.qcow2" })),
@@ -548,7 +549,7 @@ describe("image cache", () => {
       const removed = await o.pruneImages("local");
       expect(removed.sort()).toEqual([unusedVol, staleMarker].sort());
       expect(pruneVols().sort()).toEqual([...vmVolumes(keep).both, usedVol].sort());
-      await o.delete("local", keep);
+      await o.delete("local", keep, ownedBy(keep));
       // Nothing in use any more: the last image goes too.
       expect(await o.pruneImages("local")).toEqual([usedVol]);
       expect(pruneVols()).toEqual([]);
@@ -576,10 +577,10 @@ describe("delete", () => {
     const o = ops();
     const name = track(uniqueName("del2"));
     await o.create(baseSpec("local", name, sharedImage));
-    const first = await o.delete("local", name);
+    const first = await o.delete("local", name, ownedBy(name));
     expect(first.domainRemoved).toBe(true);
     expect(first.volumesRemoved.sort()).toEqual(vmVolumes(name).both);
-    const second = await o.delete("local", name);
+    const second = await o.delete("local", name, ownedBy(name));
     expect(second).toEqual({ domainRemoved: false, volumesRemoved: [] });
     expect(domainsNamed(name)).toEqual([]);
     expect(volumesOf(name)).toEqual([]);
@@ -625,7 +626,7 @@ describe("delete", () => {
     virsh(host, "destroy", name);
     virsh(host, "vol-delete", "--pool", host.poolName, vmVolumes(name).root);
     virsh(host, "vol-delete", "--pool", host.poolName, vmVolumes(name).seed);
-    const r = await o.delete("local", name);
+    const r = await o.delete("local", name, ownedBy(name));
     expect(r).toEqual({ domainRemoved: true, volumesRemoved: [] });
     expect(domainsNamed(name)).toEqual([]);
   });
@@ -637,7 +638,7 @@ describe("delete", () => {
     virsh(host, "destroy", name);
     rmSync(path.join(host.poolPath, vmVolumes(name).root));
     rmSync(path.join(host.poolPath, vmVolumes(name).seed));
-    const r = await o.delete("local", name);
+    const r = await o.delete("local", name, ownedBy(name));
     expect(r.domainRemoved).toBe(true);
     expect(domainsNamed(name)).toEqual([]);
     expect(volumesOf(name)).toEqual([]);
@@ -679,7 +680,7 @@ describe("get", () => {
     expect(running.domain?.diskPath).toBe(path.join(host.poolPath, vmVolumes(name).root));
     virsh(host, "destroy", name);
     expect((await o.get("local", name)).state).toBe("stopped");
-    await o.delete("local", name);
+    await o.delete("local", name, ownedBy(name));
     expect(await o.get("local", name)).toEqual({ host: "local", name, state: "absent" });
   });
 
@@ -754,7 +755,7 @@ describe("get", () => {
       kind: "transient",
       waitingFor: `an IPv4 address of domain ${name} on host local (guest agent or DHCP lease)`,
     });
-    await o.delete("local", name);
+    await o.delete("local", name, ownedBy(name));
   });
 });
 
@@ -782,7 +783,7 @@ describe("list", () => {
     expect(vm?.providerId).toBe(`kvm://local/${mine}`);
     expect(vm?.metadata.proxyPort).toBe(3128);
     virsh(host, "undefine", foreign);
-    await o.delete("local", mine);
+    await o.delete("local", mine, ownedBy(mine));
   });
 
   it("fails when a host cannot be reached", async () => {

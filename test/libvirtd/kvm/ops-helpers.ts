@@ -158,6 +158,14 @@ export function ownerUrnOf(name: string): string {
   return `urn:pulumi:test::kvmpt::kvm:Proxy::${name}`;
 }
 
+/**
+ * Delete options naming {@link baseSpec}'s owner for `name`, as the resource
+ * passes its own: the owner's tag finds the VM's volumes once the domain is gone.
+ */
+export function ownedBy(name: string): { volumeOwner: string } {
+  return { volumeOwner: ownerUrnOf(name) };
+}
+
 /** The per-VM volumes a create of {@link baseSpec} makes for `name` (tagged with its owner, names.ts). */
 export function vmVolumes(
   name: string,

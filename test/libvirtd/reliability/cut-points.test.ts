@@ -19,6 +19,7 @@ import {
   baseSpec,
   imageConfig,
   makeQcow2,
+  ownedBy,
   PREFIX,
   scratchDir,
   TraceLog,
@@ -63,7 +64,7 @@ async function record(): Promise<{ create: string[]; delete: string[] }> {
   await creator.hosts.closeAll();
   const deleter = relayedOps(host, relay.socketPath);
   relay.reset();
-  await deleter.delete(RELAYED, name);
+  await deleter.delete(RELAYED, name, ownedBy(name));
   const del = relay.callNames;
   await deleter.hosts.closeAll();
   relay.reset();
@@ -150,7 +151,7 @@ describe("cut points", async () => {
         expect(second).toEqual({ result: "ok" });
         expect(domainsWith(host, name)).toEqual([name]);
         expect(virsh(host, "domstate", name).trim()).toBe("running");
-        await rerun.delete(RELAYED, name);
+        await rerun.delete(RELAYED, name, ownedBy(name));
         await rerun.hosts.closeAll();
 
         const left = leftovers(host, name, cacheName, source.sha256);
@@ -186,7 +187,7 @@ describe("cut points", async () => {
 
         cutAt(index, mode, reconnect);
         const cutRun = relayedOps(host, relay.socketPath);
-        const first = await outcomeOf(cutRun.delete(RELAYED, name));
+        const first = await outcomeOf(cutRun.delete(RELAYED, name, ownedBy(name)));
         await cutRun.hosts.closeAll();
         expect(relay.calls[index]?.name).toBe(call);
         expect(relay.cuts).toBe(1);
@@ -196,7 +197,7 @@ describe("cut points", async () => {
         let second: Outcome | undefined;
         if (first.result !== "ok") {
           const rerun = relayedOps(host, relay.socketPath);
-          second = await outcomeOf(rerun.delete(RELAYED, name));
+          second = await outcomeOf(rerun.delete(RELAYED, name, ownedBy(name)));
           await rerun.hosts.closeAll();
           expect(second).toEqual({ result: "ok" });
         }

@@ -10,7 +10,16 @@ import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { testHost } from "../../support/test-host";
 import { WireRelay } from "../../support/wire-relay";
-import { baseSpec, imageConfig, makeQcow2, PREFIX, scratchDir, uniqueName, virsh } from "../kvm/ops-helpers";
+import {
+  baseSpec,
+  imageConfig,
+  makeQcow2,
+  ownedBy,
+  PREFIX,
+  scratchDir,
+  uniqueName,
+  virsh,
+} from "../kvm/ops-helpers";
 import {
   domainsWith,
   dropCachedImage,
@@ -69,7 +78,7 @@ describe("a define that outlives its deadline", () => {
       waitingFor: "reply to virDomainDefineXML",
     });
     // The rollback (what the resource does after a failed create).
-    const rolledBack = await ops.delete(RELAYED, name);
+    const rolledBack = await ops.delete(RELAYED, name, ownedBy(name));
     expect(rolledBack.domainRemoved).toBe(true);
     await defineLanded();
     await ops.hosts.closeAll();
@@ -90,7 +99,7 @@ describe("a define that outlives its deadline", () => {
     expect(relay.callNames.filter((c) => c === "domain_define_xml")).toHaveLength(1);
     expect(domainsWith(host, name)).toEqual([name]);
     expect(virsh(host, "domstate", name).trim()).toBe("running");
-    await ops.delete(RELAYED, name);
+    await ops.delete(RELAYED, name, ownedBy(name));
     await ops.hosts.closeAll();
     expect(leftovers(host, name, cacheName, source.sha256)).toEqual(NO_LEFTOVERS);
   });
@@ -105,7 +114,7 @@ describe("a define that outlives its deadline", () => {
       ops: { defineGraceMs: 200, definePollMs: 50 },
     });
     await expect(ops.create(spec(name))).rejects.toMatchObject({ kind: "transient" });
-    const err = await ops.delete(RELAYED, name).catch((e: unknown) => e);
+    const err = await ops.delete(RELAYED, name, ownedBy(name)).catch((e: unknown) => e);
     expect(err).toMatchObject({ kind: "transient", operation: "delete" });
     expect((err as Error).message).toMatch(/define of domain .* timed out and had not landed/);
     expect(volumesWith(host, name)).toEqual([]);
@@ -115,7 +124,7 @@ describe("a define that outlives its deadline", () => {
     expect(domainsWith(host, name)).toEqual([name]);
     relay.reset();
     const next = relayedOps(host, relay.socketPath);
-    expect((await next.delete(RELAYED, name)).domainRemoved).toBe(true);
+    expect((await next.delete(RELAYED, name, ownedBy(name))).domainRemoved).toBe(true);
     await next.hosts.closeAll();
     expect(leftovers(host, name, cacheName, source.sha256)).toEqual(NO_LEFTOVERS);
   });

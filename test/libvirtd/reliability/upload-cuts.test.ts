@@ -20,6 +20,7 @@ import {
   baseSpec,
   imageConfig,
   makeQcow2,
+  ownedBy,
   PREFIX,
   scratchDir,
   sha256File,
@@ -72,7 +73,7 @@ async function recordPackets(): Promise<number[]> {
   relay.reset();
   const ops = relayedOps(host, relay.socketPath);
   await ops.create(spec(name));
-  await ops.delete(RELAYED, name);
+  await ops.delete(RELAYED, name, ownedBy(name));
   await ops.hosts.closeAll();
   // The first upload of a create is the image's (the seed ISO follows).
   const uploadCall = relay.calls.find((c) => c.name === "storage_vol_upload");
@@ -175,13 +176,13 @@ describe("uploads cut at many offsets", async () => {
           const next = new TraceLog();
           const rerun = relayedOps(host, relay.socketPath, { tracer: next.tracer });
           expect(await outcomeOf(rerun.create(spec(name)))).toEqual({ result: "ok" });
-          await rerun.delete(RELAYED, name);
+          await rerun.delete(RELAYED, name, ownedBy(name));
           await rerun.hosts.closeAll();
           uploads = next.uploads(cacheName);
         } else {
           // The create's own retry uploads again: the cut one plus a complete one.
           expect(first).toEqual({ result: "ok" });
-          await cutRun.delete(RELAYED, name);
+          await cutRun.delete(RELAYED, name, ownedBy(name));
           await cutRun.hosts.closeAll();
           uploads = log.uploads(cacheName) - 1;
         }

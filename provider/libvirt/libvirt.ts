@@ -199,6 +199,11 @@ export class Libvirt {
     return this.rpc.call(Procedures.storageVolDelete, { vol, flags }, opts);
   }
 
+  /** virStorageVolResize: sets the volume's capacity (growing needs no flag; shrinking needs SHRINK). */
+  storageVolResize(vol: StorageVol, capacity: number, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.storageVolResize, { vol, capacity, flags }, opts);
+  }
+
   /** Streams `source` into the volume without buffering it whole; resolves with bytes sent. */
   storageVolUpload(vol: StorageVol, source: UploadSource, options: UploadOptions = {}): Promise<number> {
     const args = { vol, offset: options.offset ?? 0, length: options.length ?? 0, flags: options.flags ?? 0 };

@@ -376,6 +376,16 @@ export const Procedures = {
     },
     noReply,
   ),
+  storageVolResize: remote<{ vol: StorageVol; capacity: number; flags: number }, void>(
+    "storage_vol_resize",
+    RemoteProcedure.STORAGE_VOL_RESIZE,
+    (w, a) => {
+      writeStorageVol(w, a.vol);
+      w.uhyper(a.capacity);
+      w.uint(a.flags);
+    },
+    noReply,
+  ),
   storageVolUpload: remote<StorageVolUploadArgs, void>(
     "storage_vol_upload",
     RemoteProcedure.STORAGE_VOL_UPLOAD,

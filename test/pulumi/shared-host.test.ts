@@ -4,18 +4,24 @@
  * what the host holds.
  */
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ImageCache } from "../../provider/kvm/host/image-cache";
+import { makeQcow2 } from "../libvirtd/kvm/ops-helpers";
 import { type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
+  E2E_ROOT,
   hostsConfig,
   metadataOf,
   perVmVolumesOf,
   poolVolumes,
   removeByHand,
   TEST_PROXY_ARGS,
+  virshQuiet,
   vmVolumeNames,
   Workspace,
 } from "./harness";
@@ -94,5 +100,58 @@ describe("two stacks on one host", () => {
     winner.destroy();
     expect(allDomains(host)).not.toContain(NAME);
     expect(perVmVolumesOf(poolVolumes(host), NAME)).toEqual([]);
+  });
+
+  it("needing one new image at the same instant: exactly one uploads it, the other waits for it, both succeed", async () => {
+    // An image no VM has used, served slowly (2 MiB over about 4 s): the two uploads would overlap.
+    const dir = mkdtempSync(path.join(E2E_ROOT, "shared-image-"));
+    const img = makeQcow2(dir, `shared-${process.pid}`, 2);
+    const server = http.createServer((_req, res) => {
+      const body = readFileSync(img.path);
+      res.writeHead(200, { "content-length": body.length });
+      let at = 0;
+      const tick = setInterval(() => {
+        res.write(body.subarray(at, at + 64 * 1024));
+        at += 64 * 1024;
+        if (at >= body.length) {
+          clearInterval(tick);
+          res.end();
+        }
+      }, 100);
+      res.on("close", () => clearInterval(tick));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/shared.qcow2`;
+    const volume = ImageCache.volumeName({ url, format: "qcow2", sha256: img.sha256 });
+    const run = (tag: string) => {
+      const ws = new Workspace(tag, { name: "kvmpt-shared", main: "test/pulumi/programs/pair" });
+      workspaces.push(ws);
+      ws.setConfig({
+        ...hostsConfig(host),
+        "kvm:images": { fresh: { url, sha256: img.sha256, firmware: "bios" } },
+        "pair:proxies": { p: { host: "local", image: "fresh", ...TEST_PROXY_ARGS } },
+      });
+      const trace = path.join(ws.dir, "trace.log");
+      return { ws, trace, done: ws.runAsync(["up", "--yes", "--skip-preview"], { KVMP_TRACE_FILE: trace }) };
+    };
+    try {
+      const one = run("img-a");
+      const two = run("img-b");
+      const [ra, rb] = await Promise.all([one.done, two.done]);
+      expect(ra.code, ra.output).toBe(0);
+      expect(rb.code, rb.output).toBe(0);
+      const uploads = [one.trace, two.trace]
+        .map((t) => readFileSync(t, "utf8"))
+        .join("\n")
+        .split("\n")
+        .filter((l) => l.includes("rpc=virStorageVolUpload") && l.includes(`/${volume}`));
+      expect(uploads).toHaveLength(1);
+      for (const { ws } of [one, two]) ws.destroy();
+    } finally {
+      virshQuiet(host, "vol-delete", "--pool", host.poolName, volume);
+      virshQuiet(host, "vol-delete", "--pool", host.poolName, `${volume}.partial`);
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

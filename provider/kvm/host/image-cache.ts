@@ -4,8 +4,8 @@
  * that host boots from an overlay backed by it.
  *
  * Completeness follows names.ts's marker protocol: 1. create the tiny
- * `<image>.partial` marker volume; 2. create the image volume and stream the
- * verified bytes into it; 3. delete the marker. An image volume counts only
+ * `<image>.partial` marker volume (exclusively: the lease); 2. create the
+ * image volume and stream the verified bytes into it; 3. delete the marker. An image volume counts only
  * while no marker exists, so an upload cut at any point (process killed,
  * connection lost, checksum mismatch) is never taken as complete: the next
  * create deletes both and uploads again.
@@ -17,9 +17,9 @@
  * and capacity when it refreshes the pool after the upload stream closes.
  *
  * Within one process, concurrent creates needing the same image on the same
- * host share one in-flight upload. Two processes filling the same entry at
- * once are not coordinated: the second treats the first's marker as a stale
- * partial upload (documented limitation).
+ * host share one in-flight upload. Across processes the marker is a lease
+ * the host arbitrates (image-lease.ts): one process uploads, the others wait
+ * while its heartbeat moves, and take over only when it stops.
  */
 import { pipeline, type Readable, Transform } from "node:stream";
 import { ProviderError } from "../../errors";
@@ -36,8 +36,16 @@ import {
 import { type ProgressListener, report } from "../progress";
 import { buildCachedImageVolumeXml } from "../volume-xml";
 import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
+import { type HeldLease, LeaseLostError, type LeaseTiming, takeLease } from "./image-lease";
 import type { RetryEnv } from "./retry";
-import { createFreshVolume, deleteVolume, lookupVolume, refreshPool, volumeInfo } from "./volumes";
+import {
+  createFreshVolume,
+  deleteVolume,
+  deleteVolumeByName,
+  lookupVolume,
+  refreshPool,
+  volumeInfo,
+} from "./volumes";
 
 /** A cached image ready to back overlays. */
 export interface CachedImage {
@@ -69,6 +77,8 @@ export interface ImageCacheOptions {
   /** Deadline for the upload's initial reply, each drain and the final confirmation (ms). */
   uploadTimeoutMs?: number;
   retryEnv?: RetryEnv;
+  /** Timing of the lease on a cache fill that other processes may want too (image-lease.ts). */
+  lease?: LeaseTiming;
 }
 
 /** Per-host cache of base images, with one in-flight upload per host and image. */
@@ -168,63 +178,59 @@ export class ImageCache {
   ): Promise<CachedImage> {
     const { lv, pool } = loc;
     const markerName = partialMarkerVolumeName(name);
-    let vol = await lookupVolume(lv, pool, name);
-    let marker = await lookupVolume(lv, pool, markerName);
-    let state = cachedImageState({ image: vol !== undefined, marker: marker !== undefined });
-    let info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
-    if (state === "complete" && info === undefined) {
-      // Listed but its file is gone: refresh so libvirt forgets it, then look again.
-      await refreshPool(lv, pool, this.options.retryEnv);
-      vol = await lookupVolume(lv, pool, name);
-      marker = await lookupVolume(lv, pool, markerName);
-      state = cachedImageState({ image: vol !== undefined, marker: marker !== undefined });
-      info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
-    }
-    if (state === "complete" && vol !== undefined && info !== undefined) {
-      const path = await lv.storageVolGetPath(vol);
-      let virtualSize = this.sizes.get(this.key(loc, name));
-      if (virtualSize === undefined) {
-        // Capacity 1 is the size we created it with: libvirt has not re-read the
-        // file since the upload (its post-upload refresh skips while other jobs run).
-        if (info.capacity <= 1) {
-          await refreshPool(lv, pool, this.options.retryEnv);
-          info = (await volumeInfo(lv, vol)) ?? info;
-        }
-        virtualSize = info.capacity;
+    for (;;) {
+      let vol = await lookupVolume(lv, pool, name);
+      let marker = await lookupVolume(lv, pool, markerName);
+      let state = cachedImageState({ image: vol !== undefined, marker: marker !== undefined });
+      let info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
+      if (state === "complete" && info === undefined) {
+        // Listed but its file is gone: refresh so libvirt forgets it, then look again.
+        await refreshPool(lv, pool, this.options.retryEnv);
+        vol = await lookupVolume(lv, pool, name);
+        marker = await lookupVolume(lv, pool, markerName);
+        state = cachedImageState({ image: vol !== undefined, marker: marker !== undefined });
+        info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
       }
-      return { name, volume: vol, path, virtualSize, uploaded: false };
+      if (state === "complete" && vol !== undefined && info !== undefined) {
+        const path = await lv.storageVolGetPath(vol);
+        let virtualSize = this.sizes.get(this.key(loc, name));
+        if (virtualSize === undefined) {
+          // Capacity 1 is the size we created it with: libvirt has not re-read the
+          // file since the upload (its post-upload refresh skips while other jobs run).
+          if (info.capacity <= 1) {
+            await refreshPool(lv, pool, this.options.retryEnv);
+            info = (await volumeInfo(lv, vol)) ?? info;
+          }
+          virtualSize = info.capacity;
+        }
+        return { name, volume: vol, path, virtualSize, uploaded: false };
+      }
+      // Partial or absent: the lease decides who fills it (image-lease.ts); a live holder is waited for.
+      const outcome = await takeLease(loc, markerName, this.options.lease, this.options.retryEnv);
+      if (outcome.kind === "released") continue;
+      return this.upload(loc, image, name, outcome.lease, onProgress);
     }
-    // Partial or absent: remove leftovers (image first, so a cut here still leaves the marker).
-    if (vol !== undefined) await deleteVolume(lv, vol);
-    if (marker !== undefined) await deleteVolume(lv, marker);
-    return this.upload(loc, image, name, markerName, onProgress);
   }
 
   private async upload(
     loc: CacheLocation,
     image: ImageIdentity,
     name: string,
-    markerName: string,
+    lease: HeldLease,
     onProgress: ProgressListener,
   ): Promise<CachedImage> {
     const { lv, pool } = loc;
-    const env = this.options.retryEnv;
-    const marker = await createFreshVolume(
-      lv,
-      pool,
-      markerName,
-      buildCachedImageVolumeXml({ name: markerName, format: "raw", capacityBytes: 1 }),
-      env,
-    );
-    const vol = await createFreshVolume(
-      lv,
-      pool,
-      name,
-      buildCachedImageVolumeXml({ name, format: "raw", capacityBytes: 1 }),
-      env,
-    );
+    let vol: StorageVol | undefined;
     let stream: Readable | undefined;
     try {
+      // What a dead holder left goes first; the marker (ours now) keeps it from counting as complete.
+      vol = await createFreshVolume(
+        lv,
+        pool,
+        name,
+        buildCachedImageVolumeXml({ name, format: "raw", capacityBytes: 1 }),
+        this.options.retryEnv,
+      );
       const opened = await (this.options.open ?? defaultOpen)(image, {});
       const verified = verifiedStream(opened, {
         format: image.format,
@@ -240,19 +246,24 @@ export class ImageCache {
         throw new ProviderError("transient", `upload of ${image.url} ended before the image was verified`);
       }
       const path = await lv.storageVolGetPath(vol);
-      // Only now is the image complete: remove the marker.
-      await deleteVolume(lv, marker);
+      // Only now is the image complete: remove the marker, if the lease is still ours.
+      if (!(await lease.release())) throw new LeaseLostError(partialMarkerVolumeName(name));
       this.sizes.set(this.key(loc, name), result.virtualSize);
       return { name, volume: vol, path, virtualSize: result.virtualSize, uploaded: true };
     } catch (err) {
       stream?.destroy();
       // Best effort. The marker goes only once the image is gone: an image
       // left without its marker would pass for complete.
-      const imageGone = await deleteVolume(lv, vol).then(
+      // The image volume may exist although its create's reply never came: look it up by name then.
+      const imageGone = await (vol !== undefined
+        ? deleteVolume(lv, vol)
+        : deleteVolumeByName(lv, pool, name)
+      ).then(
         () => true,
         () => false,
       );
-      if (imageGone) await deleteVolume(lv, marker).catch(() => false);
+      if (imageGone) await lease.release().catch(() => lease.abandon());
+      else lease.abandon();
       throw err;
     }
   }

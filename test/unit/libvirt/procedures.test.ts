@@ -62,6 +62,7 @@ describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
     ["connect_get_lib_version", 157],
     ["domain_create_with_flags", 196],
     ["storage_vol_upload", 208],
+    ["storage_vol_resize", 260],
     ["domain_get_state", 212],
     ["domain_undefine_flags", 231],
     ["domain_destroy_flags", 234],

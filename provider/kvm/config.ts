@@ -6,6 +6,7 @@
  */
 
 import { LIBVIRT_DEFAULTS } from "../transport/defaults";
+import { type HostCapacity, parseCapacity } from "./capacity";
 import { MIN_DEADLINE_SECONDS, parseDuration } from "./duration";
 import { given, isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
 import { type ImageConfig, parseImage } from "./image";
@@ -64,6 +65,8 @@ export interface HostConfig {
   ssh?: SshAuthConfig;
   /** Deadline for each libvirt call's reply, ms (config `callTimeout`; default the connection's 60 s). */
   callTimeoutMs?: number;
+  /** What the host can take (config `capacity`): placement's limits and the creates in flight at once. */
+  capacity: HostCapacity;
 }
 
 /** Bounds of a host's `callTimeout`, seconds. */
@@ -110,6 +113,7 @@ const HOST_FIELDS = [
   "agentSocket",
   "passphrase",
   "callTimeout",
+  "capacity",
 ] as const;
 
 const SSH_FIELDS = [
@@ -293,8 +297,10 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
     }
   }
 
+  const capacity = parseCapacity(input.capacity, f);
+
   if (f.list.length > before || endpoint === undefined) return undefined;
-  const host: HostConfig = { key, uri: uri as string, endpoint, driverUri, domainType, pool, nic };
+  const host: HostConfig = { key, uri: uri as string, endpoint, driverUri, domainType, pool, nic, capacity };
   if (callTimeoutMs !== undefined) host.callTimeoutMs = callTimeoutMs;
   if (endpoint.kind === "ssh") {
     host.ssh =

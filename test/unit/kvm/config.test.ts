@@ -41,7 +41,23 @@ describe("host configuration", () => {
       pool: "default",
       nic: { kind: "network", network: "default" },
       ssh: { privateKeyPath: "/k", knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH },
+      capacity: { concurrentCreates: 4 },
     });
+  });
+
+  it("takes a capacity (limits for placement, creates in flight) and refuses one that is not positive integers", () => {
+    expect(
+      host({ uri: "unix:///s", capacity: { memoryMiB: 8192, proxies: 6, concurrentCreates: 2 } }).capacity,
+    ).toEqual({
+      memoryMiB: 8192,
+      proxies: 6,
+      concurrentCreates: 2,
+    });
+    expect(
+      failures({ hosts: { edge: { uri: "unix:///s", capacity: { proxies: 0, vcpus: 1.5, disks: 3 } } } })
+        .map((x) => x.property)
+        .sort(),
+    ).toEqual(["hosts.edge.capacity.disks", "hosts.edge.capacity.proxies", "hosts.edge.capacity.vcpus"]);
   });
 
   it.each([

@@ -108,6 +108,7 @@ export class LibvirtConnection implements RpcCaller {
   private keepaliveOf: { client: RpcClient; keepalive: Keepalive } | null = null;
   private connecting: Promise<RpcClient> | null = null;
   private closed = false;
+  private connects = 0;
 
   constructor(options: LibvirtConnectionOptions) {
     this.transport = options.transport;
@@ -126,6 +127,14 @@ export class LibvirtConnection implements RpcCaller {
   /** True while an open RpcClient exists (for tests and diagnostics). */
   get connected(): boolean {
     return this.client !== null && !this.client.closed;
+  }
+
+  /**
+   * How many times this connection has connected (0 before the first): what
+   * a handle cached per connection (a storage pool's) is keyed on.
+   */
+  get generation(): number {
+    return this.connects;
   }
 
   /** The current stream's keepalive; undefined when not connected or the daemon has none. */
@@ -241,6 +250,7 @@ export class LibvirtConnection implements RpcCaller {
       if (this.client === client) this.client = null;
     });
     this.client = client;
+    this.connects++;
     return client;
   }
 

@@ -23,7 +23,7 @@ import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./
 import type { HostPool } from "./hosts";
 import type { ImageCache } from "./image-cache";
 import type { RetryEnv } from "./retry";
-import { createFreshVolume, lookupPool, lookupVolume, volumeInfo } from "./volumes";
+import { createFreshVolume, lookupVolume, volumeInfo } from "./volumes";
 
 /** What create needs for one VM: the seed's parts plus the machine and its record. */
 export interface CreateSpec extends SeedSpec {
@@ -143,7 +143,7 @@ export async function createOnce(
   }
 
   await step("pool");
-  const pool = await lookupPool(lv, host.pool);
+  const pool = await ctx.hosts.pool(spec.host);
   if (pool === undefined) {
     throw new ProviderError(
       "permanent",

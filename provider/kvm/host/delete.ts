@@ -15,7 +15,7 @@ import { diskVolumeNames, lookupDomain, ownerOf, removeDomain } from "./domains"
 import type { HostPool } from "./hosts";
 import type { DeleteOptions, DeleteResult } from "./operations";
 import type { RetryEnv } from "./retry";
-import { deleteVolume, lookupPool, lookupVolume, refreshPool } from "./volumes";
+import { deleteVolume, lookupVolume, refreshPool } from "./volumes";
 
 export async function deleteOnce(
   hosts: HostPool,
@@ -25,7 +25,6 @@ export async function deleteOnce(
   options: DeleteOptions,
 ): Promise<DeleteResult> {
   const lv = hosts.libvirt(hostKey);
-  const host = hosts.config(hostKey);
   let dom = await lookupDomain(lv, name);
   if (dom !== undefined && options.owner !== undefined) {
     const owner = await ownerOf(lv, dom);
@@ -35,7 +34,7 @@ export async function deleteOnce(
       // does not use are ours (a create that lost the define to it).
       const inUse = new Set(await diskVolumeNames(lv, dom));
       const own = perVmVolumeNames(name, options.owner).filter((n) => !inUse.has(n));
-      const pool = await lookupPool(lv, host.pool);
+      const pool = await hosts.pool(hostKey);
       const removed = pool === undefined ? [] : await removeVolumes(lv, pool, env, [], own);
       return { domainRemoved: false, volumesRemoved: removed, noop: "not-ours", foreignOwner: owner };
     }
@@ -43,7 +42,7 @@ export async function deleteOnce(
   // The volumes a domain uses are the ones its disks name; without a domain, the names its owner's create chose.
   const disks = dom === undefined ? [] : await diskVolumeNames(lv, dom);
   const domainRemoved = dom !== undefined && (await removeDomain(lv, dom));
-  const pool = await lookupPool(lv, host.pool);
+  const pool = await hosts.pool(hostKey);
   if (pool === undefined) return { domainRemoved, volumesRemoved: [], noop: "pool-missing" };
   const owners = [options.owner, options.volumeOwner].filter((o): o is string => o !== undefined);
   const expected =

@@ -11,10 +11,12 @@ import path from "node:path";
 import { ProviderError } from "../../errors";
 import { LibvirtConnection } from "../../libvirt/connection";
 import { Libvirt } from "../../libvirt/libvirt";
+import type { StoragePool } from "../../libvirt/types";
 import { SshTransport } from "../../transport/ssh";
 import type { Transport } from "../../transport/types";
 import { UnixSocketTransport } from "../../transport/unix";
 import type { HostConfig } from "../config";
+import { PoolHandles } from "./pools";
 import { CallTracer } from "./trace";
 
 /** The host key is not in the provider configuration. Permanent: only a config change helps. */
@@ -70,6 +72,7 @@ export interface HostPoolOptions {
 interface Entry {
   connection: LibvirtConnection;
   libvirt: Libvirt;
+  pool: PoolHandles;
 }
 
 /** One shared, lazily connected libvirt connection per configured host. */
@@ -111,6 +114,15 @@ export class HostPool {
     return this.entry(key).connection;
   }
 
+  /**
+   * The handle of the host's configured storage pool, or undefined when the
+   * host has none of that name: looked up once per host and connection
+   * (pools.ts), again when libvirtd stops knowing the handle.
+   */
+  pool(key: string): Promise<StoragePool | undefined> {
+    return this.entry(key).pool.get();
+  }
+
   /** Closes every connection made so far; later calls build fresh ones. */
   async closeAll(): Promise<void> {
     const entries = [...this.entries.values()];
@@ -131,7 +143,9 @@ export class HostPool {
       ...optionalTimeout(host.callTimeoutMs ?? this.options.callTimeoutMs),
       ...(hook ? { onCall: hook } : {}),
     });
-    const entry = { connection, libvirt: new Libvirt(this.tracer.wrap(key, connection)) };
+    // A dropped connection's handle is not reused: the next lookup reconnects and asks again.
+    const pool = new PoolHandles(host.pool, () => (connection.connected ? connection.generation : -1));
+    const entry = { connection, libvirt: new Libvirt(pool.caller(this.tracer.wrap(key, connection))), pool };
     this.entries.set(key, entry);
     return entry;
   }

@@ -40,7 +40,7 @@ import {
   toOperationError,
   withRetry,
 } from "./retry";
-import { hasCode, lookupPool } from "./volumes";
+import { hasCode } from "./volumes";
 
 /** What get reports. */
 export interface VmStatus {
@@ -423,7 +423,7 @@ export class KvmOperations {
     const inUse = new Set(listed.vms.map((vm) => ImageCache.volumeName(vm.metadata.image)));
     return this.retrying(ctx, async () => {
       const lv = this.hosts.libvirt(hostKey);
-      const pool = await lookupPool(lv, this.hosts.config(hostKey).pool);
+      const pool = await this.hosts.pool(hostKey);
       if (pool === undefined) return [];
       return this.images.prune({ host: hostKey, lv, pool }, inUse);
     });

@@ -1,5 +1,5 @@
 /**
- * pulumi-kvm-proxy: the KvmProxy Pulumi resource, and the pure builders it
+ * pulumi-kvm-proxy: the KvmProxy Pulumi resource, the ProxyFleet component, and the pure builders it
  * uses, so a program (or a test) can inspect exactly what would be sent to
  * libvirt and to the guest: domain XML, volume XML, the NoCloud seed ISO,
  * vendor-data, metadata, names and provider IDs.
@@ -38,4 +38,5 @@ export {
   UPDATE_PROPERTIES,
 } from "./resource/args";
 export { KvmProxy, PROVIDER_MODULE } from "./resource/kvm-proxy";
+export { PROXY_FLEET_TYPE, ProxyFleet, type ProxyFleetArgs } from "./resource/proxy-fleet";
 export { defaultUserData } from "./resource/squid";

@@ -1,43 +1,15 @@
-// A fleet of proxies spread round-robin over several libvirt hosts, as one
-// ComponentResource. Exports every proxy's ID and URL.
+// A fleet of proxies placed over a pool of libvirt hosts by capacity, and
+// rotated in batches: the library's ProxyFleet component.
+//
+//   pulumi config set --path 'kvm:hosts.lab-a.capacity.proxies' 6
+//   pulumi config set --path 'fleet:hosts[0]' lab-a
+//   pulumi config set fleet:size 12
+//   pulumi config set fleet:maxAge 7d     # optional: rotate members older than this, 2 per up
 import * as pulumi from "@pulumi/pulumi";
-import { KvmProxy, type KvmProxyArgs } from "pulumi-kvm-proxy";
-
-export interface ProxyFleetArgs {
-  /** Keys of kvm:hosts to spread over. */
-  hosts: string[];
-  /** How many proxies in all. */
-  size: number;
-  /** Arguments shared by every proxy (image, memoryMiB, ...). */
-  proxy: Omit<KvmProxyArgs, "host">;
-}
-
-export class ProxyFleet extends pulumi.ComponentResource {
-  readonly proxies: KvmProxy[];
-  readonly ids: pulumi.Output<string[]>;
-  readonly urls: pulumi.Output<(string | undefined)[]>;
-
-  constructor(name: string, args: ProxyFleetArgs, opts?: pulumi.ComponentResourceOptions) {
-    super("kvmproxy:index:ProxyFleet", name, {}, opts);
-    if (args.hosts.length === 0) throw new Error("ProxyFleet needs at least one host");
-    this.proxies = [];
-    for (let i = 0; i < args.size; i++) {
-      const host = args.hosts[i % args.hosts.length] as string;
-      this.proxies.push(
-        new KvmProxy(
-          `${name}-${i}`,
-          { ...args.proxy, host, tags: { fleet: name, member: String(i) } },
-          { parent: this },
-        ),
-      );
-    }
-    this.ids = pulumi.all(this.proxies.map((p) => p.id));
-    this.urls = pulumi.all(this.proxies.map((p) => p.proxyUrl));
-    this.registerOutputs({ ids: this.ids, urls: this.urls });
-  }
-}
+import { type KvmProxyArgs, ProxyFleet } from "pulumi-kvm-proxy";
 
 const config = new pulumi.Config("fleet");
+const maxAge = config.get("maxAge");
 const fleet = new ProxyFleet("crawl", {
   hosts: config.getObject<string[]>("hosts") ?? ["lab-a", "lab-b"],
   size: config.getNumber("size") ?? 4,
@@ -45,7 +17,9 @@ const fleet = new ProxyFleet("crawl", {
     image: config.get("image") ?? "debian-12",
     ...(config.getObject<Partial<KvmProxyArgs>>("proxy") ?? {}),
   },
+  ...(maxAge !== undefined ? { rotation: { maxAge, batch: config.getNumber("batch") ?? 2 } } : {}),
 });
 
 export const ids = fleet.ids;
 export const urls = fleet.urls;
+export const hosts = fleet.hosts;

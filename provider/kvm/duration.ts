@@ -1,6 +1,6 @@
 /**
  * Durations as users write them in config and inputs: seconds as a number,
- * or text such as "90", "45s", "10m", "1h30m".
+ * or text such as "90", "45s", "10m", "1h30m", "7d".
  */
 
 /**
@@ -20,9 +20,9 @@ export function parseDuration(v: unknown): number | undefined {
   let secs: number;
   if (/^\d+(\.\d+)?$/.test(t)) secs = Number(t);
   else {
-    const m = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(t);
+    const m = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/.exec(t);
     if (!m || t === "") return undefined;
-    secs = Number(m[1] ?? 0) * 3600 + Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0);
+    secs = Number(m[1] ?? 0) * 86_400 + Number(m[2] ?? 0) * 3600 + Number(m[3] ?? 0) * 60 + Number(m[4] ?? 0);
   }
   return Number.isFinite(secs) ? secs : undefined;
 }

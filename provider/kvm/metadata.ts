@@ -78,6 +78,11 @@ export interface ProxyMetadata {
   proxyPort: number;
   /** The requested root disk size (the overlay may be larger: at least the image's virtual size). */
   diskGiB: number;
+  /** Memory and vCPUs the VM was made with: what placement counts on its host (absent on VMs made before). */
+  memoryMiB?: number;
+  vcpus?: number;
+  /** The storage pool holding its disks: whose capacity it counts against (absent on VMs made before). */
+  storagePool?: string;
   tags: Record<string, string>;
 }
 
@@ -149,6 +154,10 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
     f.fail("proxyPort", "must be an integer from 1 to 65535");
   }
   if (!Number.isInteger(m.diskGiB) || m.diskGiB < 1) f.fail("diskGiB", "must be a positive integer");
+  for (const k of ["memoryMiB", "vcpus"] as const) {
+    const v = m[k];
+    if (v !== undefined && (!Number.isInteger(v) || v < 1)) f.fail(k, "must be a positive integer");
+  }
   const tags = m.tags ?? {};
   if (typeof tags !== "object" || tags === null) f.fail("tags", "must be an object");
   else {
@@ -188,7 +197,14 @@ export function buildMetadataElement(m: ProxyMetadata): XmlElement {
       backend: m.owner.backend,
     }),
     el(p("image"), { ref: m.image.ref, url: m.image.url, format: m.image.format, sha256: m.image.sha256 }),
-    el(p("spec"), { hash: m.specHash, proxyPort: m.proxyPort, diskGiB: m.diskGiB }),
+    el(p("spec"), {
+      hash: m.specHash,
+      proxyPort: m.proxyPort,
+      diskGiB: m.diskGiB,
+      memoryMiB: m.memoryMiB,
+      vcpus: m.vcpus,
+      storagePool: m.storagePool,
+    }),
     ...Object.entries(m.tags ?? {}).map(([key, value]) => el(p("tag"), { key, value })),
   );
 }
@@ -309,6 +325,9 @@ function decode(root: XmlNode): ProxyMetadata {
     diskGiB: int(spec, "diskGiB"),
     tags,
   };
+  for (const k of ["memoryMiB", "vcpus"] as const) if (attribute(spec, k) !== undefined) m[k] = int(spec, k);
+  const storagePool = attribute(spec, "storagePool");
+  if (storagePool !== undefined) m.storagePool = storagePool;
   const sha256 = attribute(image, "sha256");
   if (sha256 !== undefined) m.image.sha256 = sha256;
   const failures = checkMetadata(m);

@@ -22,6 +22,10 @@ export type CreateStep = (typeof CREATE_STEPS)[number];
 export type Progress =
   /** Waiting for another provision of the same host and name in this process to finish. */
   | { kind: "queued" }
+  /** Choosing the host of a pool with the most room. */
+  | { kind: "placing"; pool: string[] }
+  /** Waiting for a create slot on the host (its concurrentCreates are in flight); `ahead` waiting before this one. */
+  | { kind: "waiting-host"; host: string; ahead: number }
   /** Create is about to run this step. */
   | { kind: "step"; step: CreateStep }
   /** The base image is being uploaded into the host's cache (or this create waits for another's upload). */

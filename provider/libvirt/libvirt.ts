@@ -44,6 +44,11 @@ export class Libvirt {
     return this.rpc.call(Procedures.connectGetLibVersion, undefined, opts);
   }
 
+  /** The host's free memory in bytes (what placement checks a VM's memory against). */
+  nodeGetFreeMemory(opts?: CallOptions): Promise<number> {
+    return this.rpc.call(Procedures.nodeGetFreeMemory, undefined, opts);
+  }
+
   connectSupportsFeature(feature: number, opts?: CallOptions): Promise<boolean> {
     return this.rpc.call(Procedures.connectSupportsFeature, { feature }, opts);
   }

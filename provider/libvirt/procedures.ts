@@ -181,6 +181,12 @@ export const Procedures = {
     noArgs,
     (r) => r.uhyperNumber(),
   ),
+  nodeGetFreeMemory: remote<void, number>(
+    "node_get_free_memory",
+    RemoteProcedure.NODE_GET_FREE_MEMORY,
+    noArgs,
+    (r) => r.uhyperNumber(),
+  ),
   connectSupportsFeature: remote<{ feature: number }, boolean>(
     "connect_supports_feature",
     RemoteProcedure.CONNECT_SUPPORTS_FEATURE,

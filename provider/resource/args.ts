@@ -72,8 +72,14 @@ export interface ProxyConfig {
 
 /** The arguments of `new KvmProxy(name, args)`. */
 export interface KvmProxyArgs {
-  /** A key of the stack config `kvm:hosts`. Changing it replaces the VM. */
-  host: pulumi.Input<string>;
+  /**
+   * A key of the stack config `kvm:hosts`, or `{pool: [keys]}`: placed at
+   * create on the host of the pool with the most room (its capacity less
+   * what our VMs of every stack hold there). The host chosen is the `host`
+   * output and part of the ID; a later change of the pool moves the proxy
+   * only when its host leaves the pool. Changing a plain key replaces it.
+   */
+  host: pulumi.Input<string | { pool: pulumi.Input<pulumi.Input<string>[]> }>;
   /** A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes). */
   image: pulumi.Input<string | pulumi.Input<InlineImage>>;
   /** cloud-init user-data, any format, placed in the seed byte for byte. Default: a cloud-config installing squid on proxyPort. */
@@ -124,6 +130,13 @@ export interface KvmProxyArgs {
   timeouts?: pulumi.Input<Timeouts>;
   /** Free-form labels, stored in the VM's libvirt metadata too. Changing them updates in place. */
   tags?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+  /**
+   * Replace the proxy once it is older than `maxAge` (e.g. "7d"; its creation
+   * time is in its metadata), created before its predecessor is deleted.
+   * ProxyFleet sets `batch` (most of its members replaced per `up`, oldest
+   * first) and the fields that group its members.
+   */
+  rotation?: pulumi.Input<{ maxAge: string | number; batch?: number; group?: string; size?: number }>;
 }
 
 /** Who owns the VM, recorded in its metadata. Filled in by KvmProxy, never by users. */
@@ -137,7 +150,8 @@ export interface OwnerInput {
 
 /** Inputs after check: defaults applied. This is what the state's inputs hold. */
 export interface CheckedInputs {
-  host: string;
+  /** A host key, or the pool to place on (create resolves it; the outputs hold the host chosen). */
+  host: string | { pool: string[] };
   image: string | InlineImage;
   /** The image as check resolved it (from the config or inline): what the VM is built from. */
   resolvedImage: ImageIdentity;
@@ -167,6 +181,7 @@ export interface CheckedInputs {
   /** In seconds. */
   timeouts: { create: number; delete: number };
   tags: Record<string, string>;
+  rotation?: { maxAge: number; batch: number; group?: string; size?: number };
   owner?: OwnerInput;
 }
 
@@ -195,8 +210,14 @@ export type KvmProxyState = ProxyState | "degraded";
 export interface KvmProxyOutputs
   extends Omit<
     CheckedInputs,
-    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64" | "proxy"
+    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64" | "proxy" | "host"
   > {
+  /** The host the proxy lives on (a pooled proxy's, chosen at create). */
+  host: string;
+  /** The pool a pooled proxy was placed from. */
+  hostPool?: string[];
+  /** When the VM was made (ISO 8601, from its metadata): what rotation measures age from. */
+  createdAt?: string;
   /** The proxy block without the password (username only). */
   proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth"> & { auth?: { username: string } };
   /** The salted hash of the password the guest's squid checks (a secret output: it says what changed at diff). */
@@ -264,4 +285,4 @@ export const REPLACE_PROPERTIES = [
 ] as const;
 
 /** Input properties updated in place (no rebuild). */
-export const UPDATE_PROPERTIES = ["tags", "healthCheck", "waitForIp", "timeouts"] as const;
+export const UPDATE_PROPERTIES = ["tags", "healthCheck", "waitForIp", "timeouts", "rotation"] as const;

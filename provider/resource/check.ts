@@ -9,7 +9,6 @@
  * which the caller supplies.
  */
 
-import type { HostConfig } from "../kvm/config";
 import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain-xml";
 import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
 import { given } from "../kvm/fields";
@@ -38,6 +37,7 @@ import {
   UNKNOWN,
   UPDATE_PROPERTIES,
 } from "./args";
+import { checkHost, checkRotation } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import type { StackConfig } from "./config";
@@ -273,34 +273,6 @@ function checkName(f: Failures, v: unknown): string | undefined {
   return v as string;
 }
 
-function checkHostRef(f: Failures, v: unknown, config: StackConfig): HostConfig | undefined {
-  if (v === undefined || v === null || v === "") {
-    f.fail("host", "is required: a key of the stack config kvm:hosts");
-    return undefined;
-  }
-  if (v === UNKNOWN) return undefined;
-  if (typeof v !== "string") {
-    f.fail("host", "must be a string: a key of the stack config kvm:hosts");
-    return undefined;
-  }
-  const broken = Object.hasOwn(config.hostFailures, v) ? config.hostFailures[v] : undefined;
-  if (broken !== undefined) {
-    for (const x of broken) f.fail("host", `stack config ${x.property}: ${x.reason}`);
-    return undefined;
-  }
-  const host = Object.hasOwn(config.hosts, v) ? config.hosts[v] : undefined;
-  if (host === undefined) {
-    const known = Object.keys(config.hosts);
-    f.fail(
-      "host",
-      `unknown host ${quote(v)}: not a key of the stack config kvm:hosts (configured: ${
-        known.length > 0 ? known.join(", ") : "none"
-      })`,
-    );
-  }
-  return host;
-}
-
 function checkOwner(v: unknown): OwnerInput | undefined {
   if (!isObject(v)) return undefined;
   const out: Partial<OwnerInput> = {};
@@ -336,7 +308,8 @@ export function checkInputs(
     }
   }
 
-  guard(f, "host", undefined, () => checkHostRef(f, news.host, config));
+  guard(f, "host", undefined, () => checkHost(f, news.host, config));
+  const rotation = guard(f, "rotation", undefined, () => checkRotation(f, news.rotation));
   // Guards of inputs that may hold a secret (an inline image's URL, a password) use a secret name.
   const resolvedImage = guard(f, secretName("image"), undefined, () =>
     checkImage(f, news.image, config.images, config.imageFailures),
@@ -431,6 +404,8 @@ export function checkInputs(
     for (const k of ["userData", "userDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
   } else if (userData.base64 !== undefined) out.userDataBase64 = userData.base64;
   else out.userData = userData.text ?? defaultUserData();
+  if (news.rotation === UNKNOWN) out.rotation = UNKNOWN;
+  else if (rotation !== undefined) out.rotation = rotation;
   if (news.proxy === UNKNOWN) out.proxy = UNKNOWN;
   else if (checkedProxy.proxy !== undefined) out.proxy = checkedProxy.proxy;
   if (vendorData.pending) {

@@ -105,6 +105,10 @@ function legacyDefaultKept(olds: Props, news: Props): boolean {
   return olds.userDataSha256 === seedDigest(legacyDefaultUserData(port));
 }
 
+function isPool(v: unknown): v is { pool: unknown } {
+  return typeof v === "object" && v !== null && "pool" in v;
+}
+
 /**
  * Decides the diff of one KvmProxy.
  *
@@ -123,6 +127,12 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   const replaces: string[] = [];
   const updates: string[] = [];
   for (const key of REPLACE_PROPERTIES) {
+    if (key === "host" && isPool(news.host)) {
+      // A placed proxy stays where it is while its host is in the pool: a changed pool moves nobody else.
+      const pool = news.host.pool;
+      if (isUnknown(pool) || !Array.isArray(pool) || !pool.includes(olds.host)) replaces.push("host");
+      continue;
+    }
     if (key === "image") {
       const oldImage = olds.resolvedImage ?? olds.image;
       const newImage = olds.resolvedImage !== undefined ? news.resolvedImage : news.image;
@@ -157,7 +167,8 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   // A VM found stopped is started again, a degraded proxy probed again (update): `up` shows both.
   const stopped = olds.state === "stopped" || olds.state === "failed" || olds.state === "degraded";
   const replacing = replaces.length > 0;
-  const sameHost = same(olds.host, news.host);
+  // A pooled replacement may land on the same host: a fixed name must go first, as on one host.
+  const sameHost = isPool(news.host) || same(olds.host, news.host);
   const fixedNameKept = news.autoname !== true && sameHost && same(olds.name, news.name);
   const fixedMacKept =
     typeof news.macAddress === "string" &&

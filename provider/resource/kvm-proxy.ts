@@ -56,7 +56,12 @@ export const SECRET_OUTPUTS = [
 export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly domainName: pulumi.Output<string>;
   declare readonly uuid: pulumi.Output<string>;
+  /** The host it lives on: the one given, or the one placement chose from a pool. */
   declare readonly host: pulumi.Output<string>;
+  /** A pooled proxy's pool. */
+  declare readonly hostPool: pulumi.Output<string[] | undefined>;
+  /** When the VM was made (ISO 8601): what rotation measures age from. */
+  declare readonly createdAt: pulumi.Output<string | undefined>;
   /** The guest's first routable IPv4; absent until known. */
   declare readonly ipAddress: pulumi.Output<string | undefined>;
   declare readonly macAddress: pulumi.Output<string>;
@@ -107,6 +112,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "health",
       "state",
       "host",
+      "hostPool",
+      "createdAt",
       "name",
       "proxyPort",
       "memoryMiB",

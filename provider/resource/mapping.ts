@@ -35,6 +35,8 @@ export function defined<T extends Props>(o: T): T {
 export function specHashOf(c: CheckedInputs): string {
   const spec: Props = {};
   for (const key of REPLACE_PROPERTIES) spec[key] = key === "image" ? c.resolvedImage : c[key];
+  // Where it lives is not how it is built: a pooled proxy's hash does not follow the pool's members.
+  if (typeof c.host !== "string") spec.host = "pool";
   // The metadata is readable on the host: the password enters only as the salted hash the seed holds.
   if (c.proxy !== undefined) spec.proxy = publicProxy(c);
   return hashSpec(spec);
@@ -105,7 +107,12 @@ export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): s
  * The operations layer's create spec for checked inputs; `backend`, the
  * identity of the Pulumi backend (backend.ts), goes into the owner record.
  */
-export function createSpec(c: CheckedInputs, backend?: string): CreateSpec {
+export function createSpec(
+  c: CheckedInputs,
+  backend?: string,
+  /** The host, for a pooled proxy already placed (placement sets it otherwise). */
+  host: string = typeof c.host === "string" ? c.host : (c.host.pool[0] as string),
+): CreateSpec {
   const image: ImageIdentity = {
     url: c.resolvedImage.url,
     format: c.resolvedImage.format,
@@ -113,7 +120,7 @@ export function createSpec(c: CheckedInputs, backend?: string): CreateSpec {
     ...(c.resolvedImage.sha256 !== undefined ? { sha256: c.resolvedImage.sha256 } : {}),
   };
   const spec: CreateSpec = {
-    host: c.host,
+    host,
     name: c.name,
     image,
     imageRef: typeof c.image === "string" ? c.image : c.resolvedImage.url,
@@ -125,7 +132,7 @@ export function createSpec(c: CheckedInputs, backend?: string): CreateSpec {
     owner: {
       project: c.owner?.project ?? "unknown",
       stack: c.owner?.stack ?? "unknown",
-      urn: c.owner?.urn ?? `kvm://${c.host}/${c.name}`,
+      urn: c.owner?.urn ?? `kvm://${host}/${c.name}`,
       ...(backend !== undefined ? { backend } : {}),
     },
     specHash: specHashOf(c),
@@ -173,16 +180,21 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
     out.memoryMiB = status.domain.memoryMiB;
     out.vcpus = status.domain.vcpus;
   }
-  if (status.metadata !== undefined) out.tags = status.metadata.tags;
+  if (status.metadata !== undefined) {
+    out.tags = status.metadata.tags;
+    out.createdAt = status.metadata.createdAt;
+  }
   return defined(out);
 }
 
 /** Outputs after create/update: the checked inputs plus what the VM reports. */
 export function outputsFrom(
   c: CheckedInputs,
-  status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4">,
+  status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4"> &
+    Pick<Partial<VmStatus>, "metadata">,
   health?: ProxyHealth,
 ) {
+  const createdAt = status.metadata?.createdAt;
   const {
     macAddress: _requested,
     userData: _userData,
@@ -197,9 +209,13 @@ export function outputsFrom(
     ...rest,
     userDataSha256: seedDigest(seedDataOf(c, "userData") ?? ""),
     ...(vendorData !== undefined ? { vendorDataSha256: seedDigest(vendorData) } : {}),
+    // The host it lives on (a pooled proxy's, chosen at create), and the pool it was placed from.
+    host: status.host,
+    ...(typeof c.host !== "string" ? { hostPool: c.host.pool } : {}),
     domainName: c.name,
     uuid: status.uuid ?? "",
     state: status.state,
+    ...(createdAt !== undefined ? { createdAt } : {}),
   };
   const proxy = publicProxy(c);
   if (proxy !== undefined) out.proxy = proxy;

@@ -27,6 +27,10 @@ export function progressText(p: Progress): string {
   switch (p.kind) {
     case "queued":
       return "waiting for another create of this name to finish";
+    case "placing":
+      return `choosing the host with the most room among ${p.pool.join(", ")}`;
+    case "waiting-host":
+      return `waiting for a create slot on host ${p.host} (${p.ahead} ahead; its concurrentCreates are busy)`;
     case "step":
       return STEP_TEXT[p.step];
     case "image-upload": {

@@ -27,6 +27,7 @@ import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { probeOnce, waitHealthy } from "./health-check";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
 import { progressText } from "./progress";
+import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
 
 type Props = Record<string, unknown>;
 
@@ -71,6 +72,8 @@ export class KvmProxyRuntime {
    * health poll one TCP connect or HTTP request.
    */
   pollMs = 1_000;
+  /** Which proxies due for rotation are replaced in this up (rotation.ts). */
+  readonly rotations = new RotationRounds();
   /** Deadline of the one probe a refresh or update makes, ms. */
   probeTimeoutMs = 5_000;
   /** Where progress and warnings go: the engine's Log RPC (see engine-log.ts); replaceable by tests. */
@@ -137,12 +140,47 @@ export class KvmProxyRuntime {
     );
   }
 
-  diff(_id: string, olds: Props, news: Props) {
+  async diff(id: string, olds: Props, news: Props) {
     const d = diffProxy(olds, news);
-    return Promise.resolve({
-      changes: d.changes,
-      replaces: d.replaces,
-      deleteBeforeReplace: d.deleteBeforeReplace,
+    const rotation = news.rotation as RotationSettings | undefined;
+    if (d.replaces.length === 0 && typeof rotation === "object" && rotation !== null) {
+      // Due for rotation and this member's turn in this up: replaced (created first, then its predecessor deleted).
+      if (
+        await this.rotations.turn(rotation, { id, createdAt: olds.createdAt }, () =>
+          this.membersOf(rotation, olds, news),
+        )
+      ) {
+        const urn = (news.owner as { urn?: string } | undefined)?.urn;
+        const age = ageSeconds(olds.createdAt) ?? 0;
+        this.engineLog().info(
+          urn,
+          `rotating: ${formatAge(age)} old, over its maxAge of ${formatAge(rotation.maxAge)} (at most ${rotation.batch} per up)`,
+        );
+        await this.engineLog().flush();
+        return { changes: true, replaces: ["rotation"], deleteBeforeReplace: news.autoname !== true };
+      }
+    }
+    return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
+  }
+
+  /** The members of a proxy's rotation group on its hosts (its own and its pool's). */
+  private membersOf(rotation: RotationSettings, olds: Props, news: Props): Promise<Member[]> {
+    const owner = news.owner as { project?: unknown; stack?: unknown } | undefined;
+    const pool = (news.host as { pool?: unknown } | undefined)?.pool;
+    const keys = [olds.host, news.host, ...(Array.isArray(pool) ? pool : [])].filter(
+      (k): k is string => typeof k === "string" && Object.hasOwn(this.config.hosts, k),
+    );
+    if (
+      rotation.group === undefined ||
+      typeof owner?.project !== "string" ||
+      typeof owner.stack !== "string"
+    ) {
+      return Promise.resolve([]);
+    }
+    return this.ops().groupMembers(keys, {
+      project: owner.project,
+      stack: owner.stack,
+      group: rotation.group,
     });
   }
 
@@ -153,10 +191,12 @@ export class KvmProxyRuntime {
    */
   async create(inputs: Props): Promise<{ id: string; outs: Props }> {
     const c = asChecked(inputs);
+    const pool = typeof c.host === "string" ? undefined : c.host.pool;
     const spec = createSpec(c, this.backend());
     let health: ProxyHealth | undefined;
     try {
       const status = await this.ops().provision(spec, {
+        ...(pool !== undefined ? { pool } : {}),
         onProgress: this.progressTo(c.owner?.urn),
         deadlineMs: c.timeouts.create * 1000,
         deadlineName: "timeouts.create",
@@ -170,12 +210,12 @@ export class KvmProxyRuntime {
             }
           : {}),
       });
-      return { id: formatProviderId(c.host, c.name), outs: outputsFrom(c, status, health) };
+      return { id: formatProviderId(status.host, c.name), outs: outputsFrom(c, status, health) };
     } catch (err) {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
       const id = err.providerId;
       const props: Props = {
-        ...outputsFrom(c, err.status ?? { host: c.host, name: c.name, state: "failed" }),
+        ...outputsFrom(c, err.status ?? { host: parseProviderId(id).host, name: c.name, state: "failed" }),
         __provider: inputs.__provider,
       };
       const cause = message(err.cause);
@@ -291,7 +331,7 @@ export class KvmProxyRuntime {
     if (unfinished || status.state === "stopped" || status.state === "failed") {
       // Restart (or finish) the VM this resource records, whatever URN its
       // metadata holds (a stack rename changes it); never roll it back.
-      status = await o.provision(createSpec(c, this.backend()), {
+      status = await o.provision(createSpec(c, this.backend(), host), {
         ...deadline,
         onProgress: this.progressTo(c.owner?.urn),
         adopt: unfinished ? "own" : "any",

@@ -351,30 +351,6 @@ describe("the create deadline", () => {
 });
 
 describe("examples", () => {
-  it("fleet (TypeScript, a component over two host keys) runs up and destroy", () => {
-    const ws = workspace("fleet", { name: "kvmpt-fleet", main: "examples/fleet", typescript: true });
-    const hosts = hostsConfig(host, ["local"]);
-    const local = (hosts["kvm:hosts"] as Record<string, unknown>).local;
-    ws.setConfig({
-      ...hosts,
-      "kvm:hosts": { "lab-a": local, "lab-b": local },
-      "fleet:hosts": ["lab-a", "lab-b"],
-      "fleet:size": 3,
-      "fleet:image": "tiny",
-      "fleet:proxy": TEST_PROXY_ARGS,
-    });
-    ws.up();
-    const ids = ws.outputs().ids as string[];
-    expect(ids.map((id) => id.replace(/-[0-9a-f]{8}$/, ""))).toEqual([
-      "kvm://lab-a/crawl-0",
-      "kvm://lab-b/crawl-1",
-      "kvm://lab-a/crawl-2",
-    ]);
-    expect(domainsOfStack(host, ws.stack)).toHaveLength(3);
-    ws.destroy();
-    expect(domainsOfStack(host, ws.stack)).toEqual([]);
-  });
-
   it("compose (proxies feeding a crawler config file) runs up and destroy", () => {
     const ws = workspace("compose", { name: "kvmpt-compose", main: "examples/compose" });
     const file = path.join(ws.dir, "crawler.json");

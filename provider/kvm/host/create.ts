@@ -188,6 +188,9 @@ export async function createOnce(
     createdAt: (options.now ?? (() => new Date()))().toISOString(),
     proxyPort: spec.proxyPort,
     diskGiB: spec.diskGiB,
+    memoryMiB: spec.memoryMiB,
+    vcpus: spec.vcpus,
+    storagePool: host.pool,
     tags: spec.tags ?? {},
   };
   const xml = buildDomainXml({

@@ -10,7 +10,8 @@
  */
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
-import { perVmVolumeNames } from "../names";
+import { ownerTag, perVmVolumeNames } from "../names";
+import { reservationName } from "../placement";
 import { diskVolumeNames, lookupDomain, ownerOf, removeDomain } from "./domains";
 import type { HostPool } from "./hosts";
 import type { DeleteOptions, DeleteResult } from "./operations";
@@ -33,7 +34,10 @@ export async function deleteOnce(
       // The domain and the volumes it uses are another's; volumes tagged with our owner that it
       // does not use are ours (a create that lost the define to it).
       const inUse = new Set(await diskVolumeNames(lv, dom));
-      const own = perVmVolumeNames(name, options.owner).filter((n) => !inUse.has(n));
+      const own = [
+        ...perVmVolumeNames(name, options.owner).filter((n) => !inUse.has(n)),
+        reservationName(name, ownerTag(options.owner)),
+      ];
       const pool = await hosts.pool(hostKey);
       const removed = pool === undefined ? [] : await removeVolumes(lv, pool, env, [], own);
       return { domainRemoved: false, volumesRemoved: removed, noop: "not-ours", foreignOwner: owner };
@@ -48,7 +52,8 @@ export async function deleteOnce(
   const expected =
     dom !== undefined ? disks : owners.length > 0 ? owners.flatMap((o) => perVmVolumeNames(name, o)) : [];
   // Untagged names: VMs made before the tags, and a VM of unknown owner.
-  const alsoTry = perVmVolumeNames(name);
+  // And the placement reservation of a create that never defined its domain (placer.ts).
+  const alsoTry = [...perVmVolumeNames(name), ...owners.map((o) => reservationName(name, ownerTag(o)))];
   return { domainRemoved, volumesRemoved: await removeVolumes(lv, pool, env, expected, alsoTry) };
 }
 

@@ -29,8 +29,10 @@ import {
   setManagedMetadata,
   stateByUuid,
 } from "./domains";
+import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import type { HostPool } from "./hosts";
 import { ImageCache } from "./image-cache";
+import { Placer } from "./placer";
 import { type ProvisionOptions, provision } from "./provision";
 import {
   type OperationContext,
@@ -40,6 +42,7 @@ import {
   toOperationError,
   withRetry,
 } from "./retry";
+import { Semaphore } from "./semaphore";
 import { hasCode } from "./volumes";
 
 /** What get reports. */
@@ -145,12 +148,17 @@ export class KvmOperations {
   private readonly ledger: DefineLedger;
   /** The provision in flight for each host and domain name (see {@link provision}). */
   readonly provisioning = new Map<string, Promise<unknown>>();
+  /** Placement over pools of hosts (placer.ts). */
+  readonly placer: Placer;
+  /** Creates in flight per host, bounded by its capacity's concurrentCreates. */
+  private readonly createSlots = new Map<string, Semaphore>();
 
   constructor(hosts: HostPool, options: KvmOperationsOptions = {}) {
     this.hosts = hosts;
     this.env = options.env ?? {};
     this.images = options.images ?? new ImageCache({ retryEnv: this.env });
     this.retry = options.retry ?? {};
+    this.placer = new Placer(hosts, this.env);
     this.ledger = new DefineLedger({
       env: this.env,
       ...(options.defineGraceMs !== undefined ? { graceMs: options.defineGraceMs } : {}),
@@ -175,6 +183,22 @@ export class KvmOperations {
    */
   provision(spec: CreateSpec, options: ProvisionOptions = {}): Promise<VmStatus> {
     return provision(this, spec, options);
+  }
+
+  /** Waits for a create slot on `hostKey`; returns the function that gives it back. */
+  createSlot(hostKey: string, onWait?: (ahead: number) => void): Promise<() => void> {
+    let s = this.createSlots.get(hostKey);
+    if (s === undefined) {
+      s = new Semaphore(this.hosts.config(hostKey).capacity.concurrentCreates);
+      this.createSlots.set(hostKey, s);
+    }
+    return s.acquire(onWait);
+  }
+
+  /** The members of a rotation group on hosts `keys` (fleet-members.ts). */
+  groupMembers(keys: readonly string[], match: GroupMatch): Promise<GroupMember[]> {
+    const ctx: OperationContext = { operation: "list group", host: keys.join(",") };
+    return this.retrying(ctx, () => groupMembers(this.hosts, keys, match));
   }
 
   private createContext() {

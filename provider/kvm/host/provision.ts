@@ -23,6 +23,7 @@ import { report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import type { CreateOptions, CreateSpec } from "./create";
 import type { DeleteResult, KvmOperations, VmStatus } from "./operations";
+import type { Placed } from "./placer";
 
 /** Options of {@link provision}. */
 export interface ProvisionOptions extends Pick<CreateOptions, "onStep" | "now" | "adopt" | "onProgress"> {
@@ -45,6 +46,12 @@ export interface ProvisionOptions extends Pick<CreateOptions, "onStep" | "now" |
    * leaves everything as it is: for restarting a VM the caller records.
    */
   rollback?: boolean;
+  /**
+   * Host keys to place the VM on (placer.ts): the one with the most room is
+   * chosen (and reserved) before anything is made, and `spec.host` is
+   * ignored. The status names the host chosen.
+   */
+  pool?: readonly string[];
 }
 
 /**
@@ -100,15 +107,25 @@ export function messageOf(err: unknown): string {
 /** See the module header. */
 export async function provision(
   ops: KvmOperations,
-  spec: CreateSpec,
+  given: CreateSpec,
   options: ProvisionOptions,
 ): Promise<VmStatus> {
+  let spec = given;
+  let placed: Placed | undefined;
+  if (options.pool !== undefined) {
+    report(options.onProgress, { kind: "placing", pool: [...options.pool] });
+    placed = await ops.placer.place(options.pool, given.name, given.owner.urn, {
+      memoryMiB: given.memoryMiB,
+      vcpus: given.vcpus,
+    });
+    spec = { ...given, host: placed.host };
+  }
   const key = `${spec.host}\0${spec.name}`;
   const previous = ops.provisioning.get(key);
   if (previous !== undefined) report(options.onProgress, { kind: "queued" });
   const mine = (previous ?? Promise.resolve())
     .catch(() => undefined)
-    .then(() => provisionNow(ops, spec, options));
+    .then(() => provisionNow(ops, spec, options, placed));
   ops.provisioning.set(key, mine);
   try {
     return await mine;
@@ -121,6 +138,7 @@ async function provisionNow(
   ops: KvmOperations,
   spec: CreateSpec,
   options: ProvisionOptions,
+  placed: Placed | undefined,
 ): Promise<VmStatus> {
   const id = formatProviderId(spec.host, spec.name);
   const deadlineMs = options.deadlineMs ?? 600_000;
@@ -140,13 +158,24 @@ async function provisionNow(
   const { signal } = deadline;
   let status: VmStatus | undefined;
   try {
-    const made = await ops.create(spec, {
-      signal,
-      ...(options.adopt !== undefined ? { adopt: options.adopt } : {}),
-      ...(options.onStep !== undefined ? { onStep: options.onStep } : {}),
-      ...(options.now !== undefined ? { now: options.now } : {}),
-      ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
-    });
+    // At most the host's concurrentCreates creates in flight on it, whatever Pulumi's --parallel.
+    const slot = await ops.createSlot(spec.host, (ahead) =>
+      report(options.onProgress, { kind: "waiting-host", host: spec.host, ahead }),
+    );
+    let made: Awaited<ReturnType<KvmOperations["create"]>>;
+    try {
+      made = await ops.create(spec, {
+        signal,
+        ...(options.adopt !== undefined ? { adopt: options.adopt } : {}),
+        ...(options.onStep !== undefined ? { onStep: options.onStep } : {}),
+        ...(options.now !== undefined ? { now: options.now } : {}),
+        ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+      });
+    } finally {
+      slot();
+    }
+    // Defined, the domain counts on its host: its reservation goes (best effort; a rollback removes it too).
+    if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);
     // create's UUID and parsed XML save the lookup and the XML read.
     status = await ops.readStatus(spec.host, spec.name, { uuid: made.uuid, domain: made.domain });
     if (options.waitForIp !== false) {

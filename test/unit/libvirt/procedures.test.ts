@@ -59,6 +59,7 @@ describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
     ["storage_vol_lookup_by_name", 95],
     ["storage_vol_get_info", 98],
     ["storage_vol_get_path", 100],
+    ["node_get_free_memory", 102],
     ["connect_get_lib_version", 157],
     ["domain_create_with_flags", 196],
     ["storage_vol_upload", 208],

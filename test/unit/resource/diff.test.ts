@@ -112,6 +112,7 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
   ["healthCheck url", {}, { healthCheck: { url: "http://example.com/" } }, "update", "healthCheck"],
   ["waitForIp", {}, { waitForIp: false, healthCheck: false }, "update", "waitForIp"],
   ["timeouts", {}, { timeouts: { create: "20m" } }, "update", "timeouts"],
+  ["rotation", {}, { rotation: { maxAge: "7d", batch: 2 } }, "update", "rotation"],
 ];
 
 describe("diff", () => {

@@ -190,6 +190,7 @@ describe("specHashOf", () => {
     ["healthCheck", { healthCheck: { url: "http://example.com/", expectStatus: 204 } }],
     ["waitForIp", { waitForIp: false, healthCheck: false }],
     ["timeouts", { timeouts: { create: 60, delete: 30 } }],
+    ["rotation", { rotation: { maxAge: 604_800, batch: 2 } }],
   ];
 
   it("has a row for every property that rebuilds the VM and every one changed in place", () => {

@@ -1,0 +1,134 @@
+/**
+ * `check` for where a proxy goes and how long it lives: `host` (one key of
+ * `kvm:hosts`, or `{pool: [keys]}` to be placed on the one with the most
+ * room at create) and `rotation` (`{maxAge, batch}`: replaced once older than
+ * maxAge, at most `batch` of a fleet per `up`).
+ */
+import type { HostConfig } from "../kvm/config";
+import { parseDuration } from "../kvm/duration";
+import { quote } from "../kvm/validation";
+import { UNKNOWN } from "./args";
+import type { StackConfig } from "./config";
+
+interface Fail {
+  fail(property: string | undefined, reason: string): void;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** One host key of the stack config, checked; failures at `property`. */
+function hostKey(f: Fail, property: string, v: unknown, config: StackConfig): HostConfig | undefined {
+  if (v === UNKNOWN) return undefined;
+  if (typeof v !== "string" || v === "") {
+    f.fail(property, "must be a string: a key of the stack config kvm:hosts");
+    return undefined;
+  }
+  const broken = Object.hasOwn(config.hostFailures, v) ? config.hostFailures[v] : undefined;
+  if (broken !== undefined) {
+    for (const x of broken) f.fail(property, `stack config ${x.property}: ${x.reason}`);
+    return undefined;
+  }
+  const host = Object.hasOwn(config.hosts, v) ? config.hosts[v] : undefined;
+  if (host === undefined) {
+    const known = Object.keys(config.hosts);
+    f.fail(
+      property,
+      `unknown host ${quote(v)}: not a key of the stack config kvm:hosts (configured: ${
+        known.length > 0 ? known.join(", ") : "none"
+      })`,
+    );
+  }
+  return host;
+}
+
+/** `host`: a key, or `{pool: [keys]}` (non-empty, no repeats). */
+export function checkHost(f: Fail, v: unknown, config: StackConfig): void {
+  if (v === undefined || v === null || v === "") {
+    f.fail("host", "is required: a key of the stack config kvm:hosts, or {pool: [keys]}");
+    return;
+  }
+  if (v === UNKNOWN) return;
+  if (!isObject(v)) {
+    if (typeof v !== "string")
+      f.fail("host", "must be a string (a key of the stack config kvm:hosts) or {pool: [keys]}");
+    else hostKey(f, "host", v, config);
+    return;
+  }
+  for (const k of Object.keys(v)) if (k !== "pool") f.fail(`host.${k}`, "unknown property (known: pool)");
+  const pool = v.pool;
+  if (pool === UNKNOWN) return;
+  if (pool === undefined || pool === null) {
+    f.fail("host", "a pool must list keys of the stack config kvm:hosts: {pool: [keys]}");
+    return;
+  }
+  if (!Array.isArray(pool) || pool.length === 0) {
+    f.fail("host.pool", "must be a non-empty list of keys of the stack config kvm:hosts");
+    return;
+  }
+  const seen = new Set<unknown>();
+  pool.forEach((k, i) => {
+    if (seen.has(k)) f.fail(`host.pool[${i}]`, `${quote(String(k))} is listed twice`);
+    seen.add(k);
+    hostKey(f, `host.pool[${i}]`, k, config);
+  });
+}
+
+/** The rotation of a proxy after check. */
+export interface CheckedRotation {
+  /** Seconds. */
+  maxAge: number;
+  /** Most proxies of one group replaced per `up` (default 1). */
+  batch: number;
+  /** The fleet the proxy belongs to (its members rotate together), when one. */
+  group?: string;
+  /** The fleet's size: when every member has been seen, its rotations are decided. */
+  size?: number;
+}
+
+const ROTATION_FIELDS = ["maxAge", "batch", "group", "size"];
+/** Shortest maxAge accepted: a proxy rotated every few minutes is churn, not rotation. */
+const MIN_MAX_AGE_SECONDS = 60;
+
+/** `rotation`: `{maxAge, batch, group, size}` (the last two set by ProxyFleet). */
+export function checkRotation(f: Fail, v: unknown): CheckedRotation | undefined {
+  if (v === undefined || v === null || v === UNKNOWN) return undefined;
+  if (!isObject(v)) {
+    f.fail("rotation", 'must be {maxAge, batch}, e.g. {maxAge: "7d", batch: 2}');
+    return undefined;
+  }
+  for (const k of Object.keys(v)) {
+    if (!ROTATION_FIELDS.includes(k))
+      f.fail(`rotation.${k}`, `unknown property (known: ${ROTATION_FIELDS.join(", ")})`);
+  }
+  const maxAge = parseDuration(v.maxAge);
+  if (v.maxAge === UNKNOWN) return undefined;
+  if (maxAge === undefined || maxAge < MIN_MAX_AGE_SECONDS) {
+    f.fail(
+      "rotation.maxAge",
+      `must be a duration of at least ${MIN_MAX_AGE_SECONDS}s, such as "7d" or "12h"`,
+    );
+    return undefined;
+  }
+  const int = (field: "batch" | "size", def: number | undefined): number | undefined => {
+    const x = v[field];
+    if (x === undefined || x === null) return def;
+    if (typeof x !== "number" || !Number.isInteger(x) || x < 1) {
+      f.fail(`rotation.${field}`, "must be a positive integer");
+      return def;
+    }
+    return x;
+  };
+  const group = v.group;
+  if (group !== undefined && (typeof group !== "string" || group === "")) {
+    f.fail("rotation.group", "must be a non-empty string");
+  }
+  const size = int("size", undefined);
+  return {
+    maxAge,
+    batch: int("batch", 1) ?? 1,
+    ...(typeof group === "string" && group !== "" ? { group } : {}),
+    ...(size !== undefined ? { size } : {}),
+  };
+}

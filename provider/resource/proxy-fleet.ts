@@ -1,0 +1,87 @@
+/**
+ * ProxyFleet: `size` proxies sharing one set of arguments, placed over a
+ * pool of hosts by capacity (placement happens in the provider at create,
+ * see kvm/placement.ts) and rotated in batches.
+ *
+ * Member `i` is the KvmProxy `<fleet>-<i>`: identities are stable, so growing
+ * the fleet adds members at the end, adding a host to the pool moves no
+ * member (a pooled proxy stays where it was placed), and removing a host
+ * replaces only the members placed on it. Shrinking deletes the highest
+ * members.
+ */
+import * as pulumi from "@pulumi/pulumi";
+import type { KvmProxyArgs } from "./args";
+import { KvmProxy } from "./kvm-proxy";
+
+export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
+
+/** The arguments of `new ProxyFleet(name, args)`. */
+export interface ProxyFleetArgs {
+  /** How many proxies (a plain number: members are separate resources). */
+  size: number;
+  /** The pool: keys of the stack config `kvm:hosts` that members are placed over. */
+  hosts: pulumi.Input<pulumi.Input<string>[]>;
+  /** What every member gets (image, memoryMiB, proxy block, ...); tags gain `fleet` and `member`. */
+  proxy: Omit<KvmProxyArgs, "host" | "name" | "rotation" | "macAddress">;
+  /**
+   * Replace members older than `maxAge` ("7d", "12h"), at most `batch`
+   * (default 1) per `up`, oldest first; each replacement is created (and
+   * passes its health check) before its predecessor is deleted.
+   */
+  rotation?: { maxAge: string | number; batch?: number };
+}
+
+export class ProxyFleet extends pulumi.ComponentResource {
+  /** The members, in order. */
+  readonly proxies: KvmProxy[];
+  /** The members' provider IDs (`kvm://<host>/<domain>`). */
+  readonly ids: pulumi.Output<string[]>;
+  /** The members' proxy URLs, without credentials. */
+  readonly urls: pulumi.Output<(string | undefined)[]>;
+  /** The members' URLs with credentials when the proxy block has auth (secret). */
+  readonly urlsWithCredentials: pulumi.Output<(string | undefined)[]>;
+  /** The host each member was placed on. */
+  readonly hosts: pulumi.Output<string[]>;
+
+  constructor(name: string, args: ProxyFleetArgs, opts?: pulumi.ComponentResourceOptions) {
+    super(PROXY_FLEET_TYPE, name, {}, opts);
+    const size = args.size;
+    if (!Number.isInteger(size) || size < 0) {
+      throw new pulumi.RunError(
+        `ProxyFleet ${name}: size must be a non-negative integer, got ${String(size)}`,
+      );
+    }
+    const pool = pulumi.output(args.hosts).apply((keys) => [...keys]);
+    const rotation = args.rotation;
+    this.proxies = [];
+    for (let i = 0; i < size; i++) {
+      const tags = pulumi
+        .output(args.proxy.tags ?? {})
+        .apply((t) => ({ ...t, fleet: name, member: String(i) }));
+      this.proxies.push(
+        new KvmProxy(
+          `${name}-${i}`,
+          {
+            ...args.proxy,
+            host: { pool },
+            tags,
+            ...(rotation !== undefined
+              ? { rotation: { maxAge: rotation.maxAge, batch: rotation.batch ?? 1, group: name, size } }
+              : {}),
+          },
+          { parent: this },
+        ),
+      );
+    }
+    this.ids = pulumi.all(this.proxies.map((p) => p.id));
+    this.urls = pulumi.all(this.proxies.map((p) => p.proxyUrl));
+    this.urlsWithCredentials = pulumi.secret(pulumi.all(this.proxies.map((p) => p.proxyUrlWithCredentials)));
+    this.hosts = pulumi.all(this.proxies.map((p) => p.host));
+    this.registerOutputs({
+      ids: this.ids,
+      urls: this.urls,
+      urlsWithCredentials: this.urlsWithCredentials,
+      hosts: this.hosts,
+    });
+  }
+}

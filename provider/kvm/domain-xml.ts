@@ -199,7 +199,9 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
         spec.mac !== undefined && el("mac", { address: normaliseMac(spec.mac) }),
         nic.kind === "network"
           ? el("source", { network: nic.network })
-          : el("source", { bridge: nic.bridge }),
+          : nic.kind === "bridge"
+            ? el("source", { bridge: nic.bridge })
+            : el("source", { dev: nic.dev, mode: nic.mode }),
         el("model", { type: "virtio" }),
       ),
       el(

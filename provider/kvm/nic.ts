@@ -6,8 +6,47 @@
  */
 import type { Failures } from "./validation";
 
-/** A NIC's attachment: a libvirt network or an existing host bridge. */
-export type NicAttachment = { kind: "network"; network: string } | { kind: "bridge"; bridge: string };
+/** macvtap modes of a `direct` NIC (libvirt's `<source dev mode>`). */
+export const DIRECT_MODES = ["bridge", "vepa", "private", "passthrough"] as const;
+export type DirectMode = (typeof DIRECT_MODES)[number];
+
+/**
+ * A NIC's attachment: a libvirt network, an existing host bridge, or a
+ * macvtap device on a host interface (`direct`).
+ */
+export type NicAttachment =
+  | { kind: "network"; network: string }
+  | { kind: "bridge"; bridge: string }
+  | { kind: "direct"; dev: string; mode: DirectMode };
+
+/** Rate limits of a NIC, kilobits per second (1000 bits), as the user gives them. */
+export interface NicBandwidth {
+  /** Traffic to the guest. */
+  inboundKbps?: number;
+  /** Traffic from the guest. */
+  outboundKbps?: number;
+}
+
+/**
+ * One NIC of a VM, as check resolved it: the one description the domain XML,
+ * the seed's network-config, the filter parameters and the address outputs
+ * are built from.
+ */
+export interface NicSpec {
+  attachment: NicAttachment;
+  /** Lower case; always set for NICs given in `nics` (check derives a stable one when none is given). */
+  mac?: string;
+  /** Static addresses, CIDR (`203.0.113.7/24`, `2001:db8::7/64`); empty: DHCP / RA. */
+  addresses: string[];
+  gateway4?: string;
+  gateway6?: string;
+  nameservers: string[];
+  bandwidth?: NicBandwidth;
+  /** A libvirt nwfilter (e.g. `clean-traffic`), its `IP` parameters the NIC's static IPv4 addresses. */
+  filter?: string;
+  /** The NIC `proxyUrl` uses (exactly one NIC of a VM is). */
+  primary: boolean;
+}
 
 /** The network NICs attach to when neither the host nor the resource names one. */
 export const DEFAULT_NETWORK = "default";

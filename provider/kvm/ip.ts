@@ -1,0 +1,294 @@
+/**
+ * IPv4 and IPv6 addresses and CIDRs as text: parsing (with `::` compression
+ * and dotted IPv4 tails such as `::ffff:192.0.2.1`), the canonical text form
+ * (RFC 5952: lower case, no leading zeros, the longest run of two or more
+ * zero groups compressed), families, subnets, and the reasons a text is not
+ * an address. Small on purpose; no dependency. Pure.
+ *
+ * A CIDR here is an interface address with its prefix (`203.0.113.7/24`):
+ * host bits are kept, never refused or cleared.
+ */
+
+export type IpFamily = 4 | 6;
+
+/** A parsed address: its family, its bytes (4 or 16) and its canonical text. */
+export interface IpAddress {
+  family: IpFamily;
+  bytes: readonly number[];
+  /** RFC 5952 text (IPv4: dotted decimal). */
+  text: string;
+}
+
+/** A parsed CIDR: the address as given (host bits kept) and the prefix length. */
+export interface Cidr {
+  family: IpFamily;
+  /** Canonical text of the address, without the prefix. */
+  address: string;
+  prefix: number;
+  bytes: readonly number[];
+}
+
+const IPV4_OCTET = /^(?:0|[1-9][0-9]{0,2})$/;
+const HEX_GROUP = /^[0-9A-Fa-f]{1,4}$/;
+
+function parseIpv4(text: string): number[] | string {
+  const parts = text.split(".");
+  if (parts.length !== 4) return "an IPv4 address has four dot-separated numbers, e.g. 203.0.113.7";
+  const bytes: number[] = [];
+  for (const p of parts) {
+    if (!IPV4_OCTET.test(p)) {
+      return /^0[0-9]+$/.test(p)
+        ? `IPv4 number ${JSON.stringify(p)} has a leading zero (read as octal by some tools)`
+        : `IPv4 number ${JSON.stringify(p)} is not a decimal number`;
+    }
+    const n = Number(p);
+    if (n > 255) return `IPv4 number ${p} is over 255`;
+    bytes.push(n);
+  }
+  return bytes;
+}
+
+function groupsOf(part: string): string[] {
+  return part === "" ? [] : part.split(":");
+}
+
+function parseIpv6(text: string): number[] | string {
+  if (text.includes("%")) return "zone indexes (%...) are not accepted";
+  const halves = text.split("::");
+  if (halves.length > 2) return '"::" may appear only once';
+  const head = groupsOf(halves[0] as string);
+  const tail = halves.length === 2 ? groupsOf(halves[1] as string) : [];
+  // A dotted IPv4 tail stands for the last two groups.
+  const last = halves.length === 2 ? tail : head;
+  let v4: number[] | undefined;
+  if (last.length > 0 && (last[last.length - 1] as string).includes(".")) {
+    const parsed = parseIpv4(last[last.length - 1] as string);
+    if (typeof parsed === "string") return parsed;
+    v4 = parsed;
+    last.pop();
+  }
+  for (const g of [...head, ...tail]) {
+    if (!HEX_GROUP.test(g)) return `IPv6 group ${JSON.stringify(g)} is not 1-4 hex digits`;
+  }
+  const words = (gs: string[]) => gs.map((g) => Number.parseInt(g, 16));
+  const v4Words =
+    v4 === undefined
+      ? []
+      : [(v4[0] as number) * 256 + (v4[1] as number), (v4[2] as number) * 256 + (v4[3] as number)];
+  if (halves.length === 2) {
+    const given = head.length + tail.length + v4Words.length;
+    if (given > 7) return '"::" must stand for at least one zero group';
+    const all = [...words(head), ...new Array<number>(8 - given).fill(0), ...words(tail), ...v4Words];
+    return all.flatMap((w) => [w >> 8, w & 0xff]);
+  }
+  const all = [...words(head), ...v4Words];
+  if (all.length !== 8) return 'an IPv6 address has eight groups, or fewer with one "::"';
+  return all.flatMap((w) => [w >> 8, w & 0xff]);
+}
+
+function parse(text: string): IpAddress | string {
+  if (text.includes(":")) {
+    const bytes = parseIpv6(text);
+    return typeof bytes === "string" ? bytes : { family: 6, bytes, text: formatIpv6(bytes) };
+  }
+  const bytes = parseIpv4(text);
+  return typeof bytes === "string" ? bytes : { family: 4, bytes, text: bytes.join(".") };
+}
+
+/** Whether 16 bytes are an IPv4-mapped IPv6 address (`::ffff:0:0/96`). */
+export function isIpv4Mapped(bytes: readonly number[]): boolean {
+  return (
+    bytes.length === 16 &&
+    bytes.slice(0, 10).every((b) => b === 0) &&
+    bytes[10] === 0xff &&
+    bytes[11] === 0xff
+  );
+}
+
+function formatIpv6(bytes: readonly number[]): string {
+  if (isIpv4Mapped(bytes)) return `::ffff:${bytes.slice(12).join(".")}`;
+  const words: number[] = [];
+  for (let i = 0; i < 16; i += 2) words.push((bytes[i] as number) * 256 + (bytes[i + 1] as number));
+  // The longest run of two or more zero words, the first of equal runs (RFC 5952 4.2).
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    if (words[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && words[j] === 0) j++;
+    if (j - i > bestLen) {
+      best = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = (ws: number[]) => ws.map((w) => w.toString(16)).join(":");
+  if (best < 0) return hex(words);
+  return `${hex(words.slice(0, best))}::${hex(words.slice(best + bestLen))}`;
+}
+
+function stringProblem(v: unknown, what: string): string | undefined {
+  if (typeof v !== "string") return `must be a string: ${what}`;
+  if (v.trim() !== v || v === "") return `must be ${what}, without spaces`;
+  return undefined;
+}
+
+/** Parses a plain address (no prefix); undefined when it is not one. */
+export function parseIp(v: unknown): IpAddress | undefined {
+  if (stringProblem(v, "") !== undefined) return undefined;
+  const parsed = parse(v as string);
+  return typeof parsed === "string" ? undefined : parsed;
+}
+
+/** Why `v` is not a plain IPv4 or IPv6 address, or undefined. */
+export function ipProblem(v: unknown): string | undefined {
+  const what = "an IPv4 or IPv6 address, e.g. 203.0.113.1 or 2001:db8::1";
+  const bad = stringProblem(v, what);
+  if (bad !== undefined) return bad;
+  const text = v as string;
+  if (text.includes("/")) return `must be ${what}, without a prefix length`;
+  const parsed = parse(text);
+  return typeof parsed === "string" ? `must be ${what}: ${parsed}` : undefined;
+}
+
+function splitCidr(text: string): Cidr | string {
+  const slash = text.indexOf("/");
+  if (slash < 0) return "needs a prefix length";
+  const prefixText = text.slice(slash + 1);
+  const address = parse(text.slice(0, slash));
+  if (typeof address === "string") return address;
+  const max = address.family === 4 ? 32 : 128;
+  if (!/^(?:0|[1-9][0-9]{0,2})$/.test(prefixText) || Number(prefixText) > max) {
+    return `the prefix length must be a number from 0 to ${max}`;
+  }
+  return { family: address.family, address: address.text, prefix: Number(prefixText), bytes: address.bytes };
+}
+
+/** Parses `address/prefix` (host bits kept); undefined when it is not a CIDR. */
+export function parseCidr(v: unknown): Cidr | undefined {
+  if (stringProblem(v, "") !== undefined) return undefined;
+  const parsed = splitCidr(v as string);
+  return typeof parsed === "string" ? undefined : parsed;
+}
+
+/** Why `v` is not an address with a prefix length (`203.0.113.7/24`, `2001:db8::7/64`), or undefined. */
+export function cidrProblem(v: unknown): string | undefined {
+  const what = "an address with its prefix length, e.g. 203.0.113.7/24 or 2001:db8::7/64";
+  const bad = stringProblem(v, what);
+  if (bad !== undefined) return bad;
+  const parsed = splitCidr(v as string);
+  return typeof parsed === "string" ? `must be ${what}: ${parsed}` : undefined;
+}
+
+/** An address or CIDR, parsed; the prefix is the full length for a plain address. */
+function either(text: string): Cidr | undefined {
+  if (text.includes("/")) return parseCidr(text);
+  const ip = parseIp(text);
+  return ip === undefined
+    ? undefined
+    : { family: ip.family, address: ip.text, prefix: ip.family === 4 ? 32 : 128, bytes: ip.bytes };
+}
+
+/** The canonical text of a plain address (RFC 5952 for IPv6), or undefined. */
+export function canonicalIp(text: string): string | undefined {
+  return parseIp(text)?.text;
+}
+
+/** The family of an address or CIDR, or undefined when `text` is neither. */
+export function family(text: string): IpFamily | undefined {
+  return either(text)?.family;
+}
+
+function samePrefix(a: readonly number[], b: readonly number[], bits: number): boolean {
+  const whole = Math.floor(bits / 8);
+  for (let i = 0; i < whole; i++) if (a[i] !== b[i]) return false;
+  const rest = bits % 8;
+  if (rest === 0) return true;
+  const mask = (0xff << (8 - rest)) & 0xff;
+  return ((a[whole] as number) & mask) === ((b[whole] as number) & mask);
+}
+
+/**
+ * Whether the address `ip` (plain or CIDR; its own prefix is ignored) lies in
+ * the subnet of `cidr` (its address with the host bits cleared). Addresses of
+ * different families never do (an IPv4-mapped address is IPv6).
+ */
+export function inSubnet(ip: string, cidr: string): boolean {
+  const a = either(ip);
+  const net = parseCidr(cidr);
+  if (a === undefined || net === undefined || a.family !== net.family) return false;
+  return samePrefix(a.bytes, net.bytes, net.prefix);
+}
+
+/** Whether two addresses (plain or CIDR; prefixes ignored) are the same address. */
+export function sameAddress(a: string, b: string): boolean {
+  const x = either(a);
+  const y = either(b);
+  return x !== undefined && y !== undefined && x.family === y.family && x.address === y.address;
+}
+
+/** Whether the subnets of two CIDRs share any address (one contains the other). */
+export function subnetsOverlap(a: string, b: string): boolean {
+  const x = parseCidr(a);
+  const y = parseCidr(b);
+  if (x === undefined || y === undefined || x.family !== y.family) return false;
+  return samePrefix(x.bytes, y.bytes, Math.min(x.prefix, y.prefix));
+}
+
+const SPECIAL: [IpFamily, string, string][] = [
+  [4, "0.0.0.0/8", "is in 0.0.0.0/8 (this network)"],
+  [4, "127.0.0.0/8", "is a loopback address"],
+  [4, "224.0.0.0/4", "is a multicast address"],
+  [4, "240.0.0.0/4", "is in the reserved 240.0.0.0/4 (or the broadcast address)"],
+  [6, "::/128", "is the unspecified address"],
+  [6, "::1/128", "is the loopback address"],
+  [6, "ff00::/8", "is a multicast address"],
+  [6, "::ffff:0:0/96", "is an IPv4-mapped IPv6 address: give the IPv4 address itself"],
+];
+
+/**
+ * Why an address (plain or CIDR) cannot be a VM's own address or its
+ * gateway: unspecified, loopback, multicast, reserved, IPv4-mapped. Assumes
+ * `text` parses (undefined otherwise).
+ */
+export function unicastProblem(text: string): string | undefined {
+  const a = either(text);
+  if (a === undefined) return undefined;
+  for (const [fam, net, why] of SPECIAL) {
+    if (fam === a.family && inSubnet(a.address, net)) return why;
+  }
+  return undefined;
+}
+
+/**
+ * Why a CIDR cannot be an interface's address: {@link unicastProblem}, or its
+ * host bits are all zero (the subnet's own address: IPv4 up to /30, IPv6 up
+ * to /126) or, for IPv4 up to /30, all one (the broadcast address). Assumes
+ * `cidr` parses (undefined otherwise).
+ */
+export function interfaceAddressProblem(cidr: string): string | undefined {
+  const c = parseCidr(cidr);
+  if (c === undefined) return undefined;
+  const special = unicastProblem(c.address);
+  if (special !== undefined) return special;
+  const bits = c.family === 4 ? 32 : 128;
+  if (c.prefix > bits - 2) return undefined;
+  const hostBit = (i: number) => (((c.bytes[i >> 3] as number) >> (7 - (i & 7))) & 1) === 1;
+  const host = Array.from({ length: bits - c.prefix }, (_, k) => hostBit(c.prefix + k));
+  if (host.every((b) => !b)) {
+    return `is the address of the subnet /${c.prefix} itself: give the VM's own address in it, e.g. ${example(c, 1)}`;
+  }
+  if (c.family === 4 && host.every((b) => b)) return `is the broadcast address of its /${c.prefix}`;
+  return undefined;
+}
+
+/** The `n`th address of `c`'s subnet, as text with the prefix. */
+function example(c: Cidr, n: number): string {
+  const bytes = c.bytes.slice();
+  bytes[bytes.length - 1] = ((bytes[bytes.length - 1] as number) & 0xff) | n;
+  const text = c.family === 4 ? bytes.join(".") : formatIpv6(bytes);
+  return `${text}/${c.prefix}`;
+}

@@ -1,0 +1,189 @@
+import { describe, expect, it } from "vitest";
+import {
+  canonicalIp,
+  cidrProblem,
+  family,
+  inSubnet,
+  interfaceAddressProblem,
+  ipProblem,
+  parseCidr,
+  sameAddress,
+  subnetsOverlap,
+} from "../../../provider/kvm/ip";
+
+describe("parseCidr", () => {
+  it.each<[string, 4 | 6, string, number]>([
+    ["203.0.113.7/24", 4, "203.0.113.7", 24],
+    ["0.0.0.0/0", 4, "0.0.0.0", 0],
+    ["198.51.100.255/32", 4, "198.51.100.255", 32],
+    ["2001:db8::7/64", 6, "2001:db8::7", 64],
+    ["2001:DB8:0:0:0:0:0:7/64", 6, "2001:db8::7", 64],
+    ["0001:0db8::0007/48", 6, "1:db8::7", 48],
+    ["::/0", 6, "::", 0],
+    ["::1/128", 6, "::1", 128],
+    ["fe80::/10", 6, "fe80::", 10],
+    ["1:2:3:4:5:6:7:8/64", 6, "1:2:3:4:5:6:7:8", 64],
+    ["1:0:0:1:0:0:0:1/64", 6, "1:0:0:1::1", 64],
+    ["1:0:0:2:0:0:3:4/64", 6, "1::2:0:0:3:4", 64],
+    ["1:0:2:3:4:5:6:7/64", 6, "1:0:2:3:4:5:6:7", 64],
+    ["1::/16", 6, "1::", 16],
+    ["::ffff:192.0.2.1/120", 6, "::ffff:192.0.2.1", 120],
+    ["::FFFF:c000:0201/128", 6, "::ffff:192.0.2.1", 128],
+    ["64:ff9b::192.0.2.33/96", 6, "64:ff9b::c000:221", 96],
+    ["1:2:3:4:5:6:1.2.3.4/64", 6, "1:2:3:4:5:6:102:304", 64],
+  ])("reads %s as IPv%i %s with prefix %i, host bits kept", (text, fam, address, prefix) => {
+    expect(parseCidr(text)).toMatchObject({ family: fam, address, prefix });
+  });
+
+  it.each([
+    ["203.0.113.7", "needs a prefix length"],
+    ["203.0.113.7/33", "from 0 to 32"],
+    ["203.0.113.7/024", "from 0 to 32"],
+    ["203.0.113.7/", "from 0 to 32"],
+    ["2001:db8::7/129", "from 0 to 128"],
+    ["203.0.113.256/24", "over 255"],
+    ["203.0.113.07/24", "leading zero"],
+    ["203.0.113/24", "four dot-separated numbers"],
+    ["203.0.113.7.1/24", "four dot-separated numbers"],
+    ["203.0.x.7/24", "not a decimal number"],
+    ["2001:db8::7::1/64", "only once"],
+    ["2001:db8:0:0:0:0:0:0:7/64", "eight groups"],
+    ["2001:db8:0:0:0:0:7/64", "eight groups"],
+    ["1:2:3:4::5:6:7:8/64", "at least one zero group"],
+    ["2001:db8::g/64", "1-4 hex digits"],
+    ["2001:db8::12345/64", "1-4 hex digits"],
+    [":1::/64", "1-4 hex digits"],
+    ["::1.2.3.4:5/64", "1-4 hex digits"],
+    ["fe80::1%eth0/64", "zone"],
+    ["::ffff:1.2.3.4.5/96", "four dot-separated numbers"],
+    [" 203.0.113.7/24", "without spaces"],
+    ["", "without spaces"],
+  ])("refuses %j: %s", (text, reason) => {
+    expect(parseCidr(text)).toBeUndefined();
+    expect(cidrProblem(text)).toContain(reason);
+  });
+
+  it("refuses a value that is not a string, saying so", () => {
+    expect(cidrProblem(42)).toMatch(/^must be a string/);
+  });
+});
+
+describe("ipProblem", () => {
+  it.each(["203.0.113.1", "2001:db8::1", "::", "::ffff:192.0.2.1", "fe80::1"])("accepts %s", (text) => {
+    expect(ipProblem(text)).toBeUndefined();
+  });
+
+  it.each([
+    ["203.0.113.1/24", "without a prefix length"],
+    ["203.0.113.300", "over 255"],
+    ["2001:db8:::1", "1-4 hex digits"],
+    ["example.com", "four dot-separated numbers"],
+    [null, "must be a string"],
+  ])("refuses %j: %s", (v, reason) => {
+    expect(ipProblem(v)).toContain(reason);
+  });
+});
+
+describe("canonicalIp and family", () => {
+  it.each<[string, string | undefined, 4 | 6 | undefined]>([
+    ["203.0.113.7", "203.0.113.7", 4],
+    ["2001:0DB8:0000:0000:0000:ff00:0042:8329", "2001:db8::ff00:42:8329", 6],
+    ["::ffff:C000:0201", "::ffff:192.0.2.1", 6],
+    ["0:0:0:0:0:0:0:0", "::", 6],
+    ["fe80:0:0:0:1:0:0:0", "fe80::1:0:0:0", 6],
+    ["example", undefined, undefined],
+  ])("%s is %s, family %s", (text, canonical, fam) => {
+    expect(canonicalIp(text)).toBe(canonical);
+    expect(family(text)).toBe(fam);
+  });
+
+  it("gives the family of a CIDR too", () => {
+    expect([family("203.0.113.7/24"), family("2001:db8::7/64"), family("2001:db8::7/200")]).toEqual([
+      4,
+      6,
+      undefined,
+    ]);
+  });
+});
+
+describe("inSubnet", () => {
+  it.each<[string, string, boolean]>([
+    ["203.0.113.1", "203.0.113.7/24", true],
+    ["203.0.114.1", "203.0.113.7/24", false],
+    ["203.0.113.200", "203.0.113.130/25", true],
+    ["203.0.113.100", "203.0.113.130/25", false],
+    ["10.0.0.5", "10.0.0.1/29", true],
+    ["10.0.0.9", "10.0.0.1/29", false],
+    ["10.1.2.3", "0.0.0.0/0", true],
+    ["10.1.2.3/8", "10.1.2.9/24", true],
+    ["2001:db8::1", "2001:db8::7/64", true],
+    ["2001:db8:0:1::1", "2001:db8::7/64", false],
+    ["2001:db8:0:0:7fff::1", "2001:db8::/65", true],
+    ["2001:db8:0:0:8000::1", "2001:db8::/65", false],
+    ["::ffff:203.0.113.1", "203.0.113.7/24", false],
+    ["203.0.113.1", "::ffff:203.0.113.7/120", false],
+    ["not an address", "203.0.113.7/24", false],
+    ["203.0.113.1", "203.0.113.7", false],
+  ])("%s in %s: %s", (ip, cidr, inside) => {
+    expect(inSubnet(ip, cidr)).toBe(inside);
+  });
+});
+
+describe("sameAddress and subnetsOverlap", () => {
+  it.each<[string, string, boolean]>([
+    ["2001:DB8::7", "2001:db8:0::7/64", true],
+    ["203.0.113.7/24", "203.0.113.7/32", true],
+    ["203.0.113.7", "::ffff:203.0.113.7", false],
+    ["203.0.113.7", "203.0.113.8", false],
+    ["x", "x", false],
+  ])("%s and %s are the same address: %s", (a, b, same) => {
+    expect(sameAddress(a, b)).toBe(same);
+  });
+
+  it.each<[string, string, boolean]>([
+    ["10.0.0.0/8", "10.1.0.0/16", true],
+    ["10.1.0.0/16", "10.0.0.0/8", true],
+    ["10.0.0.1/24", "10.0.1.1/24", false],
+    ["203.0.113.7/32", "203.0.113.7/32", true],
+    ["2001:db8::/32", "2001:db8:1::/48", true],
+    ["2001:db8::/48", "2001:db8:1::/48", false],
+    ["0.0.0.0/0", "::/0", false],
+  ])("%s and %s overlap: %s", (a, b, overlap) => {
+    expect(subnetsOverlap(a, b)).toBe(overlap);
+  });
+});
+
+describe("interfaceAddressProblem", () => {
+  it.each([
+    ["0.0.0.5/8", "this network"],
+    ["127.0.0.1/8", "loopback"],
+    ["224.0.0.1/4", "multicast"],
+    ["255.255.255.255/32", "reserved"],
+    ["::/0", "unspecified"],
+    ["::1/128", "loopback"],
+    ["ff02::1/64", "multicast"],
+    ["::ffff:192.0.2.1/96", "IPv4-mapped"],
+    ["203.0.113.0/24", "the subnet /24 itself"],
+    ["203.0.113.255/24", "broadcast"],
+    ["10.0.0.0/30", "the subnet /30 itself"],
+    ["2001:db8::/64", "the subnet /64 itself"],
+  ])("refuses %s: %s", (cidr, reason) => {
+    expect(interfaceAddressProblem(cidr)).toContain(reason);
+  });
+
+  it("suggests the first address of the subnet when given the subnet itself", () => {
+    expect(interfaceAddressProblem("203.0.113.0/24")).toContain("e.g. 203.0.113.1/24");
+    expect(interfaceAddressProblem("2001:db8::/64")).toContain("e.g. 2001:db8::1/64");
+  });
+
+  it.each([
+    "203.0.113.7/24",
+    "203.0.113.0/31",
+    "203.0.113.255/31",
+    "203.0.113.0/32",
+    "2001:db8::/127",
+    "fe80::5/64",
+  ])("accepts %s", (cidr) => {
+    expect(interfaceAddressProblem(cidr)).toBeUndefined();
+  });
+});

@@ -1,13 +1,31 @@
 /**
- * Where a VM's NIC attaches: a libvirt network or an existing host bridge.
- * One description and one set of name rules, used by the host config (the
- * host's default NIC), by `check` (a resource's own `network`/`bridge`) and
- * by the domain XML builder. Pure.
+ * A VM's NICs: where each attaches (a libvirt network, an existing host
+ * bridge, or a macvtap device on a host interface), its MAC, static
+ * addresses, gateways, nameservers, rate limits and nwfilter. One description
+ * ({@link NicSpec}) and one set of rules, used by the host config (the host's
+ * default NIC), by `check` (a resource's `network`/`bridge` shorthand and its
+ * `nics`), by the domain XML builder and by the seed's network-config. Pure.
  */
+
+import { bridgeNameProblem, type DIRECT_MODES, networkNameProblem } from "./nic-rules";
 import type { Failures } from "./validation";
 
-/** macvtap modes of a `direct` NIC (libvirt's `<source dev mode>`). */
-export const DIRECT_MODES = ["bridge", "vepa", "private", "passthrough"] as const;
+export { checkNicSpecs, readNics } from "./nic-input";
+export {
+  bandwidthKbpsProblem,
+  bridgeNameProblem,
+  DIRECT_MODES,
+  deriveMac,
+  directModeProblem,
+  filterNameProblem,
+  filterParameters,
+  libvirtBandwidth,
+  MAX_BANDWIDTH_KBPS,
+  MAX_NICS,
+  macAddressProblem,
+  networkNameProblem,
+  normaliseMac,
+} from "./nic-rules";
 export type DirectMode = (typeof DIRECT_MODES)[number];
 
 /**
@@ -50,22 +68,6 @@ export interface NicSpec {
 
 /** The network NICs attach to when neither the host nor the resource names one. */
 export const DEFAULT_NETWORK = "default";
-
-const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}$/;
-// Linux limits interface names to 15 bytes (IFNAMSIZ - 1).
-const INTERFACE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$/;
-
-/** Why `v` is not a libvirt network name, or undefined. */
-export function networkNameProblem(v: unknown): string | undefined {
-  if (typeof v === "string" && NETWORK_NAME.test(v)) return undefined;
-  return "must be a libvirt network name: 1-128 letters, digits, '.', '_', '+', ':' or '-', starting with a letter or digit";
-}
-
-/** Why `v` is not a Linux interface name (a host bridge), or undefined. */
-export function bridgeNameProblem(v: unknown): string | undefined {
-  if (typeof v === "string" && INTERFACE_NAME.test(v)) return undefined;
-  return "must be a Linux interface name: 1-15 letters, digits, '.', '_' or '-'";
-}
 
 /** Values a caller has not decided yet (e.g. Pulumi's unknowns at preview): passed over, not validated. */
 export interface NicFieldsOptions {

@@ -10,9 +10,18 @@
  */
 import { DOMAIN_TYPES, type DomainType } from "./config";
 import { FIRMWARES, type Firmware } from "./image";
+import { attachmentOf, buildInterfaceElement, type ParsedInterface, parseInterface } from "./interface-xml";
 import { buildMetadataElement, checkMetadata, findMetadata, type ProxyMetadata } from "./metadata";
 import { domainNameProblem } from "./names";
-import type { NicAttachment } from "./nic";
+import {
+  bridgeNameProblem,
+  checkNicSpecs,
+  directModeProblem,
+  macAddressProblem,
+  type NicAttachment,
+  type NicSpec,
+  networkNameProblem,
+} from "./nic";
 import { Failures } from "./validation";
 import {
   attribute,
@@ -28,6 +37,10 @@ import {
   XmlError,
   type XmlNode,
 } from "./xml";
+
+export type { ParsedInterface } from "./interface-xml";
+/** The MAC rules live with the NICs (nic.ts); exported here too, as before. */
+export { macAddressProblem, normaliseMac } from "./nic";
 
 /** The name of the virtio-serial channel qemu-guest-agent listens on. */
 export const GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0";
@@ -56,29 +69,16 @@ export interface DomainSpec {
   diskPath: string;
   /** Absolute path of the NoCloud seed ISO volume. */
   seedPath: string;
-  nic: NicAttachment;
-  /** A fixed MAC address (unicast, `52:54:00:...` style); libvirt generates one when omitted. */
+  /** The one NIC's attachment, when `nics` is not given. */
+  nic?: NicAttachment;
+  /** The one NIC's fixed MAC address (unicast, `52:54:00:...` style); libvirt generates one when omitted. */
   mac?: string;
+  /**
+   * Every NIC, in order (each with its MAC, rate limits and nwfilter). When
+   * given it replaces `nic` and `mac`, which are then ignored.
+   */
+  nics?: NicSpec[];
   metadata: ProxyMetadata;
-}
-
-/**
- * Why `mac` is not an acceptable fixed MAC address, or undefined: six
- * colon-separated hex octets, unicast (libvirt rejects multicast) and not all zero.
- */
-export function macAddressProblem(mac: unknown): string | undefined {
-  if (typeof mac !== "string" || !/^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}$/.test(mac)) {
-    return "must be six colon-separated hex octets, e.g. 52:54:00:12:34:56";
-  }
-  const first = Number.parseInt(mac.slice(0, 2), 16);
-  if ((first & 1) === 1) return "must be a unicast address (the first octet's lowest bit must be 0)";
-  if (/^00(?::00){5}$/.test(mac)) return "must not be all zero";
-  return undefined;
-}
-
-/** Normalises a MAC address to lower case (libvirt reports lower case). */
-export function normaliseMac(mac: string): string {
-  return mac.toLowerCase();
 }
 
 function pathProblem(path: unknown): string | undefined {
@@ -91,7 +91,8 @@ function pathProblem(path: unknown): string | undefined {
 /**
  * Checks a spec, recording every failure under `f` (paths `name`,
  * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `mac`, `nic.network`,
- * metadata fields such as `proxyPort` and `tags.<key>`).
+ * `nics[i].<field>` by the rules of `nics` (kvm/nic.ts), metadata fields
+ * such as `proxyPort` and `tags.<key>`).
  */
 export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()): Failures {
   const nameProblem = domainNameProblem(spec.name);
@@ -115,25 +116,29 @@ export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()):
   if (seedProblem !== undefined) f.fail("seedPath", seedProblem);
   if (spec.diskPath === spec.seedPath && diskProblem === undefined)
     f.fail("seedPath", "must differ from diskPath");
+  if (spec.nics !== undefined) checkNicSpecs(spec.nics, f);
+  else checkOneNic(spec, f);
+  if (spec.metadata === undefined) f.fail("metadata", "is required");
+  else checkMetadata(spec.metadata, f);
+  return f;
+}
+
+/** The `nic`/`mac` shorthand of a spec without `nics`. */
+function checkOneNic(spec: DomainSpec, f: Failures): void {
   if (spec.mac !== undefined) {
     const macProblem = macAddressProblem(spec.mac);
     if (macProblem !== undefined) f.fail("mac", macProblem);
   }
   const nic = spec.nic as NicAttachment | undefined;
-  if (nic?.kind === "network") {
-    if (typeof nic.network !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}$/.test(nic.network)) {
-      f.fail("nic.network", "must be a libvirt network name");
-    }
-  } else if (nic?.kind === "bridge") {
-    if (typeof nic.bridge !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$/.test(nic.bridge)) {
-      f.fail("nic.bridge", "must be a Linux interface name of 1-15 characters");
-    }
-  } else {
-    f.fail("nic", "must attach to a network or a bridge");
-  }
-  if (spec.metadata === undefined) f.fail("metadata", "is required");
-  else checkMetadata(spec.metadata, f);
-  return f;
+  const fail = (field: string, problem: string | undefined) => {
+    if (problem !== undefined) f.fail(`nic.${field}`, problem);
+  };
+  if (nic?.kind === "network") fail("network", networkNameProblem(nic.network));
+  else if (nic?.kind === "bridge") fail("bridge", bridgeNameProblem(nic.bridge));
+  else if (nic?.kind === "direct") {
+    fail("dev", bridgeNameProblem(nic.dev));
+    fail("mode", directModeProblem(nic.mode));
+  } else f.fail("nic", "must attach to a network, a bridge or a host interface (direct)");
 }
 
 /**
@@ -150,7 +155,9 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
     spec.domainType === "kvm"
       ? el("cpu", { mode: "host-passthrough", check: "none" })
       : el("cpu", { mode: "maximum" });
-  const nic = spec.nic;
+  const nics = spec.nics ?? [
+    { attachment: spec.nic as NicAttachment, ...(spec.mac !== undefined ? { mac: spec.mac } : {}) },
+  ];
   return el(
     "domain",
     { type: spec.domainType },
@@ -193,17 +200,7 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
         el("target", { dev: SEED_TARGET, bus: "sata" }),
         el("readonly"),
       ),
-      el(
-        "interface",
-        { type: nic.kind },
-        spec.mac !== undefined && el("mac", { address: normaliseMac(spec.mac) }),
-        nic.kind === "network"
-          ? el("source", { network: nic.network })
-          : nic.kind === "bridge"
-            ? el("source", { bridge: nic.bridge })
-            : el("source", { dev: nic.dev, mode: nic.mode }),
-        el("model", { type: "virtio" }),
-      ),
+      ...nics.map(buildInterfaceElement),
       el(
         "channel",
         { type: "unix" },
@@ -222,8 +219,10 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
  * Builds the domain XML libvirt's virDomainDefineXML takes: a q35 machine of
  * the host's domain type (`kvm` or `qemu`); memory in MiB and static vCPUs;
  * the overlay as a virtio qcow2 disk and the seed as a read-only SATA CD-ROM,
- * both `type='file'` with exactly the given paths; one virtio NIC on a
- * libvirt network or a bridge, with an optional fixed MAC; the guest-agent
+ * both `type='file'` with exactly the given paths; virtio NICs (`nics`, or
+ * the one `nic` with an optional fixed MAC) on a libvirt network, a bridge
+ * or a host interface (macvtap), with rate limits and nwfilters (see
+ * interface-xml.ts); the guest-agent
  * channel `org.qemu.guest_agent.0`; a pty serial console; a virtio RNG fed
  * from /dev/urandom; UEFI via `<os firmware='efi'>` with secure boot off (no
  * explicit loader or NVRAM) or BIOS; our metadata element; power-off and
@@ -258,16 +257,6 @@ export interface ParsedDisk {
   readonly: boolean;
 }
 
-/** One `<interface>` of a parsed domain. */
-export interface ParsedInterface {
-  /** `network`, `bridge`, `user`... */
-  type: string;
-  mac?: string;
-  network?: string;
-  bridge?: string;
-  model?: string;
-}
-
 /** What `read` needs from a domain XML. */
 export interface ParsedDomain {
   name: string;
@@ -288,7 +277,7 @@ export interface ParsedDomain {
   interfaces: ParsedInterface[];
   /** The first interface's MAC address, lower case. */
   mac?: string;
-  /** The first interface's attachment, when it is a network or bridge. */
+  /** The first interface's attachment, when it is a network, a bridge or a direct (macvtap) NIC. */
   nic?: NicAttachment;
   /** Our metadata; undefined for domains this provider does not manage. */
   metadata?: ProxyMetadata;
@@ -387,10 +376,8 @@ export function parseDomainXml(xml: string): ParsedDomain {
   if (seed?.source !== undefined) parsed.seedPath = seed.source;
   const first = interfaces[0];
   if (first?.mac !== undefined) parsed.mac = first.mac;
-  if (first?.type === "network" && first.network !== undefined)
-    parsed.nic = { kind: "network", network: first.network };
-  if (first?.type === "bridge" && first.bridge !== undefined)
-    parsed.nic = { kind: "bridge", bridge: first.bridge };
+  const nic = first === undefined ? undefined : attachmentOf(first);
+  if (nic !== undefined) parsed.nic = nic;
   const metadata = findMetadata(root);
   if (metadata !== undefined) parsed.metadata = metadata;
   const agent = agentChannelState(devices);
@@ -428,19 +415,5 @@ function parseDisk(disk: XmlNode): ParsedDisk {
   if (dev !== undefined) out.targetDev = dev;
   const bus = attribute(target, "bus");
   if (bus !== undefined) out.targetBus = bus;
-  return out;
-}
-
-function parseInterface(iface: XmlNode): ParsedInterface {
-  const source = childElement(iface, "source");
-  const out: ParsedInterface = { type: attribute(iface, "type") ?? "" };
-  const mac = attribute(childElement(iface, "mac"), "address");
-  if (mac !== undefined) out.mac = normaliseMac(mac);
-  const network = attribute(source, "network");
-  if (network !== undefined) out.network = network;
-  const bridge = attribute(source, "bridge");
-  if (bridge !== undefined) out.bridge = bridge;
-  const model = attribute(childElement(iface, "model"), "type");
-  if (model !== undefined) out.model = model;
   return out;
 }

@@ -8,6 +8,7 @@ import {
   scaledToBytes,
 } from "../../../provider/kvm/domain-xml";
 import { parseMetadata } from "../../../provider/kvm/metadata";
+import type { NicAttachment, NicSpec } from "../../../provider/kvm/nic";
 import { ValidationError } from "../../../provider/kvm/validation";
 import {
   attribute,
@@ -430,5 +431,231 @@ describe("parseDomainXml", () => {
     ["5", "bytes", 5],
   ])("scales %s %s to %i bytes", (value, unit, bytes) => {
     expect(scaledToBytes(value, unit)).toBe(bytes);
+  });
+});
+
+describe("buildDomainXml: nics", () => {
+  const NICS: NicSpec[] = [
+    {
+      attachment: { kind: "bridge", bridge: "br-pub" },
+      mac: "52:54:00:AA:00:01",
+      addresses: ["203.0.113.7/24", "2001:db8::7/64", "203.0.113.8/24"],
+      gateway4: "203.0.113.1",
+      nameservers: [],
+      bandwidth: { inboundKbps: 8192, outboundKbps: 1000 },
+      filter: "clean-traffic",
+      primary: true,
+    },
+    {
+      attachment: { kind: "network", network: "kvmp-nat" },
+      mac: "52:54:00:aa:00:02",
+      addresses: [],
+      nameservers: [],
+      bandwidth: { outboundKbps: 8 },
+      primary: false,
+    },
+    {
+      attachment: { kind: "direct", dev: "eth1", mode: "vepa" },
+      addresses: [],
+      nameservers: [],
+      primary: false,
+    },
+  ];
+
+  function interfaces(spec: Partial<DomainSpec>): XmlNode[] {
+    return childElements(devices(build(spec)), "interface");
+  }
+
+  it("renders one virtio interface per NIC, in order, with its attachment", () => {
+    const got = interfaces({ nics: NICS }).map((i) => ({
+      type: attribute(i, "type"),
+      source: childElement(i, "source")?.attrs,
+      model: attribute(childElement(i, "model"), "type"),
+    }));
+    expect(got).toEqual([
+      { type: "bridge", source: { bridge: "br-pub" }, model: "virtio" },
+      { type: "network", source: { network: "kvmp-nat" }, model: "virtio" },
+      { type: "direct", source: { dev: "eth1", mode: "vepa" }, model: "virtio" },
+    ]);
+  });
+
+  it("gives each NIC its MAC in lower case, and none when the NIC has none", () => {
+    const macs = interfaces({ nics: NICS }).map((i) => attribute(childElement(i, "mac"), "address"));
+    expect(macs).toEqual(["52:54:00:aa:00:01", "52:54:00:aa:00:02", undefined]);
+  });
+
+  it("limits a NIC's rates in KiB/s, only in the directions given", () => {
+    const bandwidth = interfaces({ nics: NICS }).map((i) => {
+      const b = childElement(i, "bandwidth");
+      return b === undefined ? undefined : childElements(b).map((d) => [d.localName, d.attrs]);
+    });
+    expect(bandwidth).toEqual([
+      [
+        ["inbound", { average: "1000" }],
+        ["outbound", { average: "123" }],
+      ],
+      [["outbound", { average: "1" }]],
+      undefined,
+    ]);
+  });
+
+  it("references the nwfilter with one IP parameter per static IPv4 address", () => {
+    const [pub, nat] = interfaces({ nics: NICS });
+    const filterref = childElement(pub as XmlNode, "filterref") as XmlNode;
+    expect(attribute(filterref, "filter")).toBe("clean-traffic");
+    expect(childElements(filterref, "parameter").map((p) => p.attrs)).toEqual([
+      { name: "IP", value: "203.0.113.7" },
+      { name: "IP", value: "203.0.113.8" },
+    ]);
+    expect(childElement(nat as XmlNode, "filterref")).toBeUndefined();
+  });
+
+  it("replaces the one nic and mac when nics are given", () => {
+    const got = interfaces({
+      nic: { kind: "bridge", bridge: "br0" },
+      mac: "52:54:00:00:00:09",
+      nics: [NICS[1] as NicSpec],
+    });
+    expect(got.map((i) => [attribute(i, "type"), attribute(childElement(i, "mac"), "address")])).toEqual([
+      ["network", "52:54:00:aa:00:02"],
+    ]);
+  });
+
+  it("renders the one nic as a direct NIC too", () => {
+    const [iface] = interfaces({ nic: { kind: "direct", dev: "eth1", mode: "passthrough" } });
+    expect([attribute(iface, "type"), childElement(iface as XmlNode, "source")?.attrs]).toEqual([
+      "direct",
+      { dev: "eth1", mode: "passthrough" },
+    ]);
+  });
+
+  const nic = (over: Partial<NicSpec>): NicSpec => ({ ...(NICS[1] as NicSpec), ...over });
+  const refusals: [string, Partial<DomainSpec>, string][] = [
+    ["an empty list of NICs", { nics: [] }, "nics"],
+    [
+      "an unknown macvtap mode",
+      { nics: [nic({ attachment: { kind: "direct", dev: "eth1", mode: "x" as never } })] },
+      "nics[0].direct.mode",
+    ],
+    [
+      "a bad bridge name",
+      { nics: [nic({ attachment: { kind: "bridge", bridge: "a bridge" } })] },
+      "nics[0].bridge",
+    ],
+    ["a multicast MAC", { nics: [nic({ mac: "03:00:00:00:00:01" })] }, "nics[0].macAddress"],
+    ["one MAC on two NICs", { nics: [nic({}), nic({ primary: false })] }, "nics[1].macAddress"],
+    ["a rate of 0", { nics: [nic({ bandwidth: { inboundKbps: 0 } })] }, "nics[0].bandwidth.inboundKbps"],
+    ["a bad filter name", { nics: [nic({ filter: "no/slash" })] }, "nics[0].filter"],
+    [
+      "a filter on a direct NIC",
+      {
+        nics: [nic({ attachment: { kind: "direct", dev: "eth1", mode: "bridge" }, filter: "clean-traffic" })],
+      },
+      "nics[0].filter",
+    ],
+    [
+      "a bad address for a filter parameter",
+      { nics: [nic({ addresses: ["203.0.113.7"] })] },
+      "nics[0].addresses[0]",
+    ],
+    ["no NIC at all", { nic: undefined }, "nic"],
+    ["a bad mode of the one nic", { nic: { kind: "direct", dev: "eth1", mode: "x" as never } }, "nic.mode"],
+    ["a bad device of the one nic", { nic: { kind: "direct", dev: "", mode: "bridge" } }, "nic.dev"],
+  ];
+  it.each(refusals.map(([label, overrides, property]) => [label, property, overrides] as const))(
+    "rejects %s at %s",
+    (_, property, overrides) => {
+      try {
+        buildDomainXml(sampleSpec(overrides));
+        expect.unreachable();
+      } catch (err) {
+        expect(err).toBeInstanceOf(ValidationError);
+        expect((err as ValidationError).failures.map((f) => f.property)).toContain(property);
+      }
+    },
+  );
+
+  it("ignores the one nic's MAC when nics are given", () => {
+    expect(() =>
+      buildDomainXml(sampleSpec({ mac: "01:00:00:00:00:00", nics: [NICS[1] as NicSpec] })),
+    ).not.toThrow();
+  });
+});
+
+describe("parseDomainXml: interfaces", () => {
+  it("reads back every NIC: attachment, MAC, rates in KiB/s, filter and parameters", () => {
+    const spec = sampleSpec({
+      nics: [
+        {
+          attachment: { kind: "bridge", bridge: "br-pub" },
+          mac: "52:54:00:aa:00:01",
+          addresses: ["203.0.113.7/24"],
+          gateway4: "203.0.113.1",
+          nameservers: [],
+          bandwidth: { inboundKbps: 8192 },
+          filter: "clean-traffic",
+          primary: true,
+        },
+        {
+          attachment: { kind: "direct", dev: "eth1", mode: "private" },
+          addresses: [],
+          nameservers: [],
+          primary: false,
+        },
+      ],
+    });
+    const parsed = parseDomainXml(buildDomainXml(spec));
+    expect(parsed.interfaces).toEqual([
+      {
+        type: "bridge",
+        mac: "52:54:00:aa:00:01",
+        bridge: "br-pub",
+        model: "virtio",
+        bandwidth: { inboundKiBps: 1000 },
+        filter: "clean-traffic",
+        filterParameters: [{ name: "IP", value: "203.0.113.7" }],
+      },
+      { type: "direct", dev: "eth1", mode: "private", model: "virtio" },
+    ]);
+    expect(parsed.nic).toEqual({ kind: "bridge", bridge: "br-pub" });
+  });
+
+  const DIRECT = (source: string, extra = "") =>
+    `<domain type='kvm'><name>x</name><memory>1</memory><vcpu>1</vcpu><devices>
+      <interface type='direct'><mac address='52:54:00:12:34:56'/>${source}<model type='virtio'/>${extra}</interface>
+    </devices></domain>`;
+
+  it.each<[string, string, NicAttachment | undefined]>([
+    ["a direct NIC", "<source dev='eth1' mode='bridge'/>", { kind: "direct", dev: "eth1", mode: "bridge" }],
+    [
+      "a direct NIC without a mode (libvirt's default, vepa)",
+      "<source dev='eth1'/>",
+      { kind: "direct", dev: "eth1", mode: "vepa" },
+    ],
+    ["a direct NIC in a mode it does not know", "<source dev='eth1' mode='fancy'/>", undefined],
+    ["a direct NIC without a device", "<source mode='bridge'/>", undefined],
+  ])("reads %s as the first NIC's attachment", (_, source, nic) => {
+    expect(parseDomainXml(DIRECT(source)).nic).toEqual(nic);
+  });
+
+  it("reads the live XML of a rate-limited NIC, leaving out a rate that is not a number", () => {
+    const xml = DIRECT(
+      "<source dev='eth1' mode='bridge'/>",
+      "<bandwidth><inbound average='10' peak='20' burst='5'/><outbound average='lots'/></bandwidth>",
+    );
+    expect(parseDomainXml(xml).interfaces[0]?.bandwidth).toEqual({ inboundKiBps: 10 });
+  });
+
+  it("reads a filterref without parameters", () => {
+    const xml = DIRECT("<source dev='eth1' mode='bridge'/>", "<filterref filter='no-mac-spoofing'/>");
+    expect(parseDomainXml(xml).interfaces[0]).toMatchObject({
+      filter: "no-mac-spoofing",
+      filterParameters: [],
+    });
+  });
+
+  it("reports no mode for a NIC that is not direct", () => {
+    const xml = DIRECT("<source network='default' mode='x'/>").replace("type='direct'", "type='network'");
+    expect(parseDomainXml(xml).interfaces[0]?.mode).toBeUndefined();
   });
 });

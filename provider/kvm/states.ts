@@ -3,11 +3,12 @@
  * libvirt's domain state and whether the guest has reported an address yet.
  */
 import { DomainState, IpAddrType } from "../libvirt/constants";
-import type { DomainInterface } from "../libvirt/types";
+import type { DomainInterface, DomainIpAddress } from "../libvirt/types";
+import { inSubnet, parseIp, unicastProblem } from "./ip";
 
 /**
- * - `provisioning`: running (or starting), no routable IPv4 yet;
- * - `running`: running with a routable IPv4;
+ * - `provisioning`: running (or starting), no address yet;
+ * - `running`: running with an address (a routable IPv4 or a global IPv6);
  * - `stopped`: defined but not running (shut off, paused, suspended, shutting down);
  * - `failed`: crashed, or shut off because QEMU crashed or failed;
  * - `absent`: no such domain.
@@ -35,17 +36,18 @@ export function domainStateName(state: number): string {
 
 /**
  * Maps libvirt's state (undefined when the domain does not exist) plus the
- * first routable IPv4 onto a provider state.
+ * guest's address (its first routable IPv4, else its first global IPv6: an
+ * IPv6-only proxy runs too) onto a provider state.
  */
 export function mapDomainState(
   libvirt: { state: number; reason: number } | undefined,
-  ipv4: string | undefined,
+  address: string | undefined,
 ): ProxyState {
   if (libvirt === undefined) return "absent";
   switch (libvirt.state) {
     case DomainState.RUNNING:
     case DomainState.BLOCKED:
-      return ipv4 === undefined ? "provisioning" : "running";
+      return address === undefined ? "provisioning" : "running";
     // NOSTATE is a transient moment while libvirt starts the domain.
     case DomainState.NOSTATE:
       return "provisioning";
@@ -96,4 +98,68 @@ export function firstRoutableIpv4(ifaces: readonly DomainInterface[], mac?: stri
     }
   }
   return undefined;
+}
+
+/**
+ * True when `addr` is an IPv6 address a client could use: not loopback
+ * (::1), unspecified (::), link-local (fe80::/10), multicast (ff00::/8) or
+ * IPv4-mapped (ip.ts `unicastProblem`). Unique local addresses (fc00::/7)
+ * count: they route within a site.
+ */
+export function isGlobalIpv6(addr: string): boolean {
+  return parseIp(addr)?.family === 6 && unicastProblem(addr) === undefined && !inSubnet(addr, "fe80::/10");
+}
+
+/** True for an address a guest reports that a client could reach: {@link isRoutableIpv4} or {@link isGlobalIpv6}. */
+export function isUsableAddress(a: DomainIpAddress): boolean {
+  return a.type === IpAddrType.IPV4 ? isRoutableIpv4(a.addr) : isGlobalIpv6(a.addr);
+}
+
+/** First global IPv6 of `ifaces`, preferring the interface with `mac` (as {@link firstRoutableIpv4}). */
+export function firstGlobalIpv6(ifaces: readonly DomainInterface[], mac?: string): string | undefined {
+  const ordered = mac === undefined ? ifaces : [...ifaces].sort((a, b) => rank(a) - rank(b));
+  function rank(i: DomainInterface): number {
+    return i.hwaddr?.toLowerCase() === mac ? 0 : 1;
+  }
+  for (const i of ordered) {
+    for (const a of i.addrs) {
+      if (a.type === IpAddrType.IPV6 && isGlobalIpv6(a.addr)) return a.addr;
+    }
+  }
+  return undefined;
+}
+
+/** The addresses of one NIC, keyed by its MAC (lower case). */
+export interface NicAddresses {
+  mac: string;
+  /** `addr/prefix` (CIDR), or the bare address when the source gives no prefix (0). */
+  addresses: string[];
+}
+
+/**
+ * Every usable address (see {@link isUsableAddress}) of `ifaces` grouped by
+ * MAC, IPv4 and IPv6 in the order reported: interfaces without a MAC (or the
+ * all-zero one of loopback) are left out, and two reported with one MAC (a
+ * VLAN on a NIC) are merged. With `macs` (the domain's NICs), only those, in
+ * that order: what else a guest runs (a container bridge) is not a NIC of
+ * the VM. A NIC without usable addresses is left out.
+ */
+export function addressesByMac(ifaces: readonly DomainInterface[], macs?: readonly string[]): NicAddresses[] {
+  const byMac = new Map<string, string[]>();
+  for (const i of ifaces) {
+    const mac = i.hwaddr?.toLowerCase();
+    if (mac === undefined || mac === "00:00:00:00:00:00") continue;
+    const list = byMac.get(mac) ?? [];
+    for (const a of i.addrs) {
+      if (!isUsableAddress(a)) continue;
+      const text = a.prefix > 0 ? `${a.addr}/${a.prefix}` : a.addr;
+      if (!list.includes(text)) list.push(text);
+    }
+    byMac.set(mac, list);
+  }
+  const order = macs === undefined ? [...byMac.keys()] : macs.map((m) => m.toLowerCase());
+  return order.flatMap((mac) => {
+    const addresses = byMac.get(mac) ?? [];
+    return addresses.length > 0 ? [{ mac, addresses }] : [];
+  });
 }

@@ -2,7 +2,7 @@
  * Numbers of libvirt's RPC protocol, checked against src/rpc/virnetprotocol.x,
  * src/rpc/virkeepaliveprotocol.x, src/remote/remote_protocol.x,
  * src/remote/qemu_protocol.x, src/libvirt_internal.h and the public headers
- * (libvirt-domain.h, libvirt-storage.h). All are wire ABI and stable.
+ * (libvirt-domain.h, libvirt-storage.h, libvirt-nodedev.h). All are wire ABI and stable.
  */
 
 export const REMOTE_PROGRAM = 0x20008086;
@@ -78,7 +78,11 @@ export const RemoteProcedure = {
   STORAGE_VOL_GET_INFO: 98,
   STORAGE_VOL_GET_PATH: 100,
   NODE_GET_FREE_MEMORY: 102,
+  NODE_DEVICE_GET_XML_DESC: 114,
+  INTERFACE_LOOKUP_BY_NAME: 128,
   CONNECT_GET_LIB_VERSION: 157,
+  DOMAIN_UPDATE_DEVICE_FLAGS: 174,
+  NWFILTER_LOOKUP_BY_NAME: 175,
   DOMAIN_CREATE_WITH_FLAGS: 196,
   STORAGE_VOL_UPLOAD: 208,
   STORAGE_VOL_RESIZE: 260,
@@ -89,6 +93,7 @@ export const RemoteProcedure = {
   DOMAIN_GET_METADATA: 265,
   CONNECT_LIST_ALL_DOMAINS: 273,
   STORAGE_POOL_LIST_ALL_VOLUMES: 282,
+  CONNECT_LIST_ALL_NODE_DEVICES: 285,
   DOMAIN_DEFINE_XML_FLAGS: 350,
   DOMAIN_INTERFACE_ADDRESSES: 353,
 } as const;
@@ -113,6 +118,7 @@ export const Limits = {
   STORAGE_VOL_LIST_MAX: 16384,
   DOMAIN_INTERFACE_MAX: 2048,
   DOMAIN_IP_ADDR_MAX: 2048,
+  NODE_DEVICE_LIST_MAX: 16384,
 } as const;
 
 /** virDomainUndefineFlagsValues. */
@@ -160,7 +166,11 @@ export const DomainMetadataType = {
   ELEMENT: 2,
 } as const;
 
-/** virDomainModificationImpact (flags of metadata calls and others). */
+/**
+ * virDomainModificationImpact (flags of metadata calls and others). The
+ * device calls' virDomainDeviceModifyFlags have the same values
+ * (VIR_DOMAIN_DEVICE_MODIFY_LIVE = VIR_DOMAIN_AFFECT_LIVE, ...).
+ */
 export const DomainModificationImpact = {
   CURRENT: 0,
   LIVE: 1,
@@ -215,6 +225,11 @@ export const ListAllDomainsFlags = {
   NO_SNAPSHOT: 8192,
   HAS_CHECKPOINT: 16384,
   NO_CHECKPOINT: 32768,
+} as const;
+
+/** virConnectListAllNodeDeviceFlags (libvirt-nodedev.h): capability filters. */
+export const ListAllNodeDevicesFlags = {
+  CAP_NET: 1 << 4,
 } as const;
 
 /** virStorageVolType. */

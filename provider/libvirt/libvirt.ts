@@ -5,6 +5,9 @@ import type {
   Domain,
   DomainInterface,
   DomainStateInfo,
+  HostInterface,
+  NodeDevice,
+  NwFilter,
   StoragePool,
   StorageVol,
   StorageVolInfo,
@@ -167,6 +170,36 @@ export class Libvirt {
     opts?: CallOptions,
   ): Promise<string | null> {
     return this.rpc.call(Procedures.domainAgentCommand, { dom, cmd, timeout, flags }, opts);
+  }
+
+  /**
+   * virDomainUpdateDeviceFlags: changes one device in place. `xml` is the
+   * whole device element (libvirt finds a NIC by its MAC and refuses changes
+   * it cannot make live); flags LIVE and/or CONFIG (DomainModificationImpact).
+   */
+  domainUpdateDeviceFlags(dom: Domain, xml: string, flags = 0, opts?: CallOptions): Promise<void> {
+    return this.rpc.call(Procedures.domainUpdateDeviceFlags, { dom, xml, flags }, opts);
+  }
+
+  // ---- host networking ----
+
+  /** A network filter by name; fails with VIR_ERR_NO_NWFILTER when the host has none of that name. */
+  nwfilterLookupByName(name: string, opts?: CallOptions): Promise<NwFilter> {
+    return this.rpc.call(Procedures.nwfilterLookupByName, { name }, opts);
+  }
+
+  /** A host interface by name (the interface driver); VIR_ERR_NO_INTERFACE when it knows none. */
+  interfaceLookupByName(name: string, opts?: CallOptions): Promise<HostInterface> {
+    return this.rpc.call(Procedures.interfaceLookupByName, { name }, opts);
+  }
+
+  /** Node devices matching ListAllNodeDevicesFlags (0 = all). */
+  connectListAllNodeDevices(flags = 0, opts?: CallOptions): Promise<NodeDevice[]> {
+    return this.rpc.call(Procedures.connectListAllNodeDevices, { needResults: true, flags }, opts);
+  }
+
+  nodeDeviceGetXmlDesc(name: string, flags = 0, opts?: CallOptions): Promise<string> {
+    return this.rpc.call(Procedures.nodeDeviceGetXmlDesc, { name, flags }, opts);
   }
 
   // ---- storage ----

@@ -3,6 +3,7 @@ import {
   readOptString,
   readStoragePool,
   readStorageVol,
+  readUuid,
   writeDomain,
   writeOptString,
   writeStoragePool,
@@ -23,6 +24,9 @@ import type {
   Domain,
   DomainInterface,
   DomainStateInfo,
+  HostInterface,
+  NodeDevice,
+  NwFilter,
   StoragePool,
   StorageVol,
   StorageVolInfo,
@@ -49,6 +53,8 @@ export interface Procedure<A, R> {
 // Words libvirt spells in capitals inside public names (virDomainGetXMLDesc,
 // virDomainLookupByUUID, virDomainLookupByID).
 const ACRONYMS: ReadonlySet<string> = new Set(["xml", "uuid", "id", "cpu", "pm", "scsi", "wwn", "fs", "ip"]);
+// Words spelled neither capitalised nor all in capitals (virNWFilterLookupByName).
+const SPELLINGS: Readonly<Record<string, string>> = { nwfilter: "NWFilter" };
 
 /**
  * Public libvirt name of a procedure: camel case with a 'vir' prefix
@@ -60,7 +66,7 @@ export function publicName(name: string, program = REMOTE_PROGRAM): string {
   const words = name.split("_").filter((w) => w.length > 0);
   if (program === QEMU_PROGRAM && words.length > 1) words.splice(1, 0, "qemu");
   const camel = words
-    .map((w) => (ACRONYMS.has(w) ? w.toUpperCase() : w.charAt(0).toUpperCase() + w.slice(1)))
+    .map((w) => SPELLINGS[w] ?? (ACRONYMS.has(w) ? w.toUpperCase() : w.charAt(0).toUpperCase() + w.slice(1)))
     .join("");
   return `vir${camel}`;
 }
@@ -147,6 +153,14 @@ export interface DomainAgentCommandArgs {
   cmd: string;
   /** Seconds, or a QemuAgentCommandTimeout sentinel. */
   timeout: number;
+  flags: number;
+}
+
+export interface DomainUpdateDeviceFlagsArgs {
+  dom: Domain;
+  /** One device element, e.g. an `<interface>`, identified the way libvirt matches it (a NIC by its MAC). */
+  xml: string;
+  /** virDomainDeviceModifyFlags: LIVE, CONFIG or both. */
   flags: number;
 }
 
@@ -311,6 +325,50 @@ export const Procedures = {
           prefix: r3.uint(),
         })),
       })),
+  ),
+  domainUpdateDeviceFlags: remote<DomainUpdateDeviceFlagsArgs, void>(
+    "domain_update_device_flags",
+    RemoteProcedure.DOMAIN_UPDATE_DEVICE_FLAGS,
+    (w, a) => {
+      writeDomain(w, a.dom);
+      w.string(a.xml);
+      w.uint(a.flags);
+    },
+    noReply,
+  ),
+  nwfilterLookupByName: remote<{ name: string }, NwFilter>(
+    "nwfilter_lookup_by_name",
+    RemoteProcedure.NWFILTER_LOOKUP_BY_NAME,
+    (w, a) => w.string(a.name),
+    (r) => ({ name: r.string(), uuid: readUuid(r) }),
+  ),
+  interfaceLookupByName: remote<{ name: string }, HostInterface>(
+    "interface_lookup_by_name",
+    RemoteProcedure.INTERFACE_LOOKUP_BY_NAME,
+    (w, a) => w.string(a.name),
+    (r) => ({ name: r.string(), mac: r.string() }),
+  ),
+  connectListAllNodeDevices: remote<{ needResults: boolean; flags: number }, NodeDevice[]>(
+    "connect_list_all_node_devices",
+    RemoteProcedure.CONNECT_LIST_ALL_NODE_DEVICES,
+    (w, a) => {
+      w.int(a.needResults ? 1 : 0);
+      w.uint(a.flags);
+    },
+    (r) => {
+      const devices = r.array(Limits.NODE_DEVICE_LIST_MAX, (r2) => ({ name: r2.string() }));
+      r.uint(); // ret: the count, redundant with the array length
+      return devices;
+    },
+  ),
+  nodeDeviceGetXmlDesc: remote<{ name: string; flags: number }, string>(
+    "node_device_get_xml_desc",
+    RemoteProcedure.NODE_DEVICE_GET_XML_DESC,
+    (w, a) => {
+      w.string(a.name);
+      w.uint(a.flags);
+    },
+    (r) => r.string(),
   ),
   storagePoolLookupByName: remote<{ name: string }, StoragePool>(
     "storage_pool_lookup_by_name",

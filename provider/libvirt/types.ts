@@ -54,3 +54,20 @@ export interface DomainInterface {
   hwaddr: string | null;
   addrs: DomainIpAddress[];
 }
+
+/** remote_nonnull_nwfilter: a network filter (virsh nwfilter-list). */
+export interface NwFilter {
+  name: string;
+  uuid: string;
+}
+
+/** remote_nonnull_interface: a host network interface as the interface driver knows it. */
+export interface HostInterface {
+  name: string;
+  mac: string;
+}
+
+/** remote_nonnull_node_device: a host device, named e.g. `net_eth0_52_54_00_12_34_56`. */
+export interface NodeDevice {
+  name: string;
+}

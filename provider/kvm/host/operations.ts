@@ -10,38 +10,25 @@
  * failures), and nothing above or below it loops on failures. Whatever
  * surfaces is a KvmOperationError naming host, domain, libvirt call and code.
  */
-import { ProviderError, TimeoutError } from "../../errors";
+import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { type ParsedDomain, parseDomainXml } from "../domain-xml";
 import type { ProxyMetadata } from "../metadata";
-import { type ProgressListener, report } from "../progress";
+import type { NicBandwidth } from "../nic";
 import { formatProviderId } from "../provider-id";
-import { isActiveState, mapDomainState, type ProxyState } from "../states";
-import { guestIpv4, probeAddress } from "./addresses";
+import { isActiveState, mapDomainState, type NicAddresses, type ProxyState } from "../states";
+import { addressFields, guestAddresses, type WaitForIpOptions, waitForAddress } from "./addresses";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
-import {
-  domainByUuid,
-  type LibvirtState,
-  lookupDomain,
-  managedMetadata,
-  setManagedMetadata,
-  stateByUuid,
-} from "./domains";
+import { type LibvirtState, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import type { HostPool } from "./hosts";
 import { ImageCache } from "./image-cache";
+import { setInterfaceBandwidth } from "./interfaces";
 import { Placer } from "./placer";
 import { type ProvisionOptions, provision } from "./provision";
-import {
-  type OperationContext,
-  type RetryEnv,
-  type RetryPolicy,
-  sleep,
-  toOperationError,
-  withRetry,
-} from "./retry";
+import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationError, withRetry } from "./retry";
 import { Semaphore } from "./semaphore";
 import { hasCode } from "./volumes";
 
@@ -55,7 +42,14 @@ export interface VmStatus {
   libvirtState?: LibvirtState;
   /** First routable IPv4 of the guest. */
   ipv4?: string;
-  ipSource?: "agent" | "lease";
+  /** Where `ipv4` came from; `static`: the configuration, while no guest agent answers (waitForIp). */
+  ipSource?: "agent" | "lease" | "static";
+  /** First global IPv6 of the guest. */
+  ipv6Address?: string;
+  /** Every address per NIC, v4 and v6, CIDR (addresses.ts); set when asked, of a running domain. */
+  ipAddresses?: NicAddresses[];
+  /** Whether the guest agent answered when the addresses were asked. */
+  guestAgentAnswered?: boolean;
   mac?: string;
   metadata?: ProxyMetadata;
   /** The parsed domain XML. */
@@ -109,17 +103,6 @@ export interface ListResult {
   skipped: { host: string; name: string; reason: string }[];
 }
 
-/** Options of {@link KvmOperations.waitForIp}. */
-export interface WaitForIpOptions {
-  /** Overall deadline (default 5 min). */
-  deadlineMs?: number;
-  /** Pause between polls (default 1 s). */
-  pollMs?: number;
-  signal?: AbortSignal;
-  /** Receives the time waited so far at each poll. */
-  onProgress?: ProgressListener;
-}
-
 /** Options of {@link KvmOperations}. */
 export interface KvmOperationsOptions {
   images?: ImageCache;
@@ -135,9 +118,6 @@ export interface KvmOperationsOptions {
   /** Pause between lookups while waiting for such a define (default 1 s). */
   definePollMs?: number;
 }
-
-/** How often {@link KvmOperations.waitForIp} does a full read between its cheap address probes. */
-const FULL_READ_MS = 5_000;
 
 /** The KVM core operations over a set of hosts. */
 export class KvmOperations {
@@ -247,24 +227,18 @@ export class KvmOperations {
         domain = parseDomainXml(await lv.domainGetXmlDesc(byName));
       }
       const { dom, libvirtState } = found;
-      const ip = isActiveState(libvirtState.state)
-        ? await guestIpv4(lv, dom, domain.mac, domain.guestAgent)
-        : undefined;
-      const status: VmStatus = {
+      const ip = isActiveState(libvirtState.state) ? await guestAddresses(lv, dom, domain) : undefined;
+      return {
         host: hostKey,
         name,
-        state: mapDomainState(libvirtState, ip?.addr),
+        state: mapDomainState(libvirtState, ip?.ipv4?.addr ?? ip?.ipv6),
         uuid: dom.uuid,
         libvirtState,
         domain,
         ...(domain.mac !== undefined ? { mac: domain.mac } : {}),
         ...(domain.metadata !== undefined ? { metadata: domain.metadata } : {}),
+        ...(ip !== undefined ? addressFields(ip) : {}),
       };
-      if (ip !== undefined) {
-        status.ipv4 = ip.addr;
-        status.ipSource = ip.source;
-      }
-      return status;
     });
   }
 
@@ -374,9 +348,11 @@ export class KvmOperations {
   }
 
   /**
-   * Waits until the VM is running with a routable IPv4. Fails permanently when
-   * the VM is absent, stopped or failed, and with a TimeoutError naming the VM
-   * and host at the deadline. See {@link waitForIpFrom}.
+   * Waits until the VM is running with an address of `options.family`
+   * (default a routable IPv4); with `options.staticAddresses`, the configured
+   * ones answer while no guest agent does. Fails permanently when the VM is
+   * absent, stopped or failed, and with a TimeoutError naming the VM and
+   * host at the deadline. See {@link waitForIpFrom}.
    */
   async waitForIp(hostKey: string, name: string, options: WaitForIpOptions = {}): Promise<VmStatus> {
     return this.waitForIpFrom(await this.get(hostKey, name), options);
@@ -384,47 +360,28 @@ export class KvmOperations {
 
   /**
    * As {@link waitForIp}, from a status just read (provision's; the resource
-   * layer waits with {@link waitForIp}). Between full reads
-   * ({@link get}: state, XML and addresses, 3-4 calls) it polls only the
-   * addresses: the guest agent, then the DHCP lease (2 calls), so a short
-   * poll interval stays cheap. A full read happens when a probe finds an
-   * address (to return the whole status), when a probe fails in a way that
-   * may mean the domain changed state, and every {@link FULL_READ_MS} in any
-   * case (a paused or crashed guest answers probes like a booting one). At
-   * the default 1 s interval a wait costs about 2.2-2.4 calls per second.
+   * layer waits with {@link waitForIp}): cheap address probes between full
+   * reads, see addresses.ts `waitForAddress`.
    */
-  async waitForIpFrom(from: VmStatus, options: WaitForIpOptions = {}): Promise<VmStatus> {
-    const { host: hostKey, name } = from;
-    const deadlineMs = options.deadlineMs ?? 300_000;
-    const pollMs = options.pollMs ?? 1_000;
-    const wait = this.env.sleep ?? sleep;
-    const started = this.now();
-    const fullEvery = Math.max(1, Math.round(FULL_READ_MS / pollMs));
-    const ctx: OperationContext = { operation: "wait for IP", host: hostKey, domain: name };
-    let status = from;
-    for (let poll = 1; ; poll++) {
-      if (status.state === "running") return status;
-      if (status.state !== "provisioning") {
-        throw new KvmStateError(hostKey, name, status.state, "an IPv4 address");
-      }
-      if (this.now() - started + pollMs > deadlineMs) {
-        throw new TimeoutError(
-          `an IPv4 address of domain ${name} on host ${hostKey} (guest agent or DHCP lease)`,
-          deadlineMs,
-        );
-      }
-      report(options.onProgress, { kind: "wait-ip", elapsedMs: this.now() - started });
-      await wait(pollMs, options.signal);
-      if (poll % fullEvery !== 0 && status.uuid !== undefined) {
-        const dom = domainByUuid(name, status.uuid);
-        const lv = this.hosts.libvirt(hostKey);
-        const mac = status.mac;
-        const probe = await this.retrying(ctx, () => probeAddress(lv, dom, mac));
-        if (probe === "none") continue;
-      }
-      // The UUID read last time saves the lookup by name (see get).
-      status = await this.get(hostKey, name, status.uuid === undefined ? {} : { uuid: status.uuid });
-    }
+  waitForIpFrom(from: VmStatus, options: WaitForIpOptions = {}): Promise<VmStatus> {
+    return waitForAddress(this, from, options);
+  }
+
+  /**
+   * Sets the rate limits of VM `name`'s NIC `mac` (an empty `bandwidth`
+   * removes them) in place: on the running domain and its definition, or the
+   * definition alone while it is stopped (interfaces.ts). Fails permanently
+   * for a domain that is gone or has no NIC with that MAC.
+   */
+  async setBandwidth(hostKey: string, name: string, mac: string, bandwidth: NicBandwidth): Promise<void> {
+    const ctx: OperationContext = { operation: "update bandwidth", host: hostKey, domain: name };
+    await this.retrying(ctx, async () => {
+      const lv = this.hosts.libvirt(hostKey);
+      const dom = await lookupDomain(lv, name);
+      if (dom === undefined)
+        throw new ProviderError("permanent", `domain ${name} is gone from host ${hostKey}`);
+      await setInterfaceBandwidth(lv, dom, mac, bandwidth);
+    });
   }
 
   /**
@@ -479,20 +436,8 @@ export class KvmOperations {
   }
 }
 
-/** The VM is in a state the caller cannot wait through. Permanent. */
-export class KvmStateError extends ProviderError {
-  readonly host: string;
-  readonly domain: string;
-  readonly state: ProxyState;
-
-  constructor(host: string, domain: string, state: ProxyState, waitingFor: string) {
-    super("permanent", `domain ${domain} on host ${host} is ${state} while waiting for ${waitingFor}`);
-    this.host = host;
-    this.domain = domain;
-    this.state = state;
-  }
-}
-
+export type { AddressFamily, WaitForIpOptions } from "./addresses";
+export { KvmStateError } from "./addresses";
 export type { CreateOptions, CreateResult, CreateSpec, CreateStep } from "./create";
 export { CREATE_STEPS } from "./create";
 export { DomainTakenError } from "./domains";

@@ -22,16 +22,18 @@ import { ProviderError, TimeoutError } from "../../errors";
 import { report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import type { CreateOptions, CreateSpec } from "./create";
-import type { DeleteResult, KvmOperations, VmStatus } from "./operations";
+import type { DeleteResult, KvmOperations, VmStatus, WaitForIpOptions } from "./operations";
 import type { Placed } from "./placer";
 
 /** Options of {@link provision}. */
-export interface ProvisionOptions extends Pick<CreateOptions, "onStep" | "now" | "adopt" | "onProgress"> {
+export interface ProvisionOptions
+  extends Pick<CreateOptions, "onStep" | "now" | "adopt" | "onProgress">,
+    Pick<WaitForIpOptions, "family" | "staticAddresses"> {
   /** The whole provision's deadline, ms: create, the IP wait and the readiness gate (default 10 min). */
   deadlineMs?: number;
   /** What the deadline is called in its timeout message (the resource says `timeouts.create`). */
   deadlineName?: string;
-  /** Wait for the guest's IPv4 once it runs (default true). */
+  /** Wait for the guest's address once it runs (default true; of `family`, default IPv4). */
   waitForIp?: boolean;
   /** Pause between IP polls, ms (default 1 s). */
   pollMs?: number;
@@ -184,6 +186,8 @@ async function provisionNow(
         signal,
         ...(options.pollMs !== undefined ? { pollMs: options.pollMs } : {}),
         ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+        ...(options.family !== undefined ? { family: options.family } : {}),
+        ...(options.staticAddresses !== undefined ? { staticAddresses: options.staticAddresses } : {}),
       });
     }
     if (options.ready !== undefined) {

@@ -21,6 +21,11 @@ describe("public call names", () => {
     ["connect_get_lib_version", REMOTE_PROGRAM, "virConnectGetLibVersion"],
     ["storage_vol_upload", REMOTE_PROGRAM, "virStorageVolUpload"],
     ["domain_agent_command", QEMU_PROGRAM, "virDomainQemuAgentCommand"],
+    ["domain_update_device_flags", REMOTE_PROGRAM, "virDomainUpdateDeviceFlags"],
+    ["nwfilter_lookup_by_name", REMOTE_PROGRAM, "virNWFilterLookupByName"],
+    ["interface_lookup_by_name", REMOTE_PROGRAM, "virInterfaceLookupByName"],
+    ["connect_list_all_node_devices", REMOTE_PROGRAM, "virConnectListAllNodeDevices"],
+    ["node_device_get_xml_desc", REMOTE_PROGRAM, "virNodeDeviceGetXMLDesc"],
   ])("%s (program %i) → %s", (name, program, expected) => {
     expect(publicName(name, program)).toBe(expected);
   });
@@ -60,7 +65,11 @@ describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
     ["storage_vol_get_info", 98],
     ["storage_vol_get_path", 100],
     ["node_get_free_memory", 102],
+    ["node_device_get_xml_desc", 114],
+    ["interface_lookup_by_name", 128],
     ["connect_get_lib_version", 157],
+    ["domain_update_device_flags", 174],
+    ["nwfilter_lookup_by_name", 175],
     ["domain_create_with_flags", 196],
     ["storage_vol_upload", 208],
     ["storage_vol_resize", 260],
@@ -71,6 +80,7 @@ describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
     ["domain_get_metadata", 265],
     ["connect_list_all_domains", 273],
     ["storage_pool_list_all_volumes", 282],
+    ["connect_list_all_node_devices", 285],
     ["domain_define_xml_flags", 350],
     ["domain_interface_addresses", 353],
     ["domain_agent_command", 3],
@@ -112,6 +122,48 @@ describe("argument and reply layouts", () => {
         "00000000",
       ].join(""),
     );
+  });
+
+  it("domain_update_device_flags args: dom, the device XML, flags", () => {
+    const w = new XdrWriter();
+    Procedures.domainUpdateDeviceFlags.encodeArgs(w, { dom, xml: "<i/>", flags: 3 });
+    expect(w.finish().toString("hex")).toBe(`${domHex}000000043c692f3e00000003`);
+  });
+
+  it("nwfilter_lookup_by_name reply: name then the 16-byte UUID", () => {
+    const w = new XdrWriter();
+    w.string("clean-traffic").fixedOpaque(Buffer.alloc(16, 0xab), 16);
+    const r = new XdrReader(w.finish());
+    expect(Procedures.nwfilterLookupByName.decodeReply(r)).toEqual({
+      name: "clean-traffic",
+      uuid: "abababab-abab-abab-abab-abababababab",
+    });
+    r.end();
+  });
+
+  it("interface_lookup_by_name reply: name then MAC, both strings", () => {
+    const w = new XdrWriter();
+    w.string("eth0").string("52:54:00:00:00:01");
+    const r = new XdrReader(w.finish());
+    expect(Procedures.interfaceLookupByName.decodeReply(r)).toEqual({
+      name: "eth0",
+      mac: "52:54:00:00:00:01",
+    });
+    r.end();
+  });
+
+  it("connect_list_all_node_devices: need_results and flags; reply names then the count", () => {
+    const w = new XdrWriter();
+    Procedures.connectListAllNodeDevices.encodeArgs(w, { needResults: true, flags: 16 });
+    expect(w.finish().toString("hex")).toBe("0000000100000010");
+    const reply = new XdrWriter();
+    reply.uint(2).string("net_lo_00_00_00_00_00_00").string("net_eth0_52_54_00_00_00_01").uint(2);
+    const r = new XdrReader(reply.finish());
+    expect(Procedures.connectListAllNodeDevices.decodeReply(r)).toEqual([
+      { name: "net_lo_00_00_00_00_00_00" },
+      { name: "net_eth0_52_54_00_00_00_01" },
+    ]);
+    r.end();
   });
 
   it("storage_vol_upload args carry 64-bit offset and length", () => {

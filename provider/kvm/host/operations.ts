@@ -186,9 +186,10 @@ export class KvmOperations {
   }
 
   /**
-   * The VM's state: libvirt's state plus the first routable IPv4 (guest agent
-   * first, then the DHCP lease), mapped onto provider states, with the
-   * parsed domain and our metadata. A missing domain is `absent`; a host not
+   * The VM's state: libvirt's state plus the guest's addresses (guest agent
+   * first, then the DHCP lease: the first routable IPv4, the first global
+   * IPv6, every address per NIC; addresses.ts), mapped onto provider states,
+   * with the parsed domain and our metadata. A missing domain is `absent`; a host not
    * in the configuration is a permanent error (a typo must not look like a
    * missing VM, which the resource would rebuild).
    *

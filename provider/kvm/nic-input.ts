@@ -259,10 +259,13 @@ function readNic(
     if (problem !== undefined) at.fail("macAddress", problem);
     else mac = normaliseMac(raw.macAddress as string);
   }
-  // The gateway rules need every address of the NIC: they wait while one is pending.
+  // The gateway rules need every address of the NIC: they wait while one is
+  // pending, and say nothing more when one was refused.
   const list: ReadState = { ...st, unknown: false };
   const cidr = (a: unknown) => cidrProblem(a) ?? interfaceAddressProblem(a as string);
+  const refused = at.list.length;
   const addresses = readList(raw.addresses, "addresses", at, list, cidr, canonicalCidr);
+  const complete = !list.unknown && at.list.length === refused;
   st.unknown ||= list.unknown;
   (addresses ?? []).forEach((a, j) => {
     const address = (parseCidr(a) as { address: string }).address;
@@ -270,7 +273,7 @@ function readNic(
     if (first !== undefined) at.fail(`addresses[${j}]`, `${address} is also given at ${first}`);
     else st.addresses.set(address, `${where}.addresses[${j}]`);
   });
-  const all = list.unknown ? undefined : addresses;
+  const all = complete ? addresses : undefined;
   const gateway4 = readGateway(raw.gateway4, 4, at, st, all);
   const gateway6 = readGateway(raw.gateway6, 6, at, st, all);
   const ip = (n: string) => parseIp(n)?.text as string;

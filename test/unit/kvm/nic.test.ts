@@ -358,6 +358,12 @@ describe("readNics: refusals name the field", () => {
     ]);
   });
 
+  it("judges no gateway against addresses it refused", () => {
+    expect(properties([{ bridge: "br0", addresses: ["203.0.113.7"], gateway4: "203.0.113.1" }])).toEqual([
+      "nics[0].addresses[0]",
+    ]);
+  });
+
   it("returns invalid, not the good NICs, when one NIC fails", () => {
     expect(read([{ network: "ok" }, { network: "a/b" }]).result).toBe("invalid");
   });

@@ -11,6 +11,7 @@ import { MIN_DEADLINE_SECONDS, parseDuration } from "./duration";
 import { given, isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
 import { type ImageConfig, parseImage } from "./image";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
+import { parseReach, REACH_FIELDS, type SshReach } from "./ssh-reach";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
@@ -63,6 +64,8 @@ export interface HostConfig {
   nic: NicAttachment;
   /** Present exactly for ssh endpoints. */
   ssh?: SshAuthConfig;
+  /** Present exactly for ssh endpoints: the SSH client, jump hosts and ssh_config (ssh-reach.ts). */
+  reach?: SshReach;
   /** Deadline for each libvirt call's reply, ms (config `callTimeout`; default the connection's 60 s). */
   callTimeoutMs?: number;
   /** What the host can take (config `capacity`): placement's limits and the creates in flight at once. */
@@ -114,6 +117,7 @@ const HOST_FIELDS = [
   "passphrase",
   "callTimeout",
   "capacity",
+  ...REACH_FIELDS,
 ] as const;
 
 const SSH_FIELDS = [
@@ -284,7 +288,20 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
       if (given(input[field])) f.fail(field, "applies only to ssh:// hosts");
     }
   }
-  if (endpoint?.kind === "ssh") checkSshAuth(input, ssh, f);
+  // OpenSSH may bring its own identities (~/.ssh/config, its agent): credentials are optional there.
+  if (endpoint?.kind === "ssh") checkSshAuth(input, ssh, f, input.transport !== "openssh");
+  const sshWithDefaults: SshAuthConfig =
+    ssh.knownHosts === undefined && ssh.knownHostsPath === undefined
+      ? { ...ssh, knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH }
+      : ssh;
+  const reach =
+    endpoint === undefined
+      ? undefined
+      : parseReach(
+          input,
+          endpoint.kind === "ssh" ? { user: endpoint.user, ssh: sshWithDefaults } : undefined,
+          f,
+        );
 
   let callTimeoutMs: number | undefined;
   if (given(input.callTimeout)) {
@@ -303,15 +320,13 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   const host: HostConfig = { key, uri: uri as string, endpoint, driverUri, domainType, pool, nic, capacity };
   if (callTimeoutMs !== undefined) host.callTimeoutMs = callTimeoutMs;
   if (endpoint.kind === "ssh") {
-    host.ssh =
-      ssh.knownHosts === undefined && ssh.knownHostsPath === undefined
-        ? { ...ssh, knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH }
-        : ssh;
+    host.ssh = sshWithDefaults;
+    if (reach !== undefined) host.reach = reach;
   }
   return host;
 }
 
-function checkSshAuth(input: Obj, ssh: SshAuthConfig, f: Failures): void {
+function checkSshAuth(input: Obj, ssh: SshAuthConfig, f: Failures, authRequired: boolean): void {
   if (given(input.knownHosts) && given(input.knownHostsPath)) {
     f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
   }
@@ -324,8 +339,11 @@ function checkSshAuth(input: Obj, ssh: SshAuthConfig, f: Failures): void {
   if (ssh.privateKey !== undefined && !ssh.privateKey.includes("-----BEGIN")) {
     f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
   }
-  if (!given(input.privateKey) && !given(input.privateKeyPath) && !given(input.agentSocket)) {
-    f.fail("privateKey", "ssh:// hosts need privateKey, privateKeyPath or agentSocket");
+  if (authRequired && !given(input.privateKey) && !given(input.privateKeyPath) && !given(input.agentSocket)) {
+    f.fail(
+      "privateKey",
+      'ssh:// hosts need privateKey, privateKeyPath or agentSocket (or transport "openssh")',
+    );
   }
   if (given(input.passphrase) && !given(input.privateKey) && !given(input.privateKeyPath)) {
     f.fail("passphrase", "applies only with privateKey or privateKeyPath");

@@ -1,5 +1,6 @@
 import type { Duplex } from "node:stream";
 import { ProviderError, TimeoutError } from "../errors";
+import { awaitReply } from "../transport/types";
 import { decodeError } from "./codec";
 import { PACKET_HEADER_SIZE, PacketStatus, PacketType } from "./constants";
 import { ConnectionClosedError, ProtocolError } from "./errors";
@@ -257,6 +258,9 @@ export class RpcClient {
     });
   }
 
+  /** @internal A reply is awaited with nothing more to send: the transport must not hold the end back (types.ts). */
+  readonly awaitReply = (): (() => void) => awaitReply(this.stream);
+
   /** @internal Stops routing packets for a finished stream. */
   release(serial: number): void {
     this.pending.delete(serial);
@@ -398,8 +402,13 @@ export class OutgoingStream {
     const confirmed = this.waitForConfirmation(timeoutMs, `confirmation of ${this.req.call}`);
     // Handled here too: when the write below fails, nobody awaits it.
     confirmed.catch(() => {});
-    await this.client.writePacket(this.header(PacketStatus.OK), []);
-    await confirmed;
+    const replied = this.client.awaitReply();
+    try {
+      await this.client.writePacket(this.header(PacketStatus.OK), []);
+      await confirmed;
+    } finally {
+      replied();
+    }
   }
 
   /** Tells the server to discard the stream; waits briefly for its acknowledgement, never throws. */

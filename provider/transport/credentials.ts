@@ -91,6 +91,22 @@ export function parsePrivateKey(text: string, source: string, passphrase: string
   return key;
 }
 
+/** The private key the options name (inline or a file), parsed; none when they name only an agent. */
+export async function loadPrivateKey(
+  o: Pick<CredentialOptions, "privateKey" | "privateKeyPath" | "passphrase">,
+): Promise<{ key?: ParsedKey; keySource?: string }> {
+  if (o.privateKeyPath !== undefined) {
+    const keySource = `private key file ${o.privateKeyPath}`;
+    const text = await readSecretFile(o.privateKeyPath, "private key file");
+    return { key: parsePrivateKey(text, keySource, o.passphrase), keySource };
+  }
+  if (o.privateKey !== undefined) {
+    const keySource = "the inline private key";
+    return { key: parsePrivateKey(o.privateKey, keySource, o.passphrase), keySource };
+  }
+  return {};
+}
+
 export class CredentialLoader {
   readonly #options: CredentialOptions;
   #cached: LoadedCredentials | undefined;
@@ -127,16 +143,7 @@ export class CredentialLoader {
     if (this.#configError) throw new ProviderError("permanent", this.#configError);
     const o = this.#options;
     const knownHosts = await this.#loadKnownHosts();
-    let key: ParsedKey | undefined;
-    let keySource: string | undefined;
-    if (o.privateKeyPath !== undefined) {
-      keySource = `private key file ${o.privateKeyPath}`;
-      const text = await readSecretFile(o.privateKeyPath, "private key file");
-      key = parsePrivateKey(text, keySource, o.passphrase);
-    } else if (o.privateKey !== undefined) {
-      keySource = "the inline private key";
-      key = parsePrivateKey(o.privateKey, keySource, o.passphrase);
-    }
+    const { key, keySource } = await loadPrivateKey(o);
     if (o.agentSocket !== undefined) await checkAgentSocket(o.agentSocket);
     return { key, keySource, agentSocket: o.agentSocket, knownHosts };
   }

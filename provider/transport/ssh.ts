@@ -9,6 +9,11 @@
  * libvirt's own qemu+ssh does) and later opens on that connection go straight
  * there.
  *
+ * A host behind jump hosts (`jump`) is reached through a direct-tcpip channel
+ * of the last one; the jump connections are shared by every transport built
+ * with the same {@link JumpHosts} registry (jump.ts), and each hop is verified
+ * exactly like the target (ssh-hop.ts).
+ *
  * strictVendor is off: ssh2 would otherwise only try stream-local forwarding with
  * servers whose banner says OpenSSH. Any server that lacks it must refuse the
  * channel type (RFC 4254 5.1), which lands in the same fallback, so the only cost
@@ -20,25 +25,23 @@
  * the returned stream errors with its stderr.
  */
 import type { Duplex } from "node:stream";
-import {
-  Client,
-  type ClientChannel,
-  type ConnectConfig,
-  type ParsedKey,
-  type ServerHostKeyAlgorithm,
-} from "ssh2";
+import type { Client, ClientChannel } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
-import { CredentialLoader, type CredentialOptions, type LoadedCredentials } from "./credentials";
+import { CredentialLoader, type CredentialOptions } from "./credentials";
 import { LIBVIRT_DEFAULTS } from "./defaults";
-import { hostKeyError } from "./known-hosts";
-import type { Transport } from "./types";
+import { type JumpHop, JumpHosts, type JumpLease } from "./jump";
+import {
+  connectHop,
+  DEFAULT_KEEPALIVE_COUNT,
+  describeEndpoint,
+  errMessage,
+  forwardThrough,
+  type SshKeepalive,
+} from "./ssh-hop";
+import { QuickAck } from "./ssh-quick-ack";
+import type { ReplyHint, Transport } from "./types";
 
-export interface SshKeepalive {
-  /** Interval between keepalive requests on an idle connection. */
-  intervalMs: number;
-  /** Unanswered keepalives before the connection is dropped. */
-  countMax?: number;
-}
+export type { SshKeepalive } from "./ssh-hop";
 
 export interface SshTransportOptions extends CredentialOptions {
   host: string;
@@ -52,6 +55,10 @@ export interface SshTransportOptions extends CredentialOptions {
   connectTimeoutMs?: number;
   /** false disables keepalives. */
   keepalive?: SshKeepalive | false;
+  /** Jump hosts to go through, the first dialled directly (OpenSSH's ProxyJump order). */
+  jump?: readonly JumpHop[];
+  /** Where jump connections are shared (default: a registry of this transport's own). */
+  jumpHosts?: JumpHosts;
 }
 
 export const SSH_DEFAULTS = {
@@ -60,21 +67,12 @@ export const SSH_DEFAULTS = {
   socketPath: LIBVIRT_DEFAULTS.socketPath,
   driverUri: LIBVIRT_DEFAULTS.driverUri,
   connectTimeoutMs: 20_000,
-  keepalive: { intervalMs: 15_000, countMax: 3 },
+  keepalive: { intervalMs: 15_000, countMax: DEFAULT_KEEPALIVE_COUNT },
 } as const;
-
-/** ssh2's host key algorithms for each key type as known_hosts names it. */
-const HOST_KEY_ALGOS: Record<string, ServerHostKeyAlgorithm[]> = {
-  "ssh-ed25519": ["ssh-ed25519"],
-  "ecdsa-sha2-nistp256": ["ecdsa-sha2-nistp256"],
-  "ecdsa-sha2-nistp384": ["ecdsa-sha2-nistp384"],
-  "ecdsa-sha2-nistp521": ["ecdsa-sha2-nistp521"],
-  "ssh-rsa": ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"],
-};
-const ALL_HOST_KEY_ALGOS = Object.values(HOST_KEY_ALGOS).flat();
 
 interface Connection {
   readonly client: Client;
+  readonly quickAck: QuickAck;
   closed: boolean;
   /** The server refused direct-streamlocal once: use virt-ssh-helper for the rest of this connection. */
   streamLocalRefused: boolean;
@@ -83,18 +81,6 @@ interface Connection {
 /** Quotes one argument for the remote POSIX shell. */
 function shellQuote(arg: string): string {
   return `'${arg.replace(/'/g, `'\\''`)}'`;
-}
-
-function errCode(err: unknown): string | undefined {
-  return typeof err === "object" && err !== null && "code" in err ? String(err.code) : undefined;
-}
-
-function errLevel(err: unknown): string | undefined {
-  return typeof err === "object" && err !== null && "level" in err ? String(err.level) : undefined;
-}
-
-function errMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 export class SshTransport implements Transport {
@@ -106,6 +92,8 @@ export class SshTransport implements Transport {
   readonly driverUri: string;
   readonly connectTimeoutMs: number;
   readonly keepalive: SshKeepalive | false;
+  readonly jump: readonly JumpHop[];
+  readonly #jumpHosts: JumpHosts;
   readonly #credentials: CredentialLoader;
   #current: Connection | undefined;
   #connecting: Promise<Connection> | undefined;
@@ -122,12 +110,12 @@ export class SshTransport implements Transport {
     this.driverUri = options.driverUri ?? SSH_DEFAULTS.driverUri;
     this.connectTimeoutMs = options.connectTimeoutMs ?? SSH_DEFAULTS.connectTimeoutMs;
     this.keepalive = options.keepalive ?? SSH_DEFAULTS.keepalive;
-    const hostPart = this.host.includes(":") ? `[${this.host}]` : this.host;
-    this.description = `ssh://${this.user}@${hostPart}:${this.port}`;
+    this.jump = [...(options.jump ?? [])];
+    this.#jumpHosts = options.jumpHosts ?? new JumpHosts();
+    this.description = describeEndpoint(this);
     // Reads nothing yet: key and known_hosts files are read at the first connect.
     this.#credentials = new CredentialLoader(options);
   }
-
   async open(): Promise<Duplex> {
     const conn = await this.#connection();
     try {
@@ -170,137 +158,39 @@ export class SshTransport implements Transport {
   }
 
   async #connect(): Promise<Connection> {
-    const creds = await this.#credentials.load();
-    const client = new Client();
-    const conn: Connection = { client, closed: false, streamLocalRefused: false };
-    let hostKeyFailure: ProviderError | undefined;
-    const agentErrors: string[] = [];
-
-    const config: ConnectConfig = {
-      host: this.host,
-      port: this.port,
-      username: this.user,
-      readyTimeout: this.connectTimeoutMs,
-      strictVendor: false,
-      authHandler: this.#authMethods(creds),
-      algorithms: { serverHostKey: this.#hostKeyAlgorithms(creds) },
-      hostVerifier: (key: Buffer): boolean => {
-        const result = creds.knownHosts.check(this.host, this.port, key);
-        hostKeyFailure = hostKeyError(result, this.host, this.port, key, creds.knownHosts.source);
-        return hostKeyFailure === undefined;
-      },
-    };
-    if (this.keepalive) {
-      config.keepaliveInterval = this.keepalive.intervalMs;
-      config.keepaliveCountMax = this.keepalive.countMax ?? SSH_DEFAULTS.keepalive.countMax;
-    }
-
+    let lease: JumpLease | undefined;
+    let client: Client;
     try {
-      await new Promise<void>((resolve, reject) => {
-        let settled = false;
-        const fail = (err: ProviderError) => {
-          if (settled) return;
-          settled = true;
-          client.destroy();
-          reject(err);
-        };
-        client.on("error", (err: Error) => {
-          if (settled) return;
-          // Agent trouble is reported per attempt; authentication goes on with other methods.
-          if (errLevel(err) === "agent") {
-            agentErrors.push(errMessage(err));
-            return;
-          }
-          fail(this.#classifyConnectError(err, hostKeyFailure, agentErrors));
-        });
-        client.on("close", () => {
-          conn.closed = true;
-          if (this.#current === conn) this.#current = undefined;
-          fail(
-            hostKeyFailure ??
-              new ProviderError(
-                "transient",
-                `SSH connection to ${this.description} closed during the handshake`,
-              ),
-          );
-        });
-        client.on("ready", () => {
-          if (settled) return;
-          settled = true;
-          resolve();
-        });
-        try {
-          client.connect(config);
-        } catch (err) {
-          fail(
-            new ProviderError("permanent", `SSH configuration for ${this.description}: ${errMessage(err)}`),
-          );
-        }
+      let sock: Duplex | undefined;
+      if (this.jump.length > 0) {
+        const settings = { connectTimeoutMs: this.connectTimeoutMs, keepalive: this.keepalive };
+        lease = await this.#jumpHosts.acquire(this.jump, settings);
+        sock = await forwardThrough(lease.client, lease.hop, this, this.connectTimeoutMs);
+      }
+      client = await connectHop(this, {
+        credentials: this.#credentials,
+        connectTimeoutMs: this.connectTimeoutMs,
+        keepalive: this.keepalive,
+        ...(sock ? { sock } : {}),
       });
     } catch (err) {
-      // Keys or known_hosts may have been rotated: re-read them next time.
-      if (err instanceof ProviderError && !err.transient) this.#credentials.forget();
+      lease?.release();
       throw err;
     }
-    this.#credentials.remember(creds);
+    const conn: Connection = {
+      client,
+      quickAck: new QuickAck(client),
+      closed: false,
+      streamLocalRefused: false,
+    };
+    client.on("error", () => undefined);
+    client.once("close", () => {
+      conn.closed = true;
+      if (this.#current === conn) this.#current = undefined;
+      lease?.release();
+    });
     this.#current = conn;
     return conn;
-  }
-
-  #authMethods(creds: LoadedCredentials): NonNullable<ConnectConfig["authHandler"]> {
-    const methods: Array<
-      | { type: "publickey"; username: string; key: ParsedKey }
-      | { type: "agent"; username: string; agent: string }
-    > = [];
-    if (creds.key) methods.push({ type: "publickey", username: this.user, key: creds.key });
-    if (creds.agentSocket) methods.push({ type: "agent", username: this.user, agent: creds.agentSocket });
-    return methods;
-  }
-
-  /** Puts the key types known_hosts holds for this host first, as ssh does, so a host with several keys offers a known one. */
-  #hostKeyAlgorithms(creds: LoadedCredentials): ServerHostKeyAlgorithm[] {
-    const known = creds.knownHosts
-      .knownKeyTypes(this.host, this.port)
-      .flatMap((t) => HOST_KEY_ALGOS[t] ?? []);
-    return [...new Set([...known, ...ALL_HOST_KEY_ALGOS])];
-  }
-
-  #classifyConnectError(
-    err: Error,
-    hostKeyFailure: ProviderError | undefined,
-    agentErrors: readonly string[],
-  ): ProviderError {
-    if (hostKeyFailure) return hostKeyFailure;
-    const level = errLevel(err);
-    const code = errCode(err);
-    if (level === "client-timeout") {
-      return new TimeoutError(`SSH connection and login to ${this.description}`, this.connectTimeoutMs);
-    }
-    // sshd hangs up with "Too many authentication failures" once MaxAuthTries keys were refused.
-    if (level === "client-authentication" || /too many authentication failures/i.test(err.message)) {
-      const agentNote = agentErrors.length > 0 ? ` (agent: ${agentErrors.join("; ")})` : "";
-      return new ProviderError(
-        "permanent",
-        `SSH authentication as ${this.user} to ${this.host}:${this.port} failed: the server accepted ` +
-          `none of the offered credentials (${this.#credentials.describe()})${agentNote}. Check that the ` +
-          `public key is in ${this.user}'s authorized_keys on the host.`,
-        { cause: err },
-      );
-    }
-    if (level === "client-socket" || level === "client-dns") {
-      // Refused, unreachable, reset, timed out: the host may come back. A name that
-      // does not resolve is a configuration error.
-      const kind = code === "ENOTFOUND" ? "permanent" : "transient";
-      return new ProviderError(kind, `cannot reach ${this.description}: ${err.message}`, { cause: err });
-    }
-    if (level === "handshake" && /no matching/i.test(err.message)) {
-      return new ProviderError("permanent", `SSH handshake with ${this.description} failed: ${err.message}`, {
-        cause: err,
-      });
-    }
-    return new ProviderError("transient", `SSH connection to ${this.description} failed: ${err.message}`, {
-      cause: err,
-    });
   }
 
   async #openChannel(conn: Connection): Promise<Duplex> {
@@ -308,7 +198,7 @@ export class SshTransport implements Transport {
       const forwarded = await this.#channelRequest(conn, `libvirtd socket ${this.socketPath}`, (cb) =>
         conn.client.openssh_forwardOutStreamLocal(this.socketPath, cb),
       );
-      if (forwarded.channel) return forwarded.channel;
+      if (forwarded.channel) return withReplyHint(forwarded.channel, conn);
       conn.streamLocalRefused = true;
     }
     const command = `virt-ssh-helper ${shellQuote(this.driverUri)}`;
@@ -321,7 +211,7 @@ export class SshTransport implements Transport {
         `${this.description} refused both stream-local forwarding to ${this.socketPath} and running ${command}: ${helper.refusal}`,
       );
     }
-    return this.#watchHelper(helper.channel, command);
+    return withReplyHint(this.#watchHelper(helper.channel, command), conn);
   }
 
   /**
@@ -391,4 +281,11 @@ export class SshTransport implements Transport {
     });
     return channel;
   }
+}
+
+/** Gives the RPC layer the connection's quick acknowledgements (transport/types.ts ReplyHint). */
+function withReplyHint<T extends Duplex>(channel: T, conn: Connection): T & ReplyHint {
+  const hinted = channel as T & ReplyHint;
+  hinted.awaitReply = () => conn.quickAck.begin();
+  return hinted;
 }

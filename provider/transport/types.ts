@@ -14,3 +14,23 @@ export interface Transport {
   /** Releases anything shared beyond one stream (for SSH, the underlying connection). */
   close(): Promise<void>;
 }
+
+/**
+ * What a transport's stream may offer beyond bytes. `awaitReply` is called by
+ * the RPC layer right before it sends the last bytes of something whose reply
+ * it then waits for with nothing else to send (an upload's end packet); it
+ * calls the returned function once that reply is in. A transport whose
+ * acknowledgements or small segments can be held back meanwhile (Nagle,
+ * delayed ACKs) flushes them at once until then (ssh-quick-ack.ts).
+ */
+export interface ReplyHint {
+  awaitReply(): () => void;
+}
+
+const NOTHING = (): void => {};
+
+/** Calls the stream's `awaitReply` when it has one; otherwise a no-op. */
+export function awaitReply(stream: Duplex): () => void {
+  const hint = (stream as Duplex & Partial<ReplyHint>).awaitReply;
+  return typeof hint === "function" ? hint.call(stream) : NOTHING;
+}

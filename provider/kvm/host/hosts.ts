@@ -12,10 +12,13 @@ import { ProviderError } from "../../errors";
 import { LibvirtConnection } from "../../libvirt/connection";
 import { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
+import type { CredentialOptions } from "../../transport/credentials";
+import { type JumpHop, JumpHosts } from "../../transport/jump";
+import { OpenSshTransport } from "../../transport/openssh";
 import { SshTransport } from "../../transport/ssh";
 import type { Transport } from "../../transport/types";
 import { UnixSocketTransport } from "../../transport/unix";
-import type { HostConfig } from "../config";
+import type { HostConfig, SshAuthConfig } from "../config";
 import { PoolHandles } from "./pools";
 import { CallTracer } from "./trace";
 
@@ -39,23 +42,61 @@ export function expandHome(p: string): string {
   return p === "~" ? os.homedir() : p.startsWith("~/") ? path.join(os.homedir(), p.slice(2)) : p;
 }
 
-/** Builds the transport a host's URI names. SSH material is loaded lazily by the transport. */
-export function buildTransport(host: HostConfig): Transport {
-  const ep = host.endpoint;
-  if (ep.kind === "unix") return new UnixSocketTransport(ep.socketPath);
-  const ssh = host.ssh ?? {};
-  return new SshTransport({
-    host: ep.host,
-    port: ep.port,
-    user: ep.user,
-    socketPath: ep.socketPath,
-    driverUri: host.driverUri,
+/** The credential options of SSH material as configured (`~` expanded; the transports load files lazily). */
+function credentialOptions(ssh: SshAuthConfig): CredentialOptions {
+  return {
     ...(ssh.privateKey !== undefined ? { privateKey: ssh.privateKey } : {}),
     ...(ssh.privateKeyPath !== undefined ? { privateKeyPath: expandHome(ssh.privateKeyPath) } : {}),
     ...(ssh.passphrase !== undefined ? { passphrase: ssh.passphrase } : {}),
     ...(ssh.agentSocket !== undefined ? { agentSocket: expandHome(ssh.agentSocket) } : {}),
     ...(ssh.knownHosts !== undefined ? { knownHosts: ssh.knownHosts } : {}),
     ...(ssh.knownHostsPath !== undefined ? { knownHostsPath: expandHome(ssh.knownHostsPath) } : {}),
+  };
+}
+
+/** What transports of one HostPool share: the jump host connections. */
+export interface SharedReach {
+  jumpHosts?: JumpHosts;
+}
+
+/**
+ * Builds the transport a host's URI and reach name: a unix socket, or SSH
+ * through ssh2 (the default) or the system's OpenSSH, directly or through
+ * jump hosts. SSH material is loaded lazily by the transport.
+ */
+export function buildTransport(host: HostConfig, shared: SharedReach = {}): Transport {
+  const ep = host.endpoint;
+  if (ep.kind === "unix") return new UnixSocketTransport(ep.socketPath);
+  const reach = host.reach ?? { transport: "ssh2", jump: [] };
+  const jump: JumpHop[] = reach.jump.map((h) => ({
+    host: h.host,
+    port: h.port,
+    user: h.user,
+    ...credentialOptions(h.ssh),
+  }));
+  const common = {
+    host: ep.host,
+    port: ep.port,
+    user: ep.user,
+    socketPath: ep.socketPath,
+    jump,
+    ...credentialOptions(host.ssh ?? {}),
+  };
+  if (reach.transport === "openssh") {
+    // A user or port the URI leaves out is left to the ssh_config (User, Port), as plain ssh does.
+    const url = new URL(host.uri);
+    const { user, port, ...rest } = common;
+    return new OpenSshTransport({
+      ...rest,
+      ...(url.username !== "" ? { user } : {}),
+      ...(url.port !== "" ? { port } : {}),
+      ...(reach.sshConfig !== undefined ? { sshConfig: expandHome(reach.sshConfig) } : {}),
+    });
+  }
+  return new SshTransport({
+    ...common,
+    driverUri: host.driverUri,
+    ...(shared.jumpHosts !== undefined ? { jumpHosts: shared.jumpHosts } : {}),
   });
 }
 
@@ -81,6 +122,8 @@ export class HostPool {
   private readonly hosts: Readonly<Record<string, HostConfig>>;
   private readonly options: HostPoolOptions;
   private readonly entries = new Map<string, Entry>();
+  /** Jump host connections, shared by every host behind the same hop. */
+  private readonly jumpHosts = new JumpHosts();
 
   constructor(hosts: Readonly<Record<string, HostConfig>>, options: HostPoolOptions = {}) {
     this.hosts = hosts;
@@ -128,13 +171,15 @@ export class HostPool {
     const entries = [...this.entries.values()];
     this.entries.clear();
     await Promise.allSettled(entries.map((e) => e.connection.close()));
+    await this.jumpHosts.closeAll();
   }
 
   private entry(key: string): Entry {
     const existing = this.entries.get(key);
     if (existing) return existing;
     const host = this.config(key);
-    const transport = (this.options.transportFor ?? buildTransport)(host);
+    const transport =
+      this.options.transportFor?.(host) ?? buildTransport(host, { jumpHosts: this.jumpHosts });
     const hook = this.tracer.hook(key);
     const connection = new LibvirtConnection({
       transport,

@@ -41,6 +41,7 @@ describe("host configuration", () => {
       pool: "default",
       nic: { kind: "network", network: "default" },
       ssh: { privateKeyPath: "/k", knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH },
+      reach: { transport: "ssh2", jump: [] },
       capacity: { concurrentCreates: 4 },
     });
   });

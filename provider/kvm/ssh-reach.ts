@@ -1,0 +1,243 @@
+/**
+ * How an ssh:// host is reached, beyond its URI: which SSH client carries
+ * the stream (`transport`), the jump hosts on the way (`jump`), and for the
+ * OpenSSH client, the ssh_config file it reads (`sshConfig`). Pure: parses
+ * and validates the three fields of a host entry, applying defaults; the
+ * transports do the connecting.
+ *
+ * `jump` is one hop or a list of them, the first dialled directly (the order
+ * of OpenSSH's ProxyJump). A hop is `ssh://[user@]host[:port]` or an object
+ * `{uri, knownHosts | knownHostsPath, privateKey | privateKeyPath |
+ * agentSocket, passphrase}`; what a hop leaves out it takes from the host:
+ * its user, its known_hosts, its credentials (key, passphrase and agent
+ * together). Failures name `jump` (one hop) or `jump[i]` (a list) and never
+ * quote a key, passphrase or a URL's password.
+ */
+import { given, isObject, type Obj, optEnum, optString, rejectUnknown } from "./fields";
+import { type Failures, quote } from "./validation";
+
+/** The SSH client a host's stream goes through. */
+export type SshClientKind = "ssh2" | "openssh";
+
+export const SSH_CLIENT_KINDS: readonly SshClientKind[] = ["ssh2", "openssh"];
+
+export const DEFAULT_SSH_CLIENT: SshClientKind = "ssh2";
+
+/** Chains longer than this are refused (OpenSSH sets no limit; this catches a runaway list). */
+export const MAX_JUMP_HOPS = 8;
+
+/** SSH material as configured (contents or paths): the same shape as a host's. */
+export interface SshMaterial {
+  knownHosts?: string;
+  knownHostsPath?: string;
+  privateKey?: string;
+  privateKeyPath?: string;
+  agentSocket?: string;
+  passphrase?: string;
+}
+
+/** One jump host, defaults applied. */
+export interface JumpHopConfig {
+  /** The hop as written (without any secret: a URI with a password is refused). */
+  uri: string;
+  user: string;
+  host: string;
+  port: number;
+  /** Its own material, or the host's where it gave none. */
+  ssh: SshMaterial;
+}
+
+/** The reach of one host: its client, hops and ssh_config. */
+export interface SshReach {
+  transport: SshClientKind;
+  jump: JumpHopConfig[];
+  /** openssh only: the ssh_config file it reads instead of ~/.ssh/config and /etc/ssh/ssh_config. */
+  sshConfig?: string;
+}
+
+const HOP_FIELDS = [
+  "uri",
+  "knownHosts",
+  "knownHostsPath",
+  "privateKey",
+  "privateKeyPath",
+  "agentSocket",
+  "passphrase",
+] as const;
+const HOP_MATERIAL = HOP_FIELDS.filter((k) => k !== "uri") as (keyof SshMaterial)[];
+const AUTH_FIELDS: (keyof SshMaterial)[] = ["privateKey", "privateKeyPath", "agentSocket", "passphrase"];
+const KNOWN_HOSTS_FIELDS: (keyof SshMaterial)[] = ["knownHosts", "knownHostsPath"];
+const PATHS: (keyof SshMaterial)[] = ["knownHostsPath", "privateKeyPath", "agentSocket"];
+
+/** Field names a host entry may use for its reach (config.ts adds them to the host's). */
+export const REACH_FIELDS = ["transport", "jump", "sshConfig"] as const;
+
+/** Why a path field's value is not a path, or undefined. Quotes nothing of `v`. */
+function pathProblem(v: string): string | undefined {
+  if (/-----BEGIN|PRIVATE KEY-----/.test(v)) return "holds key material, not a path";
+  if (/[\r\n]/.test(v)) return "must be a path: one line, without line breaks";
+  return undefined;
+}
+
+function decoded(v: string): string | undefined {
+  try {
+    return decodeURIComponent(v);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Parses `ssh://[user@]host[:port]` of a hop; records failures at `field` of `f` (the hop itself when undefined). */
+export function parseHopUri(
+  uri: string,
+  defaultUser: string,
+  f: Failures,
+  field: string | undefined,
+): Omit<JumpHopConfig, "ssh"> | undefined {
+  let url: URL;
+  try {
+    url = new URL(uri);
+  } catch {
+    f.fail(field, "must be ssh://[user@]host[:port]");
+    return undefined;
+  }
+  const problems: string[] = [];
+  if (url.protocol !== "ssh:") {
+    f.fail(field, `scheme ${quote(url.protocol.replace(/:$/, ""))} is not supported; a jump host is ssh://`);
+    return undefined;
+  }
+  if (url.password !== "")
+    problems.push("must not carry a password (use privateKey, privateKeyPath or agentSocket)");
+  if (url.search !== "" || url.hash !== "") problems.push("must not have a query or #fragment");
+  if (url.pathname !== "" && url.pathname !== "/") problems.push("must not have a path");
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  if (host === "") problems.push("must name a host");
+  let user = defaultUser;
+  if (url.username !== "") {
+    const u = decoded(url.username);
+    if (u === undefined || !/^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$/.test(u)) problems.push("invalid user");
+    else user = u;
+  }
+  const port = url.port === "" ? 22 : Number(url.port);
+  if (!Number.isInteger(port) || port < 1 || port > 65535) problems.push("port must be 1-65535");
+  if (problems.length > 0) {
+    f.fail(field, problems.join("; "));
+    return undefined;
+  }
+  const hostPart = host.includes(":") ? `[${host}]` : host;
+  return { uri: `ssh://${user}@${hostPart}:${port}`, user, host, port };
+}
+
+/** Checks one hop's own material (the same rules as a host's); records failures under `f`. */
+function readMaterial(obj: Obj, f: Failures): SshMaterial {
+  const m: SshMaterial = {};
+  for (const field of HOP_MATERIAL) {
+    const v = optString(obj, field, f);
+    if (v !== undefined) m[field] = v;
+  }
+  for (const field of PATHS) {
+    const v = m[field];
+    const problem = v === undefined ? undefined : pathProblem(v);
+    if (problem !== undefined) f.fail(field, problem);
+  }
+  if (given(obj.knownHosts) && given(obj.knownHostsPath)) {
+    f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
+  }
+  if (m.knownHosts !== undefined && !/\s/.test(m.knownHosts.trim())) {
+    f.fail("knownHosts", "must hold known_hosts lines (host, key type, key); for a file use knownHostsPath");
+  }
+  if (given(obj.privateKey) && given(obj.privateKeyPath)) {
+    f.fail("privateKeyPath", "give either privateKey (content) or privateKeyPath, not both");
+  }
+  if (m.privateKey !== undefined && !m.privateKey.includes("-----BEGIN")) {
+    f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
+  }
+  if (given(obj.passphrase) && !given(obj.privateKey) && !given(obj.privateKeyPath)) {
+    f.fail("passphrase", "applies only with this hop's own privateKey or privateKeyPath");
+  }
+  return m;
+}
+
+/** The hop's material completed from the host's: credentials as one group, known_hosts as another. */
+function withDefaults(own: SshMaterial, host: SshMaterial): SshMaterial {
+  const out: SshMaterial = {};
+  const ownAuth =
+    own.privateKey !== undefined || own.privateKeyPath !== undefined || own.agentSocket !== undefined;
+  for (const k of AUTH_FIELDS) {
+    const v = ownAuth ? own[k] : host[k];
+    if (v !== undefined) out[k] = v;
+  }
+  const ownKnown = own.knownHosts !== undefined || own.knownHostsPath !== undefined;
+  for (const k of KNOWN_HOSTS_FIELDS) {
+    const v = ownKnown ? own[k] : host[k];
+    if (v !== undefined) out[k] = v;
+  }
+  return out;
+}
+
+function parseHop(raw: unknown, hostUser: string, host: SshMaterial, f: Failures): JumpHopConfig | undefined {
+  const before = f.list.length;
+  let uri: string | undefined;
+  let own: SshMaterial = {};
+  let field: string | undefined = "uri";
+  if (typeof raw === "string") {
+    uri = raw;
+    field = undefined;
+    if (raw.includes(",")) {
+      f.fail(field, "one hop per entry: give a chain as a list, the first hop first");
+      return undefined;
+    }
+  } else if (isObject(raw)) {
+    rejectUnknown(raw, HOP_FIELDS, f);
+    uri = optString(raw, "uri", f);
+    if (!given(raw.uri)) f.fail("uri", "is required");
+    own = readMaterial(raw, f);
+  } else {
+    f.fail(undefined, "must be ssh://[user@]host[:port] or an object {uri, knownHosts, privateKey, ...}");
+    return undefined;
+  }
+  const where = uri === undefined ? undefined : parseHopUri(uri, hostUser, f, field);
+  if (where === undefined || f.list.length > before) return undefined;
+  return { ...where, ssh: withDefaults(own, host) };
+}
+
+/**
+ * Reads `transport`, `jump` and `sshConfig` of a host entry. `ssh` is the
+ * host's own SSH material (known_hosts default applied) and `user` its SSH
+ * user, for the hops' defaults; undefined for a unix:// host, where the three
+ * fields are refused. Returns undefined when a failure was recorded.
+ */
+export function parseReach(
+  input: Obj,
+  host: { user: string; ssh: SshMaterial } | undefined,
+  f: Failures,
+): SshReach | undefined {
+  const before = f.list.length;
+  if (host === undefined) {
+    for (const field of REACH_FIELDS) if (given(input[field])) f.fail(field, "applies only to ssh:// hosts");
+    return f.list.length > before ? undefined : { transport: DEFAULT_SSH_CLIENT, jump: [] };
+  }
+  const transport = optEnum(input, "transport", SSH_CLIENT_KINDS, f) ?? DEFAULT_SSH_CLIENT;
+  const sshConfig = optString(input, "sshConfig", f);
+  if (sshConfig !== undefined) {
+    const problem = pathProblem(sshConfig);
+    if (problem !== undefined) f.fail("sshConfig", problem);
+    else if (transport !== "openssh") f.fail("sshConfig", 'applies only with transport "openssh"');
+  }
+  const jump: JumpHopConfig[] = [];
+  const raw = input.jump;
+  if (Array.isArray(raw)) {
+    if (raw.length === 0) f.fail("jump", "must name at least one hop (or leave jump out)");
+    if (raw.length > MAX_JUMP_HOPS) f.fail("jump", `must have at most ${MAX_JUMP_HOPS} hops`);
+    else
+      raw.forEach((hop, i) => {
+        const parsed = parseHop(hop, host.user, host.ssh, f.at(`jump[${i}]`));
+        if (parsed) jump.push(parsed);
+      });
+  } else if (given(raw)) {
+    const parsed = parseHop(raw, host.user, host.ssh, f.at("jump"));
+    if (parsed) jump.push(parsed);
+  }
+  if (f.list.length > before) return undefined;
+  return sshConfig === undefined ? { transport, jump } : { transport, jump, sshConfig };
+}

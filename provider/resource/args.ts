@@ -108,6 +108,19 @@ export interface KvmProxyArgs {
   bridge?: pulumi.Input<string>;
   /** A fixed MAC address; libvirt generates one when omitted. */
   macAddress?: pulumi.Input<string>;
+  /**
+   * Several NICs, or one with static addresses, a macvtap attachment, rate
+   * limits or an nwfilter (see "Networking" in the README). Not together with
+   * `network`, `bridge` or `macAddress` (the one-NIC shorthand). Changing a
+   * NIC replaces the VM, except its `bandwidth`, which is updated in place.
+   */
+  nics?: pulumi.Input<pulumi.Input<NicInput>[]>;
+  /**
+   * A NoCloud network-config of your own (version 1 or 2), placed in the seed
+   * byte for byte; not together with typed addresses, gateways or
+   * nameservers in `nics`. Replaces the VM when changed.
+   */
+  networkConfig?: pulumi.Input<string>;
   /** The domain name (also the guest hostname). Default: the resource name plus a random suffix. */
   name?: pulumi.Input<string>;
   /** The proxy: port, authentication, allowed clients, outgoing address. */
@@ -122,11 +135,12 @@ export interface KvmProxyArgs {
   /** What must succeed before create returns; false to skip. Default `{}`: the proxy port accepts TCP connections. */
   healthCheck?: pulumi.Input<HealthCheck | false>;
   /**
-   * Wait for the guest's IPv4 before create returns (default true). false
-   * returns once the domain runs; the IP appears at the next refresh. For
-   * NICs where neither a DHCP lease nor the guest agent reports the address.
+   * Wait for the guest's address before create returns: true or "ipv4"
+   * (the default), "ipv6", or "any". false returns once the domain runs; the
+   * address appears at the next refresh. Static addresses need no wait when
+   * the guest agent does not answer: they are the answer.
    */
-  waitForIp?: pulumi.Input<boolean>;
+  waitForIp?: pulumi.Input<boolean | "ipv4" | "ipv6" | "any">;
   timeouts?: pulumi.Input<Timeouts>;
   /** Free-form labels, stored in the VM's libvirt metadata too. Changing them updates in place. */
   tags?: pulumi.Input<Record<string, pulumi.Input<string>>>;
@@ -138,6 +152,53 @@ export interface KvmProxyArgs {
    */
   rotation?: pulumi.Input<{ maxAge: string | number; batch?: number; group?: string; size?: number }>;
 }
+
+/** One NIC of `nics`: attached to exactly one of network, bridge or direct. */
+export interface NicInput {
+  /** A libvirt network on the host. */
+  network?: pulumi.Input<string>;
+  /** An existing host bridge. */
+  bridge?: pulumi.Input<string>;
+  /** A macvtap device on host interface `dev` (mode default "bridge"). */
+  direct?: pulumi.Input<{
+    dev: pulumi.Input<string>;
+    mode?: pulumi.Input<"bridge" | "vepa" | "private" | "passthrough">;
+  }>;
+  /** Default: a stable MAC derived from the resource and the NIC's position. */
+  macAddress?: pulumi.Input<string>;
+  /** Static addresses, CIDR, IPv4 and IPv6 (`203.0.113.7/24`, `2001:db8::7/64`); none: DHCP. */
+  addresses?: pulumi.Input<pulumi.Input<string>[]>;
+  gateway4?: pulumi.Input<string>;
+  gateway6?: pulumi.Input<string>;
+  nameservers?: pulumi.Input<pulumi.Input<string>[]>;
+  /** Rate limits in kilobits per second; updated in place. */
+  bandwidth?: pulumi.Input<{ inboundKbps?: pulumi.Input<number>; outboundKbps?: pulumi.Input<number> }>;
+  /** A libvirt nwfilter such as "clean-traffic", given the NIC's static IPv4 addresses as its IP parameters. */
+  filter?: pulumi.Input<string>;
+  /** The NIC proxyUrl uses (default: the first). */
+  primary?: pulumi.Input<boolean>;
+}
+
+/** A NIC after check: what the state's inputs hold. */
+export interface CheckedNic {
+  network?: string;
+  bridge?: string;
+  direct?: { dev: string; mode: "bridge" | "vepa" | "private" | "passthrough" };
+  /** As given, lower case; absent when derived. */
+  macAddress?: string;
+  /** The MAC the NIC gets: the given one or one derived from the owner, the name and the position. */
+  mac: string;
+  addresses: string[];
+  gateway4?: string;
+  gateway6?: string;
+  nameservers: string[];
+  bandwidth?: { inboundKbps?: number; outboundKbps?: number };
+  filter?: string;
+  primary: boolean;
+}
+
+/** Which address create waits for (true: "ipv4"). */
+export type WaitForIp = boolean | "ipv4" | "ipv6" | "any";
 
 /** Who owns the VM, recorded in its metadata. Filled in by KvmProxy, never by users. */
 export interface OwnerInput {
@@ -168,6 +229,8 @@ export interface CheckedInputs {
   bridge?: string;
   /** As given, lower case. */
   macAddress?: string;
+  nics?: CheckedNic[];
+  networkConfig?: string;
   name: string;
   /** True when check generated the name. */
   autoname?: boolean;
@@ -177,7 +240,7 @@ export interface CheckedInputs {
   proxyPort: number;
   /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
   healthCheck: { url?: string; expectStatus?: number } | false;
-  waitForIp: boolean;
+  waitForIp: WaitForIp;
   /** In seconds. */
   timeouts: { create: number; delete: number };
   tags: Record<string, string>;
@@ -232,8 +295,12 @@ export interface KvmProxyOutputs
   /** The libvirt domain name (= name). */
   domainName: string;
   uuid: string;
-  /** The first routable IPv4 (guest agent or DHCP lease), once known. */
+  /** The primary NIC's first routable IPv4 (guest agent, DHCP lease, or its static address), once known. */
   ipAddress?: string;
+  /** The primary NIC's first global IPv6, once known. */
+  ipv6Address?: string;
+  /** Every address of every NIC (v4 and v6, CIDR as the guest reports them), in the order of `nics`. */
+  ipAddresses?: { mac: string; addresses: string[] }[];
   /** The NIC's MAC address, lower case (the fixed one or libvirt's). */
   macAddress?: string;
   /** `http://<ip>:<proxyPort>`, once the IP is known (never with credentials). */
@@ -279,6 +346,8 @@ export const REPLACE_PROPERTIES = [
   "network",
   "bridge",
   "macAddress",
+  "nics",
+  "networkConfig",
   "name",
   "proxyPort",
   "proxy",

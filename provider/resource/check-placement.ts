@@ -75,6 +75,13 @@ export function checkHost(f: Fail, v: unknown, config: StackConfig): void {
   });
 }
 
+/** The host keys `host` names: the key, or its pool's (what is not a string is left out). */
+export function hostKeysOf(v: unknown): string[] {
+  if (typeof v === "string") return [v];
+  const pool = isObject(v) ? v.pool : undefined;
+  return Array.isArray(pool) ? pool.filter((k): k is string => typeof k === "string") : [];
+}
+
 /** The rotation of a proxy after check. */
 export interface CheckedRotation {
   /** Seconds. */

@@ -105,6 +105,8 @@ export function checkSeed(
   f: Failures,
   s: {
     name: string | undefined;
+    /** The seed's network-config (raw or built from the NICs), when it has one. */
+    networkConfig?: string | undefined;
     userData: SeedInput;
     vendorData: SeedInput;
     installGuestAgent: boolean;
@@ -120,6 +122,7 @@ export function checkSeed(
       userData: s.userData.data ?? "",
       installGuestAgent: s.installGuestAgent,
       ...(s.vendorData.data !== undefined ? { vendorData: s.vendorData.data } : {}),
+      ...(s.networkConfig !== undefined ? { networkConfig: s.networkConfig } : {}),
     });
   } catch (err) {
     if (!(err instanceof ValidationError)) throw err;
@@ -128,6 +131,7 @@ export function checkSeed(
       if (field === "name") f.fail("name", `is not usable as the guest hostname: ${x.reason}`);
       else if (field === "userData") f.fail(fieldOf("userData", s.userData), x.reason);
       else if (field === "vendorData") f.fail(fieldOf("vendorData", s.vendorData), x.reason);
+      else if (field === "networkConfig") f.fail("networkConfig", x.reason);
       else f.fail(field, x.reason);
     }
   }

@@ -37,7 +37,14 @@ import {
   UNKNOWN,
   UPDATE_PROPERTIES,
 } from "./args";
-import { checkHost, checkRotation } from "./check-placement";
+import {
+  type AddressClaim,
+  type CheckedNetworking,
+  checkNetworking,
+  checkWaitForIp,
+  seedNetworkConfig,
+} from "./check-nics";
+import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import type { StackConfig } from "./config";
@@ -56,6 +63,8 @@ export interface CheckContext {
   config: StackConfig;
   /** Random bytes for autonames (at least 4). */
   randomBytes: (n: number) => Uint8Array;
+  /** Claims of static addresses across the proxies of this program (check-nics.ts); none: not checked. */
+  claimAddress?: AddressClaim;
 }
 
 /** The result handed back to the engine. */
@@ -315,7 +324,7 @@ export function checkInputs(
     checkImage(f, news.image, config.images, config.imageFailures),
   );
 
-  const waitForIp = optBool(f, "waitForIp", news.waitForIp, DEFAULTS.waitForIp);
+  const waitForIp = checkWaitForIp(f, news.waitForIp);
   const installGuestAgent = optBool(
     f,
     "installGuestAgent",
@@ -365,10 +374,20 @@ export function checkInputs(
     }
   }
 
+  const networking = guard(f, "nics", {} as CheckedNetworking, () =>
+    checkNetworking(f, news, {
+      name: name === UNKNOWN ? undefined : name,
+      owner: owner?.urn,
+      hosts: hostKeysOf(news.host),
+      ...(ctx.claimAddress !== undefined ? { claim: ctx.claimAddress } : {}),
+    }),
+  );
+
   // A bug in the seed builder is named after user-data: a secret name, whatever caused it.
   guard(f, SEED_FIELD.userData, undefined, () =>
     checkSeed(f, {
       name,
+      networkConfig: seedNetworkConfig(networking),
       userData,
       vendorData,
       installGuestAgent,
@@ -377,7 +396,7 @@ export function checkInputs(
   );
 
   const healthCheck = guard(f, secretName("healthCheck"), false, () =>
-    checkHealth(f, news.healthCheck, waitForIp),
+    checkHealth(f, news.healthCheck, waitForIp !== false),
   );
   const timeouts = guard(f, "timeouts", DEFAULT_TIMEOUTS, () => checkTimeouts(f, news.timeouts));
   const tags = guard(f, "tags", {}, () => checkTags(f, news.tags));
@@ -412,6 +431,8 @@ export function checkInputs(
     for (const k of ["vendorData", "vendorDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
   } else if (vendorData.base64 !== undefined) out.vendorDataBase64 = vendorData.base64;
   else if (vendorData.text !== undefined) out.vendorData = vendorData.text;
+  if (networking.nics !== undefined) out.nics = networking.nics;
+  if (networking.networkConfig !== undefined) out.networkConfig = networking.networkConfig;
   if (network !== undefined) out.network = network;
   if (bridge !== undefined) out.bridge = bridge;
   if (macAddress !== undefined) out.macAddress = macAddress;

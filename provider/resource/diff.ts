@@ -7,7 +7,15 @@
  * provider code or renaming the stack does not show as a change.
  */
 import { canonicalJson } from "../kvm/metadata";
-import { type CheckedInputs, DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
+import type { NicBandwidth } from "../kvm/nic";
+import {
+  type CheckedInputs,
+  type CheckedNic,
+  DEFAULTS,
+  REPLACE_PROPERTIES,
+  UNKNOWN,
+  UPDATE_PROPERTIES,
+} from "./args";
 import { isUnknown } from "./check";
 import { decodeBase64 } from "./check-seed";
 import { proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
@@ -148,6 +156,13 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
       }
       continue;
     }
+    if (key === "nics") {
+      // Rate limits change in place; anything else about a NIC is fixed at first boot.
+      if (!same(withoutBandwidth(olds.nics), withoutBandwidth(news.nics))) replaces.push("nics");
+      else if (bandwidthChanges(olds.nics, news.nics as CheckedNic[] | undefined).length > 0)
+        updates.push("nics");
+      continue;
+    }
     if (BASE64_FORMS.has(key)) continue;
     if (key === "proxy") {
       if (proxyChanged(olds, news)) replaces.push("proxy");
@@ -171,14 +186,46 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   const sameHost = isPool(news.host) || same(olds.host, news.host);
   const fixedNameKept = news.autoname !== true && sameHost && same(olds.name, news.name);
   const fixedMacKept =
-    typeof news.macAddress === "string" &&
     sameHost &&
-    typeof olds.macAddress === "string" &&
-    olds.macAddress.toLowerCase() === news.macAddress.toLowerCase();
+    ((typeof news.macAddress === "string" &&
+      typeof olds.macAddress === "string" &&
+      olds.macAddress.toLowerCase() === news.macAddress.toLowerCase()) ||
+      givenMacs(news.nics).some((m) => givenMacs(olds.nics).includes(m)));
   return {
     changes: replacing || updates.length > 0 || stopped,
     replaces,
     updates,
     deleteBeforeReplace: replacing && (fixedNameKept || fixedMacKept),
   };
+}
+
+/** The NICs as they decide a rebuild: without their rate limits. */
+function withoutBandwidth(nics: unknown): unknown {
+  if (!Array.isArray(nics)) return nics;
+  return nics.map((n) => {
+    if (typeof n !== "object" || n === null) return n;
+    const { bandwidth: _b, ...rest } = n as Props;
+    return rest;
+  });
+}
+
+/** The MACs the user fixed in `nics` (derived ones change with the name, so they never collide). */
+function givenMacs(nics: unknown): string[] {
+  if (!Array.isArray(nics)) return [];
+  return nics
+    .map((n) => (typeof n === "object" && n !== null ? (n as Props).macAddress : undefined))
+    .filter((m): m is string => typeof m === "string")
+    .map((m) => m.toLowerCase());
+}
+
+/** The NICs (by MAC) whose bandwidth differs between the state and the new inputs; `{}` lifts the limits. */
+export function bandwidthChanges(
+  olds: unknown,
+  news: readonly CheckedNic[] | undefined,
+): [string, NicBandwidth][] {
+  const before = new Map<string, unknown>();
+  if (Array.isArray(olds)) for (const n of olds as CheckedNic[]) before.set(n.mac, n.bandwidth);
+  return (news ?? [])
+    .filter((n) => before.has(n.mac) && !same(before.get(n.mac) ?? {}, n.bandwidth ?? {}))
+    .map((n) => [n.mac, n.bandwidth ?? {}]);
 }

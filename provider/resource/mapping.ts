@@ -9,7 +9,15 @@ import type { ImageIdentity } from "../kvm/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
 import type { NicAttachment } from "../kvm/nic";
 import { DEFAULT_ALLOWED_CLIENTS, type ProxySetup, squidPasswordHash } from "../kvm/proxy-setup";
-import { type CheckedInputs, type KvmProxyOutputs, type ProxyHealth, REPLACE_PROPERTIES } from "./args";
+import { addressOutputs } from "./address-outputs";
+import {
+  type CheckedInputs,
+  type CheckedNic,
+  type KvmProxyOutputs,
+  type ProxyHealth,
+  REPLACE_PROPERTIES,
+} from "./args";
+import { nicSpecOf, seedNetworkConfig } from "./check-nics";
 import { decodeBase64 } from "./check-seed";
 
 type Props = Record<string, unknown>;
@@ -37,6 +45,8 @@ export function specHashOf(c: CheckedInputs): string {
   for (const key of REPLACE_PROPERTIES) spec[key] = key === "image" ? c.resolvedImage : c[key];
   // Where it lives is not how it is built: a pooled proxy's hash does not follow the pool's members.
   if (typeof c.host !== "string") spec.host = "pool";
+  // Rate limits are updated in place: not part of how the VM is built.
+  if (c.nics !== undefined) spec.nics = c.nics.map(({ bandwidth: _b, ...nic }) => nic);
   // The metadata is readable on the host: the password enters only as the salted hash the seed holds.
   if (c.proxy !== undefined) spec.proxy = publicProxy(c);
   return hashSpec(spec);
@@ -142,6 +152,9 @@ export function createSpec(
   };
   const nic = nicOf(c);
   if (nic !== undefined) spec.nic = nic;
+  if (c.nics !== undefined) spec.nics = c.nics.map(nicSpecOf);
+  const networkConfig = seedNetworkConfig(c);
+  if (networkConfig !== undefined) spec.networkConfig = networkConfig;
   const vendorData = seedDataOf(c, "vendorData");
   if (vendorData !== undefined) spec.vendorData = vendorData;
   if (c.macAddress !== undefined) spec.mac = c.macAddress;
@@ -171,10 +184,12 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
     state: status.state,
     uuid: status.uuid,
     macAddress: status.mac,
-    ipAddress: status.ipv4,
   };
-  if (status.ipv4 !== undefined) {
-    Object.assign(out, proxyUrls(status.ipv4, proxyPort, credentialsIn(props.proxyUrlWithCredentials)));
+  const addresses = addressOutputs(props.nics as CheckedNic[] | undefined, status);
+  Object.assign(out, addresses);
+  const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
+  if (urlHost !== undefined) {
+    Object.assign(out, proxyUrls(urlHost, proxyPort, credentialsIn(props.proxyUrlWithCredentials)));
   }
   if (status.domain !== undefined) {
     out.memoryMiB = status.domain.memoryMiB;
@@ -191,7 +206,7 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
 export function outputsFrom(
   c: CheckedInputs,
   status: Pick<VmStatus, "host" | "name" | "state" | "uuid" | "mac" | "ipv4"> &
-    Pick<Partial<VmStatus>, "metadata">,
+    Pick<Partial<VmStatus>, "metadata" | "ipAddresses">,
   health?: ProxyHealth,
 ) {
   const createdAt = status.metadata?.createdAt;
@@ -223,10 +238,10 @@ export function outputsFrom(
   if (passwordHash !== undefined) out.proxyPasswordHash = passwordHash;
   const mac = status.mac ?? c.macAddress;
   if (mac !== undefined) out.macAddress = mac;
-  if (status.ipv4 !== undefined) {
-    out.ipAddress = status.ipv4;
-    Object.assign(out, proxyUrls(status.ipv4, c.proxyPort, c.proxy?.auth));
-  }
+  const addresses = addressOutputs(c.nics, status);
+  Object.assign(out, addresses);
+  const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
+  if (urlHost !== undefined) Object.assign(out, proxyUrls(urlHost, c.proxyPort, c.proxy?.auth));
   if (health !== undefined) {
     out.health = health;
     if (!health.ok && status.state === "running") out.state = "degraded";

@@ -18,11 +18,12 @@ import { ProvisionError } from "../kvm/host/provision";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { ValidationError } from "../kvm/validation";
-import { type CheckedInputs, DEFAULTS, type ProxyHealth } from "./args";
+import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
+import { type CheckedInputs, type CheckedNic, DEFAULTS, type ProxyHealth } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
-import { diffProxy } from "./diff";
+import { bandwidthChanges, diffProxy } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { probeOnce, waitHealthy } from "./health-check";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
@@ -136,8 +137,22 @@ export class KvmProxyRuntime {
     news: Props,
   ): Promise<{ inputs: Props; failures: { property: string; reason: string }[] }> {
     return Promise.resolve(
-      checkInputs(olds ?? {}, news, { config: this.config, randomBytes: (n) => randomBytes(n) }),
+      checkInputs(olds ?? {}, news, {
+        config: this.config,
+        randomBytes: (n) => randomBytes(n),
+        claimAddress: (host, address, owner) => this.claim(host, address, owner),
+      }),
     );
+  }
+
+  /** Static addresses the proxies of this program give out, per host (check-nics.ts). */
+  private readonly addressClaims = new Map<string, string>();
+  private claim(host: string, address: string, owner: string): string | undefined {
+    const key = `${host}\0${address}`;
+    const first = this.addressClaims.get(key);
+    if (first !== undefined && first !== owner) return first;
+    this.addressClaims.set(key, owner);
+    return undefined;
   }
 
   async diff(id: string, olds: Props, news: Props) {
@@ -200,7 +215,8 @@ export class KvmProxyRuntime {
         onProgress: this.progressTo(c.owner?.urn),
         deadlineMs: c.timeouts.create * 1000,
         deadlineName: "timeouts.create",
-        waitForIp: c.waitForIp,
+        waitForIp: c.waitForIp !== false,
+        ...waitOptionsOf(c),
         pollMs: this.pollMs,
         ...(c.healthCheck !== false
           ? {
@@ -250,7 +266,8 @@ export class KvmProxyRuntime {
 
   /** The health check as provision's readiness gate: waits until it passes (or throws), and says what it saw. */
   private async healthGate(c: CheckedInputs, status: VmStatus, remainingMs: number): Promise<ProxyHealth> {
-    const target = status.ipv4 === undefined ? undefined : this.probeTarget(c, status.ipv4);
+    const ip = proxyAddressOf(c.nics, status);
+    const target = ip === undefined ? undefined : this.probeTarget(c, ip);
     if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
     const r = await waitHealthy(target, remainingMs, { pollMs: this.pollMs });
     if (r.ok && r.note !== undefined) this.engineLog().warn(c.owner?.urn, r.note);
@@ -292,14 +309,15 @@ export class KvmProxyRuntime {
       return { id, props: { ...inputs, ...liveOutputs(inputs, status) }, inputs };
     }
     const next: Props = { ...props, ...liveOutputs(props, status) };
-    if (status.ipv4 === undefined) {
+    const ip = proxyAddressOf(props.nics as CheckedNic[] | undefined, status);
+    if (ip === undefined) {
       delete next.ipAddress;
+      delete next.ipv6Address;
       delete next.proxyUrl;
       delete next.proxyUrlWithCredentials;
     }
     // The proxy itself: one request from here, no libvirt call. A VM that runs but whose proxy fails is degraded.
-    const health =
-      status.state === "running" ? await this.probeNow(probeInputsOf(props), status.ipv4) : undefined;
+    const health = status.state === "running" ? await this.probeNow(probeInputsOf(props), ip) : undefined;
     if (health !== undefined) {
       next.health = health;
       if (!health.ok) next.state = "degraded";
@@ -335,23 +353,30 @@ export class KvmProxyRuntime {
         ...deadline,
         onProgress: this.progressTo(c.owner?.urn),
         adopt: unfinished ? "own" : "any",
-        waitForIp: c.waitForIp,
+        waitForIp: c.waitForIp !== false,
+        ...waitOptionsOf(c),
         rollback: false,
       });
+    }
+    // Rate limits change in place, on the running domain and its definition.
+    for (const [mac, bandwidth] of bandwidthChanges(olds.nics, c.nics)) {
+      await o.setBandwidth(host, name, mac, bandwidth);
     }
     if (!same(olds.tags, c.tags) && status.metadata !== undefined) {
       await o.setTags(host, name, c.tags, status.uuid === undefined ? {} : { uuid: status.uuid });
       status = await o.get(host, name, status.uuid === undefined ? {} : { uuid: status.uuid });
     }
-    if (c.waitForIp && status.ipv4 === undefined) {
+    if (c.waitForIp !== false && proxyAddressOf(c.nics, status) === undefined) {
       status = await o.waitForIp(host, name, {
+        ...waitOptionsOf(c),
         deadlineMs: deadline.deadlineMs,
         pollMs: this.pollMs,
         onProgress: this.progressTo(c.owner?.urn),
       });
     }
     // A degraded proxy (or any) is probed again: the outputs say what it is now.
-    const health = status.state === "running" ? await this.probeNow(c, status.ipv4) : undefined;
+    const health =
+      status.state === "running" ? await this.probeNow(c, proxyAddressOf(c.nics, status)) : undefined;
     if (health !== undefined && !health.ok)
       this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);
     await this.engineLog().flush();

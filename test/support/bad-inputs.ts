@@ -56,6 +56,72 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "host",
     /kvm:hosts\.keyless\.knownHosts: line 1: expected/,
   ],
+  // Issue 14: networking.
+  [
+    "a NIC with two attachments",
+    { nics: [{ network: "default", bridge: "br0" }] },
+    "nics[0].bridge",
+    /exactly one of network, bridge or direct/,
+  ],
+  [
+    "a gateway outside its NIC's subnets",
+    { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"], gateway4: "198.51.100.1" }] },
+    "nics[0].gateway4",
+    /outside this NIC's IPv4 subnets/,
+  ],
+  [
+    "a multicast NIC MAC",
+    { nics: [{ bridge: "br0", macAddress: "01:00:5e:00:00:01" }] },
+    "nics[0].macAddress",
+    /unicast/,
+  ],
+  [
+    "two NICs marked primary",
+    {
+      nics: [
+        { bridge: "br0", primary: true },
+        { network: "default", primary: true },
+      ],
+    },
+    "nics[1].primary",
+    /only one NIC can be primary/,
+  ],
+  [
+    "a macvtap mode libvirt lacks",
+    { nics: [{ direct: { dev: "eth0", mode: "nat" } }] },
+    "nics[0].direct.mode",
+    /must be one of "bridge"/,
+  ],
+  [
+    "typed addresses beside a raw networkConfig",
+    { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }], networkConfig: "version: 2\n" },
+    "nics[0].addresses",
+    /either networkConfig or typed addresses/,
+  ],
+  [
+    "nics beside the one-NIC shorthand",
+    { nics: [{ network: "default" }], macAddress: "52:54:00:00:00:01" },
+    "macAddress",
+    /one-NIC shorthand/,
+  ],
+  [
+    "a bad CIDR",
+    { nics: [{ bridge: "br0", addresses: ["203.0.113.7/33"] }] },
+    "nics[0].addresses[0]",
+    /prefix length must be a number from 0 to 32/,
+  ],
+  [
+    "a zero rate limit",
+    { nics: [{ bridge: "br0", bandwidth: { inboundKbps: 0 } }] },
+    "nics[0].bandwidth.inboundKbps",
+    /from 1 to 100000000/,
+  ],
+  [
+    "an nwfilter on a macvtap NIC",
+    { nics: [{ direct: { dev: "eth0" }, filter: "clean-traffic" }] },
+    "nics[0].filter",
+    /network and bridge NICs only/,
+  ],
   // Issue 15: pools and rotation.
   ["empty host pool", { host: { pool: [] } }, "host.pool", /non-empty list/],
   [
@@ -284,7 +350,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "waitForIp",
     /healthCheck needs the guest's IP/,
   ],
-  ["waitForIp not boolean", { waitForIp: 1 }, "waitForIp", /true or false/],
+  [
+    "waitForIp not boolean or a family",
+    { waitForIp: 1 },
+    "waitForIp",
+    /must be true, false, "ipv4", "ipv6" or "any"/,
+  ],
   ["bad duration", { timeouts: { create: "10 minutes" } }, "timeouts.create", /duration/],
   ["zero duration", { timeouts: { delete: 0 } }, "timeouts.delete", /at least 1 s/],
   ["a 1 ms create deadline", { timeouts: { create: 0.001 } }, "timeouts.create", /at least 1 s/],

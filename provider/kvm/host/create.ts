@@ -13,7 +13,7 @@ import { buildDomainXml, type ParsedDomain, parseDomainXml } from "../domain-xml
 import type { ImageIdentity } from "../image";
 import type { MetadataOwner, ProxyMetadata } from "../metadata";
 import { overlayVolumeName, seedVolumeName } from "../names";
-import type { NicAttachment } from "../nic";
+import type { NicAttachment, NicSpec } from "../nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import { buildSeed, type SeedSpec } from "../seed";
@@ -22,6 +22,7 @@ import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
 import type { HostPool } from "./hosts";
 import type { ImageCache } from "./image-cache";
+import { checkNicsOnHost } from "./interfaces";
 import type { RetryEnv } from "./retry";
 import { createFreshVolume, lookupVolume, volumeInfo } from "./volumes";
 
@@ -40,6 +41,8 @@ export interface CreateSpec extends SeedSpec {
   /** Where the NIC attaches (default: the host's configured network or bridge). */
   nic?: NicAttachment;
   mac?: string;
+  /** Several NICs, or one described in full (static addresses, macvtap, limits, filter); replaces nic/mac. */
+  nics?: NicSpec[];
   owner: MetadataOwner;
   /** The hash of everything that, changed, rebuilds the VM; recorded and compared when converging. */
   specHash: string;
@@ -176,6 +179,8 @@ export async function createOnce(
   const seedPath = await lv.storageVolGetPath(seed);
 
   await step("define");
+  // A macvtap parent or an nwfilter the host lacks fails here, naming the NIC, not as libvirt's start error.
+  if (spec.nics !== undefined) await checkNicsOnHost(lv, spec.host, spec.nics);
   const metadata: ProxyMetadata = {
     owner: spec.owner,
     image: {
@@ -202,6 +207,7 @@ export async function createOnce(
     diskPath,
     seedPath,
     nic: spec.nic ?? host.nic,
+    ...(spec.nics !== undefined ? { nics: spec.nics } : {}),
     metadata,
     ...(spec.mac !== undefined ? { mac: spec.mac } : {}),
   });

@@ -17,7 +17,7 @@ const good = GOOD_INPUTS;
 
 /** The input a failure's property belongs to: `image.url` → image, `userData (secret)` → userData. */
 function topLevel(property: string): string {
-  return property.split(/[.( ]/, 1)[0] ?? property;
+  return property.split(/[.( []/, 1)[0] ?? property;
 }
 
 describe("stack config", () => {

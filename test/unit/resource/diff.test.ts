@@ -113,6 +113,30 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
   ["waitForIp", {}, { waitForIp: false, healthCheck: false }, "update", "waitForIp"],
   ["timeouts", {}, { timeouts: { create: "20m" } }, "update", "timeouts"],
   ["rotation", {}, { rotation: { maxAge: "7d", batch: 2 } }, "update", "rotation"],
+  ["waitForIp family", {}, { waitForIp: "any" }, "update", "waitForIp"],
+  ["nics instead of the host's network", {}, { nics: [{ network: "default" }] }, "replace", "nics"],
+  [
+    "a NIC's static address",
+    { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] },
+    { nics: [{ bridge: "br0", addresses: ["203.0.113.8/24"] }] },
+    "replace",
+    "nics",
+  ],
+  [
+    "a second NIC",
+    { nics: [{ network: "default" }] },
+    { nics: [{ network: "default" }, { bridge: "br0" }] },
+    "replace",
+    "nics",
+  ],
+  [
+    "a NIC's bandwidth (in place)",
+    { nics: [{ network: "default" }] },
+    { nics: [{ network: "default", bandwidth: { outboundKbps: 8000 } }] },
+    "update",
+    "nics",
+  ],
+  ["networkConfig", {}, { networkConfig: "version: 2\nethernets: {}\n" }, "replace", "networkConfig"],
 ];
 
 describe("diff", () => {
@@ -125,6 +149,19 @@ describe("diff", () => {
       expect(d.replaces).toEqual([]);
       expect(d.updates).toContain(property);
     }
+  });
+
+  it("creates an autonamed proxy's new NICs before deleting the old (derived MACs change with the name), but deletes first when a NIC's MAC is fixed", () => {
+    const derived = diff(
+      { ...base, nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] },
+      { ...base, nics: [{ bridge: "br0", addresses: ["203.0.113.8/24"] }] },
+    );
+    expect(derived.deleteBeforeReplace).toBe(false);
+    const fixed = diff(
+      { ...base, nics: [{ bridge: "br0", macAddress: "52:54:00:00:00:42", addresses: ["203.0.113.7/24"] }] },
+      { ...base, nics: [{ bridge: "br0", macAddress: "52:54:00:00:00:42", addresses: ["203.0.113.8/24"] }] },
+    );
+    expect(fixed.deleteBeforeReplace).toBe(true);
   });
 
   it("covers every replace and update property", () => {

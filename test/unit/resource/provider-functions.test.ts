@@ -176,6 +176,21 @@ describe("specHashOf", () => {
     ["macAddress", { macAddress: "52:54:00:12:34:56" }],
     ["name", { name: "edge-fixed", autoname: false }],
     ["proxyPort", { proxyPort: 8080 }],
+    [
+      "nics",
+      {
+        nics: [
+          {
+            bridge: "br0",
+            mac: "52:54:00:00:00:01",
+            addresses: ["203.0.113.7/24"],
+            nameservers: [],
+            primary: true,
+          },
+        ],
+      },
+    ],
+    ["networkConfig", { networkConfig: "version: 2\n" }],
   ];
   // The image config behind an unchanged key rebuilds too: each field of the resolved image.
   const IMAGE_FIELDS: [string, Partial<ImageIdentity>][] = [
@@ -213,6 +228,19 @@ describe("specHashOf", () => {
 
   it.each(IN_PLACE)("stays when %s changes", (_property, change) => {
     expect(specHashOf(inputs(change))).toBe(specHashOf(inputs()));
+  });
+
+  it("stays when only a NIC's bandwidth changes (updated in place)", () => {
+    const nic = {
+      network: "default",
+      mac: "52:54:00:00:00:01",
+      addresses: [],
+      nameservers: [],
+      primary: true,
+    };
+    expect(specHashOf(inputs({ nics: [{ ...nic, bandwidth: { outboundKbps: 8000 } }] }))).toBe(
+      specHashOf(inputs({ nics: [nic] })),
+    );
   });
 
   it("stays when the image key changes to one of the same image", () => {

@@ -1,0 +1,171 @@
+/**
+ * `check` for a proxy's networking: `nics` (several NICs, static addresses,
+ * macvtap, rate limits, nwfilters; the rules are kvm/nic.ts's), the raw
+ * `networkConfig`, and `waitForIp`. Each NIC without a MAC gets a stable one
+ * derived from the owner, the domain name and its position, so the seed's
+ * network-config can match it on first boot and a replacement (a new
+ * autoname) gets new ones. A static address another proxy of this program
+ * claims on the same host fails here, naming both.
+ */
+import { family, parseCidr } from "../kvm/ip";
+import { buildNetworkConfig, needsNetworkConfig } from "../kvm/network-config";
+import { deriveMac, type NicSpec, readNics } from "../kvm/nic";
+import type { Failures } from "../kvm/validation";
+import { quote } from "../kvm/validation";
+import { type CheckedNic, UNKNOWN, type WaitForIp } from "./args";
+
+/** Records that `owner` gives `address` to a VM on `host`; returns the owner that claimed it first, if another. */
+export type AddressClaim = (host: string, address: string, owner: string) => string | undefined;
+
+const WAIT_MODES = ["ipv4", "ipv6", "any"] as const;
+
+/** `waitForIp`: true, false, "ipv4", "ipv6" or "any" (default true). */
+export function checkWaitForIp(f: Failures, v: unknown): WaitForIp {
+  if (v === undefined || v === null) return true;
+  if (v === UNKNOWN) return UNKNOWN as unknown as WaitForIp;
+  if (typeof v === "boolean") return v;
+  if (typeof v === "string" && (WAIT_MODES as readonly string[]).includes(v)) return v as WaitForIp;
+  f.fail("waitForIp", 'must be true, false, "ipv4", "ipv6" or "any"');
+  return true;
+}
+
+/** The state's form of a checked NIC. */
+export function checkedNicOf(nic: NicSpec, mac: string, given: boolean): CheckedNic {
+  const a = nic.attachment;
+  return {
+    ...(a.kind === "network" ? { network: a.network } : {}),
+    ...(a.kind === "bridge" ? { bridge: a.bridge } : {}),
+    ...(a.kind === "direct" ? { direct: { dev: a.dev, mode: a.mode } } : {}),
+    ...(given ? { macAddress: mac } : {}),
+    mac,
+    addresses: nic.addresses,
+    ...(nic.gateway4 !== undefined ? { gateway4: nic.gateway4 } : {}),
+    ...(nic.gateway6 !== undefined ? { gateway6: nic.gateway6 } : {}),
+    nameservers: nic.nameservers,
+    ...(nic.bandwidth !== undefined ? { bandwidth: nic.bandwidth } : {}),
+    ...(nic.filter !== undefined ? { filter: nic.filter } : {}),
+    primary: nic.primary,
+  };
+}
+
+/** A checked NIC as the KVM core describes it. */
+export function nicSpecOf(c: CheckedNic): NicSpec {
+  const attachment: NicSpec["attachment"] =
+    c.direct !== undefined
+      ? { kind: "direct", dev: c.direct.dev, mode: c.direct.mode }
+      : c.bridge !== undefined
+        ? { kind: "bridge", bridge: c.bridge }
+        : { kind: "network", network: c.network as string };
+  return {
+    attachment,
+    mac: c.mac,
+    addresses: c.addresses,
+    ...(c.gateway4 !== undefined ? { gateway4: c.gateway4 } : {}),
+    ...(c.gateway6 !== undefined ? { gateway6: c.gateway6 } : {}),
+    nameservers: c.nameservers,
+    ...(c.bandwidth !== undefined ? { bandwidth: c.bandwidth } : {}),
+    ...(c.filter !== undefined ? { filter: c.filter } : {}),
+    primary: c.primary,
+  };
+}
+
+/** What the networking inputs check to. UNKNOWN stands for a value not known at preview. */
+export interface CheckedNetworking {
+  nics?: CheckedNic[] | typeof UNKNOWN;
+  networkConfig?: string | typeof UNKNOWN;
+}
+
+export interface NicsContext {
+  /** The domain name (an autoname included), for derived MACs. */
+  name: string | undefined;
+  /** The owner URN, for derived MACs and address claims (the name stands in when absent). */
+  owner: string | undefined;
+  /** Where the VM goes: a host key, or the keys of its pool. */
+  hosts: string[];
+  claim?: AddressClaim;
+}
+
+/** `nics` and `networkConfig`; failures at `nics[i].<field>`, `network`, `bridge`, `macAddress`, `networkConfig`. */
+export function checkNetworking(
+  f: Failures,
+  news: Record<string, unknown>,
+  ctx: NicsContext,
+): CheckedNetworking {
+  const given = (v: unknown) => v !== undefined && v !== null;
+  const out: CheckedNetworking = {};
+  const raw = news.networkConfig;
+  if (given(raw)) {
+    if (raw === UNKNOWN) out.networkConfig = UNKNOWN;
+    else if (typeof raw !== "string") f.fail("networkConfig", "must be a string: a NoCloud network-config");
+    else out.networkConfig = raw;
+  }
+  if (!given(news.nics)) return out;
+  for (const k of ["network", "bridge", "macAddress"]) {
+    if (given(news[k])) f.fail(k, "is the one-NIC shorthand: give it inside nics instead, not both");
+  }
+  if (news.nics === UNKNOWN) {
+    out.nics = UNKNOWN;
+    return out;
+  }
+  const specs = readNics(news.nics, f, { isPending: (x) => x === UNKNOWN });
+  if (specs === "invalid") return out;
+  if (specs === undefined || JSON.stringify(news.nics).includes(UNKNOWN) || ctx.name === undefined) {
+    out.nics = UNKNOWN;
+    return out;
+  }
+  if (out.networkConfig !== undefined) {
+    specs.forEach((nic, i) => {
+      for (const field of ["addresses", "gateway4", "gateway6", "nameservers"] as const) {
+        const v = nic[field];
+        if (v !== undefined && (!Array.isArray(v) || v.length > 0)) {
+          f.fail(
+            `nics[${i}].${field}`,
+            "is set in your networkConfig: give either networkConfig or typed addresses",
+          );
+        }
+      }
+    });
+  }
+  const seed = ctx.owner ?? ctx.name;
+  const nics = specs.map((nic, i) =>
+    checkedNicOf(nic, nic.mac ?? deriveMac(`${seed}/${ctx.name}/${i}`), nic.mac !== undefined),
+  );
+  const macs = new Map<string, number>();
+  nics.forEach((n, i) => {
+    const first = macs.get(n.mac);
+    if (first !== undefined) f.fail(`nics[${i}].macAddress`, `${n.mac} is also nics[${first}]'s`);
+    else macs.set(n.mac, i);
+  });
+  if (ctx.claim !== undefined) {
+    const owner = ctx.owner ?? ctx.name;
+    nics.forEach((n, i) =>
+      n.addresses.forEach((cidr, j) => {
+        const address = parseCidr(cidr)?.address;
+        if (address === undefined) return;
+        for (const host of ctx.hosts) {
+          const other = ctx.claim?.(host, address, owner);
+          if (other !== undefined) {
+            f.fail(
+              `nics[${i}].addresses[${j}]`,
+              `${family(address) === 6 ? "IPv6" : "IPv4"} address ${address} is also given to ${quote(other.split("::").pop() ?? other)} on host ${host}`,
+            );
+            return;
+          }
+        }
+      }),
+    );
+  }
+  out.nics = nics;
+  return out;
+}
+
+/**
+ * The network-config the seed gets: the raw one as given, else one built from
+ * the typed NICs when they need it (several NICs, static addresses), else none.
+ */
+export function seedNetworkConfig(n: CheckedNetworking): string | undefined {
+  if (typeof n.networkConfig === "string") return n.networkConfig;
+  if (!Array.isArray(n.nics)) return undefined;
+  const specs = n.nics.map(nicSpecOf);
+  return needsNetworkConfig(specs) ? buildNetworkConfig(specs) : undefined;
+}

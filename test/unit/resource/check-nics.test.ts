@@ -1,0 +1,104 @@
+import { describe, expect, it } from "vitest";
+import { parse } from "yaml";
+import { checkInputs } from "../../../provider/resource/check";
+import { seedNetworkConfig } from "../../../provider/resource/check-nics";
+import { readStackConfig } from "../../../provider/resource/config";
+import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
+
+const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
+const owner = (resource: string) => ({
+  project: "p",
+  stack: "s",
+  urn: `urn:pulumi:s::p::KvmProxy::${resource}`,
+  resource,
+});
+const STATIC = { bridge: "br0", addresses: ["203.0.113.7/24", "2001:db8::7/64"], gateway4: "203.0.113.1" };
+
+let n = 0;
+function check(news: Record<string, unknown>, olds: Record<string, unknown> = {}, extra = {}) {
+  return checkInputs(
+    olds,
+    { host: "lab", image: "debian", owner: owner("edge"), ...news },
+    { config, randomBytes: (k) => new Uint8Array(k).fill(++n), ...extra },
+  );
+}
+
+describe("nics at check", () => {
+  it("gives each NIC without a MAC a stable derived one, kept across previews and ups", () => {
+    const first = check({ nics: [STATIC, { network: "default" }] });
+    expect(first.failures).toEqual([]);
+    const again = check({ nics: [STATIC, { network: "default" }] }, first.inputs);
+    const macs = (r: typeof first) => (r.inputs.nics as { mac: string }[]).map((x) => x.mac);
+    expect(macs(again)).toEqual(macs(first));
+    expect(new Set(macs(first)).size).toBe(2);
+    for (const m of macs(first)) expect(m).toMatch(/^52:54:00(:[0-9a-f]{2}){3}$/);
+  });
+
+  it("derives other MACs for a new autoname (a replacement), so old and new VM can run side by side", () => {
+    const first = check({ nics: [STATIC] });
+    const replacement = check({ nics: [STATIC] }); // no olds: the engine's re-check before a replace
+    expect(replacement.inputs.name).not.toBe(first.inputs.name);
+    expect((replacement.inputs.nics as { mac: string }[])[0]?.mac).not.toBe(
+      (first.inputs.nics as { mac: string }[])[0]?.mac,
+    );
+  });
+
+  it("keeps a given MAC, lower case, and records that it was given", () => {
+    const r = check({ nics: [{ network: "default", macAddress: "52:54:00:AA:BB:CC" }] });
+    expect(r.inputs.nics).toMatchObject([{ mac: "52:54:00:aa:bb:cc", macAddress: "52:54:00:aa:bb:cc" }]);
+  });
+
+  it("refuses a static address another proxy of the program has on the same host, naming it", () => {
+    const claims = new Map<string, string>();
+    const claimAddress = (host: string, address: string, who: string) => {
+      const k = `${host}/${address}`;
+      const first = claims.get(k);
+      if (first !== undefined && first !== who) return first;
+      claims.set(k, who);
+      return undefined;
+    };
+    expect(check({ nics: [STATIC] }, {}, { claimAddress }).failures).toEqual([]);
+    const other = check(
+      {
+        owner: owner("edge-2"),
+        nics: [{ bridge: "br0", addresses: ["203.0.113.9/24", "2001:db8:0::7/64"] }],
+      },
+      {},
+      { claimAddress },
+    );
+    expect(other.failures).toEqual([
+      {
+        property: "nics[0].addresses[1]",
+        reason: 'IPv6 address 2001:db8::7 is also given to "edge" on host lab',
+      },
+    ]);
+    // The same proxy checked again (preview, then up) claims its own addresses again without failing.
+    expect(check({ nics: [STATIC] }, {}, { claimAddress }).failures).toEqual([]);
+  });
+});
+
+describe("the seed's network-config", () => {
+  it("is built from typed static addresses and matches each NIC by its MAC", () => {
+    const r = check({ nics: [STATIC, { network: "default" }] });
+    const nics = r.inputs.nics as { mac: string }[];
+    const doc = parse(seedNetworkConfig({ nics: r.inputs.nics as never }) as string);
+    expect(doc.version).toBe(2);
+    const ethernets = Object.values(doc.ethernets) as {
+      match: { macaddress: string };
+      addresses?: string[];
+      dhcp4?: boolean;
+    }[];
+    expect(ethernets.map((e) => e.match.macaddress)).toEqual(nics.map((n) => n.mac));
+    expect(ethernets[0]?.addresses).toEqual(["203.0.113.7/24", "2001:db8::7/64"]);
+    expect(ethernets[1]?.dhcp4).toBe(true);
+  });
+
+  it("is the raw networkConfig byte for byte when given", () => {
+    const raw = "version: 2\nethernets:\n  x: {match: {name: 'e*'}, dhcp4: true}\n";
+    expect(seedNetworkConfig(check({ networkConfig: raw }).inputs as never)).toBe(raw);
+  });
+
+  it("is absent for one plain DHCP NIC (seeds of proxies made before nics existed do not change)", () => {
+    expect(seedNetworkConfig(check({ nics: [{ network: "default" }] }).inputs as never)).toBeUndefined();
+  });
+});

@@ -138,22 +138,22 @@ export function checkNetworking(
   });
   if (ctx.claim !== undefined) {
     const owner = ctx.owner ?? ctx.name;
-    nics.forEach((n, i) =>
+    nics.forEach((n, i) => {
       n.addresses.forEach((cidr, j) => {
         const address = parseCidr(cidr)?.address;
         if (address === undefined) return;
         for (const host of ctx.hosts) {
           const other = ctx.claim?.(host, address, owner);
-          if (other !== undefined) {
-            f.fail(
-              `nics[${i}].addresses[${j}]`,
-              `${family(address) === 6 ? "IPv6" : "IPv4"} address ${address} is also given to ${quote(other.split("::").pop() ?? other)} on host ${host}`,
-            );
-            return;
-          }
+          if (other === undefined) continue;
+          const who = quote(other.split("::").pop() ?? other);
+          f.fail(
+            `nics[${i}].addresses[${j}]`,
+            `${family(address) === 6 ? "IPv6" : "IPv4"} address ${address} is also given to ${who} on host ${host}`,
+          );
+          return;
         }
-      }),
-    );
+      });
+    });
   }
   out.nics = nics;
   return out;

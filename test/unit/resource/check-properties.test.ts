@@ -310,7 +310,8 @@ const KNOWN_NESTED = [
 ];
 
 /** A field of a NIC that may be missing (a required one is named though absent). */
-const NIC_FIELD = /^nics\[\d+\](\.(network|bridge|direct|direct\.dev|direct\.mode|macAddress|addresses|gateway4|gateway6|nameservers|bandwidth|filter|primary))?$/;
+const NIC_FIELD =
+  /^nics\[\d+\](\.(network|bridge|direct|direct\.dev|direct\.mode|macAddress|addresses|gateway4|gateway6|nameservers|bandwidth|filter|primary))?$/;
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 

@@ -25,7 +25,79 @@ export interface TestHost {
   networkBridge: string;
   networkAddress: string;
   networkPrefix: number;
+  /**
+   * Issue 14's fixtures. Optional: a host.json written by a script older than
+   * them lacks them (`scripts/test-host start` adds them to a running host);
+   * read them through {@link staticBridgeOf} and {@link macvtapOf}, which fail
+   * loudly when they are missing.
+   */
+  staticBridge?: StaticBridge;
+  macvtap?: MacvtapFixture;
+  /**
+   * Where libvirtd's tc (scripts/test-host.d/tc-shim) logs the `<bandwidth>`
+   * commands it rewrites: this kernel lacks sfq, the fw classifier and the
+   * police action, so inbound limits run as htb + pfifo and outbound ones as
+   * an IFB with tbf (same rates and bursts). Optional, as above.
+   */
+  tcShimLog?: string;
   logDir: string;
+}
+
+/**
+ * A plain Linux bridge inside the namespace WITHOUT DHCP (no libvirt network,
+ * no dnsmasq, no router advertisements), for guests with static addresses:
+ * `<interface type="bridge"><source bridge={name}/>`. The namespace holds the
+ * addresses below on it, so a guest there uses them as its gateways, a target
+ * server listens on them, and the namespace reaches the guest directly (IPv4
+ * and IPv6 forwarding are on in the namespace). Documentation ranges
+ * (192.0.2.0/24, 2001:db8:14::/64): guests take any other address in them
+ * but .224-.254 and ::e0-::ff, which test/libvirtd/network-fixtures.test.ts
+ * uses.
+ */
+export interface StaticBridge {
+  /** "kvmpbr1" */
+  name: string;
+  /** "192.0.2.1", prefix 24 */
+  address4: string;
+  prefix4: number;
+  /** "2001:db8:14::1", prefix 64 */
+  address6: string;
+  prefix6: number;
+}
+
+/**
+ * The parent of macvtap NICs (`<interface type="direct"><source dev={parent}
+ * mode="bridge"/>`): a veth in the test namespace (dummy interfaces cannot be
+ * created here) whose peer `farInterface` lives in a second namespace,
+ * `farNetns` ("the other side", the network a macvtap guest sits on), holding
+ * the far addresses; run a target there with `ip netns exec {farNetns} ...`
+ * bound to them. The parent has no address of its own; the macvlan
+ * `hostInterface` on it (bridge mode) holds the host addresses, through which
+ * the test namespace (the Pulumi CLI, health checks, curl) reaches macvtap
+ * guests in bridge mode (a macvtap never talks to its parent's own stack).
+ * Guests take other addresses of 198.51.100.0/24 and 2001:db8:15::/64 (but
+ * .224-.254 and ::e0-::ff, as above).
+ * IPv6 on a macvtap NIC needs `trustGuestRxFilters="yes"` on the interface:
+ * without it the macvtap drops the multicast neighbour solicitations for the
+ * guest's addresses, and IPv6 to and from the guest fails.
+ */
+export interface MacvtapFixture {
+  /** "kvmpmv0", in the test namespace */
+  parent: string;
+  /** "kvmpmvh0": a macvlan (bridge mode) on the parent, in the test namespace */
+  hostInterface: string;
+  /** "198.51.100.2" and "2001:db8:15::2" on hostInterface (prefixes below) */
+  hostAddress4: string;
+  hostAddress6: string;
+  /** "kvmp-<id>-far": named after the state folder, removed by stop */
+  farNetns: string;
+  /** "kvmpfar0", in farNetns */
+  farInterface: string;
+  /** "198.51.100.1" and "2001:db8:15::1" on farInterface */
+  farAddress4: string;
+  prefix4: number;
+  farAddress6: string;
+  prefix6: number;
 }
 
 export const repoRoot = path.resolve(__dirname, "../..");
@@ -38,4 +110,23 @@ export function testHost(): TestHost {
 /** The URI libvirt's own client (virsh) uses to reach the same daemon, for cross-checks. */
 export function virshUri(host: TestHost, driver = "qemu:///system"): string {
   return `${driver}?socket=${host.socketPath}`;
+}
+
+function missingFixture(field: string): Error {
+  return new Error(
+    `host.json has no ${field}: the test host was started by a version of scripts/test-host without it; ` +
+      "run scripts/test-host start (it adds the fixtures to a running host)",
+  );
+}
+
+/** The bridge without DHCP, or a loud error naming the fix when host.json lacks it. */
+export function staticBridgeOf(host: TestHost): StaticBridge {
+  if (host.staticBridge === undefined) throw missingFixture("staticBridge");
+  return host.staticBridge;
+}
+
+/** The macvtap parent and its other side, or a loud error naming the fix when host.json lacks them. */
+export function macvtapOf(host: TestHost): MacvtapFixture {
+  if (host.macvtap === undefined) throw missingFixture("macvtap");
+  return host.macvtap;
 }

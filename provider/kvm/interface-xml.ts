@@ -3,7 +3,8 @@
  * parsed back from what libvirt returns (domain-xml.ts uses both). Pure.
  *
  * Built: `<interface type='network|bridge|direct'>` with `<mac>` when known,
- * `<source network>` / `<source bridge>` / `<source dev mode>`, a virtio
+ * `<source network>` / `<source bridge>` / `<source dev mode>` (a direct
+ * NIC with `trustGuestRxFilters`, for IPv6 over macvtap), a virtio
  * model, `<bandwidth>` (libvirt's `average`, KiB/s) when limited, and
  * `<filterref>` with one `IP` parameter per static IPv4 address when a
  * nwfilter is named.
@@ -30,7 +31,10 @@ export function buildInterfaceElement(nic: InterfaceSpec): XmlElement {
   const limited = limits.inbound !== undefined || limits.outbound !== undefined;
   return el(
     "interface",
-    { type: a.kind },
+    // A macvtap passes the guest only the multicast groups the host set up, so
+    // IPv6 neighbour discovery fails unless the guest's receive filters are
+    // trusted. Nothing is lost: a direct NIC takes no nwfilter anyway.
+    a.kind === "direct" ? { type: a.kind, trustGuestRxFilters: "yes" } : { type: a.kind },
     nic.mac !== undefined && el("mac", { address: normaliseMac(nic.mac) }),
     a.kind === "network"
       ? el("source", { network: a.network })

@@ -479,6 +479,14 @@ describe("buildDomainXml: nics", () => {
     ]);
   });
 
+  it("trusts the guest's receive filters on a direct NIC only (IPv6 neighbour discovery over macvtap)", () => {
+    expect(interfaces({ nics: NICS }).map((i) => attribute(i, "trustGuestRxFilters"))).toEqual([
+      undefined,
+      undefined,
+      "yes",
+    ]);
+  });
+
   it("gives each NIC its MAC in lower case, and none when the NIC has none", () => {
     const macs = interfaces({ nics: NICS }).map((i) => attribute(childElement(i, "mac"), "address"));
     expect(macs).toEqual(["52:54:00:aa:00:01", "52:54:00:aa:00:02", undefined]);

@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { Libvirt, LibvirtConnection } from "../provider/libvirt";
+import { OpenSshTransport } from "../provider/transport/openssh";
 import { SshTransport } from "../provider/transport/ssh";
 import type { Transport } from "../provider/transport/types";
 import { UnixSocketTransport } from "../provider/transport/unix";
@@ -75,6 +76,37 @@ export const sshTransport = (): Transport =>
     knownHostsPath: host.knownHostsPath,
     keepalive: false,
   });
+
+/** ssh2 without the quick acknowledgements at an upload's end: the seed figure's "before" reference. */
+export const sshTransportNoQuickAck = (): Transport =>
+  new SshTransport({
+    host: host.address,
+    port: host.sshPort,
+    user: host.sshUser,
+    privateKeyPath: host.sshKeyPath,
+    knownHostsPath: host.knownHostsPath,
+    keepalive: false,
+    quickAck: false,
+  });
+
+/**
+ * The OpenSSH transport (`transport: "openssh"`), with the cipher of the OpenSSH
+ * reference (aes128-gcm, which ssh2 negotiates too) from an ssh_config of the
+ * bench's own, as a user's would give it.
+ */
+export const opensshTransport = (): Transport => {
+  const cipherConfig = path.join(benchDir, "ssh_config.cipher");
+  writeFileSync(cipherConfig, "Host *\n  Ciphers aes128-gcm@openssh.com\n");
+  return new OpenSshTransport({
+    host: host.address,
+    port: host.sshPort,
+    user: host.sshUser,
+    privateKeyPath: host.sshKeyPath,
+    knownHostsPath: host.knownHostsPath,
+    sshConfig: cipherConfig,
+    keepalive: false,
+  });
+};
 
 export function connect(make: () => Transport): { conn: LibvirtConnection; lv: Libvirt } {
   const conn = new LibvirtConnection({ transport: make(), callTimeoutMs: 600_000 });

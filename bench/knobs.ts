@@ -137,6 +137,12 @@ export const knobs = {
   /** Each upload round moves the file once per contender. */
   uploadRounds: int("KVMP_BENCH_UPLOAD_ROUNDS", 5, "rounds of the upload figure"),
   uploadMiB: int("KVMP_BENCH_UPLOAD_MIB", 1024, "size of the uploaded file"),
+  /** Rounds of the seed-sized upload figure (2g), each contender once per round on its own connection. */
+  seedRounds: int(
+    "KVMP_BENCH_SEED_ROUNDS",
+    40,
+    "rounds of the seed-sized (360 KiB) upload figure, run with the upload figure",
+  ),
   /**
    * Where figures 2 and 7 upload to: "memory", a transient dir pool on tmpfs, so they measure the
    * pipe and not the disk; "disk", the test host's own pool.

@@ -4,6 +4,7 @@
  * Contenders, alternated within each round (order rotated per round), each on a
  * fresh connection with a warm-up before the timed calls:
  *   ours, unix socket and SSH (stream-local channel): sequential and `depth` in flight;
+ *   ours over the OpenSSH transport (the system's ssh forwarding a local socket): the same;
  *   python3-libvirt (libvirt's C client), unix socket and qemu+ssh: sequential.
  * Around every timed part libvirtd's own CPU (utime + stime) is read, giving the
  * daemon's CPU per call: the ceiling any client on one connection can reach.
@@ -17,6 +18,7 @@ import {
   cpuTicks,
   libvirtdPid,
   log,
+  opensshTransport,
   repoRoot,
   rotate,
   run,
@@ -48,6 +50,8 @@ export type RpcContender =
   | "oursUnixPipe"
   | "oursSshSeq"
   | "oursSshPipe"
+  | "oursOpensshSeq"
+  | "oursOpensshPipe"
   | "pyUnixSeq"
   | "pySshSeq";
 
@@ -150,7 +154,7 @@ async function python(uri: string): Promise<Sample> {
  * first ~10,000 calls of a fresh process run at half speed) and ssh2's too.
  */
 async function warmProcess(): Promise<void> {
-  for (const make of [unixTransport, sshTransport]) {
+  for (const make of [unixTransport, sshTransport, opensshTransport]) {
     const { conn, lv } = connect(make);
     try {
       await sequential(lv, config.processWarmup);
@@ -172,6 +176,8 @@ export async function benchRpc(): Promise<RpcResults> {
     ["oursSshSeq", () => ours(sshTransport, 1)],
     ["pySshSeq", () => python(sshUri())],
     ["oursSshPipe", () => ours(sshTransport, config.depth)],
+    ["oursOpensshSeq", () => ours(opensshTransport, 1)],
+    ["oursOpensshPipe", () => ours(opensshTransport, config.depth)],
   ];
   const samples = Object.fromEntries(contenders.map(([name]) => [name, [] as Sample[]])) as Record<
     RpcContender,

@@ -6,6 +6,7 @@
  * read once before the rounds, so it sits in the page cache for everybody).
  * Per round, in rotated order:
  *   oursSsh     storageVolUpload over SshTransport (stream-local channel to libvirtd)
+ *   oursOpenssh storageVolUpload over OpenSshTransport (the system's ssh, aes128-gcm as opensshGcm)
  *   virshSsh    virsh vol-upload over qemu+ssh (OpenSSH + virt-ssh-helper)
  *   ssh2Bare    a bare ssh2 Client: exec `cat > /dev/null`, file piped into the channel
  *   opensshGcm  OpenSSH `ssh -c aes128-gcm@openssh.com host 'cat > /dev/null' < file`
@@ -42,6 +43,7 @@ import {
   host,
   log,
   median,
+  opensshTransport,
   rotate,
   run,
   runWithInput,
@@ -51,9 +53,11 @@ import {
   unixTransport,
   unixUri,
 } from "./common";
+import { benchSeed, type SeedResults } from "./seed";
 
 export type UploadContender =
   | "oursSsh"
+  | "oursOpenssh"
   | "oursSsh64k"
   | "virshSsh"
   | "ssh2Bare"
@@ -83,6 +87,8 @@ export interface UploadResults {
   readChunk: number;
   cipher: string;
   samples: Record<UploadContender, UploadSample[]>;
+  /** Figure 2g, run with this part (absent in results of runs before it existed). */
+  seed?: SeedResults;
 }
 
 const VOL_PREFIX = "kvmpb-upload";
@@ -342,6 +348,7 @@ export async function benchUpload(): Promise<UploadResults> {
   const { volumes, conn } = await Volumes.open(bytes);
   const contenders: [UploadContender, () => Promise<UploadSample>][] = [
     ["oursSsh", () => ours(volumes, sshTransport, file, bytes)],
+    ["oursOpenssh", () => ours(volumes, opensshTransport, file, bytes)],
     ["oursSsh64k", () => ours(volumes, sshTransport, file, bytes, NODE_DEFAULT_READ_CHUNK)],
     ["virshSsh", () => virsh(volumes, sshUri(), file, bytes)],
     ["ssh2Bare", () => ssh2Bare(file, bytes)],
@@ -374,7 +381,9 @@ export async function benchUpload(): Promise<UploadResults> {
     await conn.close();
     await dropMemoryPool();
   }
+  const seed = await benchSeed();
   return {
+    seed,
     pool: config.uploadPool,
     rounds: config.uploadRounds,
     bytes,

@@ -59,6 +59,8 @@ export interface SshTransportOptions extends CredentialOptions {
   jump?: readonly JumpHop[];
   /** Where jump connections are shared (default: a registry of this transport's own). */
   jumpHosts?: JumpHosts;
+  /** false: no quick acknowledgements at an upload's end (ssh-quick-ack.ts); for the benchmark's reference. */
+  quickAck?: boolean;
 }
 
 export const SSH_DEFAULTS = {
@@ -94,6 +96,7 @@ export class SshTransport implements Transport {
   readonly keepalive: SshKeepalive | false;
   readonly jump: readonly JumpHop[];
   readonly #jumpHosts: JumpHosts;
+  readonly #quickAck: boolean;
   readonly #credentials: CredentialLoader;
   #current: Connection | undefined;
   #connecting: Promise<Connection> | undefined;
@@ -112,6 +115,7 @@ export class SshTransport implements Transport {
     this.keepalive = options.keepalive ?? SSH_DEFAULTS.keepalive;
     this.jump = [...(options.jump ?? [])];
     this.#jumpHosts = options.jumpHosts ?? new JumpHosts();
+    this.#quickAck = options.quickAck ?? true;
     this.description = describeEndpoint(this);
     // Reads nothing yet: key and known_hosts files are read at the first connect.
     this.#credentials = new CredentialLoader(options);
@@ -198,7 +202,7 @@ export class SshTransport implements Transport {
       const forwarded = await this.#channelRequest(conn, `libvirtd socket ${this.socketPath}`, (cb) =>
         conn.client.openssh_forwardOutStreamLocal(this.socketPath, cb),
       );
-      if (forwarded.channel) return withReplyHint(forwarded.channel, conn);
+      if (forwarded.channel) return this.#hinted(forwarded.channel, conn);
       conn.streamLocalRefused = true;
     }
     const command = `virt-ssh-helper ${shellQuote(this.driverUri)}`;
@@ -211,7 +215,11 @@ export class SshTransport implements Transport {
         `${this.description} refused both stream-local forwarding to ${this.socketPath} and running ${command}: ${helper.refusal}`,
       );
     }
-    return withReplyHint(this.#watchHelper(helper.channel, command), conn);
+    return this.#hinted(this.#watchHelper(helper.channel, command), conn);
+  }
+
+  #hinted<T extends Duplex>(channel: T, conn: Connection): T {
+    return this.#quickAck ? withReplyHint(channel, conn) : channel;
   }
 
   /**

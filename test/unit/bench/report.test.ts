@@ -34,6 +34,8 @@ function minimalResults(): Results {
     oursSshPipe: rounds(8000),
     pyUnixSeq: rounds(3200),
     pySshSeq: rounds(1600),
+    oursOpensshSeq: rounds(1900),
+    oursOpensshPipe: rounds(7500),
   };
   return {
     env,

@@ -33,7 +33,7 @@ import { ImageCache } from "../provider/kvm/host/image-cache";
 import { type CreateSpec, KvmOperations } from "../provider/kvm/host/operations";
 import { CallTracer, type TraceRecord } from "../provider/kvm/host/trace";
 import { type ImageConfig, parseImage } from "../provider/kvm/image";
-import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/proxy-setup";
+import { DEFAULT_ALLOWED_CLIENTS, squidName } from "../provider/kvm/proxy-setup";
 import { firstRoutableIpv4 } from "../provider/kvm/states";
 import { Failures } from "../provider/kvm/validation";
 import { InterfaceAddressSource } from "../provider/libvirt/constants";
@@ -50,6 +50,10 @@ const repoRoot = config.root;
 const OBSERVE_MS = 200;
 const DEADLINE_MS = 20 * 60_000;
 const PROXY_PORT = 3128;
+/** The squid setup every run creates (what the resource gives a proxy without a proxy block). */
+const SETUP = { port: PROXY_PORT, allowedClients: DEFAULT_ALLOWED_CLIENTS };
+/** The health check's target at `ip`. */
+const probeAt = (ip: string) => ({ ip, proxyPort: PROXY_PORT, squidName: squidName(SETUP) });
 const PREFIX = "kvmpb-ready-";
 
 /** Milliseconds of one run; every "at" is since the run started (create's first call). */
@@ -189,7 +193,7 @@ function observe(lv: Libvirt, dom: Domain, t: () => number) {
         }
       }
       if (seen.ip !== undefined && seen.squid === undefined) {
-        const r = await probeOnce({ ip: seen.ip, proxyPort: PROXY_PORT }, 1_000);
+        const r = await probeOnce(probeAt(seen.ip), 1_000);
         if (r.ok) seen.squid = t();
       }
       if (seen.agent !== undefined && seen.squid !== undefined) return;
@@ -240,7 +244,7 @@ async function runOnce(
     diskGiB: 4,
     userData: defaultUserData(),
     // What the resource gives a proxy without a proxy block: squid on the port for the private ranges.
-    proxy: { port: PROXY_PORT, allowedClients: DEFAULT_ALLOWED_CLIENTS },
+    proxy: SETUP,
     owner: {
       project: "kvmpb-ready",
       stack: "bench",
@@ -266,7 +270,7 @@ async function runOnce(
     const noticedIpAt = t();
     const waitCalls = records.length - callsBefore;
     log(`run ${n}: IP ${ready.ipv4} (${ready.ipSource}) at ${(noticedIpAt / 1000).toFixed(1)} s`);
-    await waitHealthy({ ip: ready.ipv4 as string, proxyPort: PROXY_PORT }, DEADLINE_MS, { pollMs });
+    await waitHealthy(probeAt(ready.ipv4 as string), DEADLINE_MS, { pollMs });
     const healthyAt = t();
     log(`run ${n}: healthy at ${(healthyAt / 1000).toFixed(1)} s`);
     await observer.stop();

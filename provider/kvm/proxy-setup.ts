@@ -33,18 +33,24 @@ export const DEFAULT_ALLOWED_CLIENTS: readonly string[] = [
 
 /** Where the script writes the password file (AppArmor lets squid's helpers read /etc/squid only). */
 export const PASSWORD_FILE = "/etc/squid/kvm-proxy.passwd";
-/** The hostname squid names itself in Via and its error pages (neutral: not the VM's name). */
-export const VISIBLE_HOSTNAME = "kvm-proxy";
+/** The prefix of the name squid gives itself in Via and X-Cache (neutral: not the VM's name). */
+export const VISIBLE_HOSTNAME_PREFIX = "kvm-proxy-";
 /** The realm of squid's Basic challenge. */
 export const AUTH_REALM = "pulumi-kvm-proxy";
 /** The file name of the script part in vendor-data. */
 export const PROXY_SETUP_SCRIPT_FILENAME = "kvm-proxy-squid.sh";
 
 /** What the guest's squid is set up with. */
-export interface ProxySetup {
-  port: number;
+export interface ProxySetup extends SquidConfInputs {
   /** Basic authentication: the username and the MD5-crypt hash of the password ({@link squidPasswordHash}). */
   auth?: { username: string; passwordHash: string };
+}
+
+/** What squid.conf is written from: the setup without the password hash (the password file holds it). */
+export interface SquidConfInputs {
+  port: number;
+  /** Basic authentication (squid.conf needs only to know there is some). */
+  auth?: { username: string };
   /** Client CIDRs admitted; everyone else gets 403. */
   allowedClients: readonly string[];
   /** The source address of squid's outgoing connections (an address of the VM). */
@@ -120,13 +126,36 @@ export function squidPasswordHash(password: string, context: string): string {
 /** The helper path placeholder the script replaces with the guest's own path. */
 const HELPER = "@KVMP_AUTH_HELPER@";
 
-/** squid.conf for `p`. Every directive parses on squid 5.x, 6.x and 7.x. */
-export function buildSquidConf(p: ProxySetup): string {
-  const lines = [
+/**
+ * squid.conf for `p`. Every directive parses on squid 5.x, 6.x and 7.x. Its
+ * `visible_hostname` is {@link squidName}: squid names itself so in the Via
+ * and X-Cache headers of every reply, which lets the health check tell this
+ * configuration from the image's own squid (which answers until the setup
+ * script has reloaded it) and from a squid set up differently by hand.
+ */
+export function buildSquidConf(p: SquidConfInputs): string {
+  const directives = squidDirectives(p);
+  return [
     "# Written by pulumi-kvm-proxy at first boot; the original is squid.conf.kvm-proxy-orig.",
-    `http_port ${p.port}`,
-    `visible_hostname ${VISIBLE_HOSTNAME}`,
-  ];
+    `visible_hostname ${nameOf(directives)}`,
+    ...directives,
+    "",
+  ].join("\n");
+}
+
+/** The name squid set up for `p` gives itself: the prefix and a digest of the rest of its squid.conf. */
+export function squidName(p: SquidConfInputs): string {
+  return nameOf(squidDirectives(p));
+}
+
+function nameOf(directives: readonly string[]): string {
+  const digest = createHash("sha256").update(directives.join("\n"), "utf8").digest("hex");
+  return `${VISIBLE_HOSTNAME_PREFIX}${digest.slice(0, 12)}`;
+}
+
+/** squid.conf's directives after its name. */
+function squidDirectives(p: SquidConfInputs): string[] {
+  const lines = [`http_port ${p.port}`];
   if (p.auth !== undefined) {
     lines.push(
       `auth_param basic program ${HELPER} ${PASSWORD_FILE}`,
@@ -168,9 +197,8 @@ export function buildSquidConf(p: ProxySetup): string {
     "forwarded_for delete",
     "httpd_suppress_version_string on",
     "shutdown_lifetime 3 seconds",
-    "",
   );
-  return lines.join("\n");
+  return lines;
 }
 
 /** The password file's one line: `user:hash`. */

@@ -14,6 +14,13 @@
  * - With `url`: the target's status must be `expectStatus`, and the reply
  *   must carry squid's `Via` (plain HTTP) or come through a tunnel squid
  *   opened (HTTPS: CONNECT answered 200).
+ *
+ * A plain-HTTP reply must also name THIS proxy's squid (its Via or X-Cache
+ * carries `squidName`, the visible_hostname our squid.conf sets). Without
+ * that the image's own squid, which answers from early boot until the setup
+ * script reloads it, passed the check with its default configuration
+ * (found with booted guests: every request refused for a minute after up).
+ * A CONNECT's 200 carries no header to tell: HTTPS targets prove the tunnel only.
  */
 import http from "node:http";
 import tls from "node:tls";
@@ -31,6 +38,8 @@ export interface ProbeTarget {
   expectStatus?: number;
   /** The proxy's credentials (sent as Proxy-Authorization, never logged). */
   auth?: { username: string; password: string };
+  /** The name the proxy's squid gives itself (`squidName` of its setup). */
+  squidName: string;
 }
 
 const USER_AGENT = "pulumi-kvm-proxy-health";
@@ -56,6 +65,24 @@ function fromSquid(res: http.IncomingMessage): boolean {
     header(res, "x-squid-error") !== "" ||
     /^squid\b/i.test(header(res, "server")) ||
     /\(squid[/)]/i.test(header(res, "via"))
+  );
+}
+
+/** The names squid gave itself in the reply (Via entries, X-Cache). */
+function squidNames(res: http.IncomingMessage): string[] {
+  const via = [...header(res, "via").matchAll(/(?:^|,)\s*[\w./]+\s+(\S+)\s+\(squid[/)]/gi)];
+  const cache = [...header(res, "x-cache").matchAll(/\bfrom\s+(\S+)/gi)];
+  return [...new Set([...via, ...cache].map((m) => m[1] as string))];
+}
+
+/** Why the reply is not from this proxy's squid, or undefined when it is. */
+function notOurs(res: http.IncomingMessage, t: ProbeTarget): string | undefined {
+  const names = squidNames(res);
+  if (names.includes(t.squidName)) return undefined;
+  const seen = names.length === 0 ? "no name" : names.join(", ");
+  return (
+    `squid at ${where(t)} answers as ${seen}, not as ${t.squidName}: ` +
+    "its setup has not run yet, or its squid.conf is not the one this proxy wrote"
   );
 }
 
@@ -99,6 +126,8 @@ function squidSelf(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
     const server = header(res, "server") || "no Server header";
     if (!fromSquid(res))
       return { ok: false, reason: `${where(t)} answered HTTP ${status} (${server}), not as squid` };
+    const other = notOurs(res, t);
+    if (other !== undefined) return { ok: false, reason: other };
     const error = header(res, "x-squid-error");
     if (status === 407) return { ok: false, reason: `squid at ${where(t)} refused the credentials (407)` };
     if (status === 403 && /ERR_ACCESS_DENIED/.test(error)) {
@@ -128,6 +157,8 @@ function statusResult(res: http.IncomingMessage, t: ProbeTarget): ProbeResult {
       reason: `${t.url} answered HTTP ${status} without squid's Via: not through a squid at ${where(t)}`,
     };
   }
+  const other = notOurs(res, t);
+  if (other !== undefined) return { ok: false, reason: other };
   return { ok: true, status };
 }
 

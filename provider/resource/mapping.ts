@@ -8,7 +8,12 @@ import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import type { ImageIdentity } from "../kvm/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
 import type { NicAttachment } from "../kvm/nic";
-import { DEFAULT_ALLOWED_CLIENTS, type ProxySetup, squidPasswordHash } from "../kvm/proxy-setup";
+import {
+  DEFAULT_ALLOWED_CLIENTS,
+  type ProxySetup,
+  type SquidConfInputs,
+  squidPasswordHash,
+} from "../kvm/proxy-setup";
 import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
@@ -74,14 +79,27 @@ export function publicProxy(c: Pick<CheckedInputs, "proxy" | "name">): KvmProxyO
 
 /** What the guest's squid is set up with: the proxy block, or the defaults (3128 or proxyPort, private ranges, no auth). */
 export function proxySetupOf(c: CheckedInputs): ProxySetup {
+  const { auth: _auth, ...conf } = squidConfOf(c);
   const auth = c.proxy?.auth;
   const passwordHash = proxyPasswordHashOf(c);
   return {
-    port: c.proxyPort,
-    allowedClients: c.proxy?.allowedClients ?? DEFAULT_ALLOWED_CLIENTS,
+    ...conf,
     ...(auth !== undefined && passwordHash !== undefined
       ? { auth: { username: auth.username, passwordHash } }
       : {}),
+  };
+}
+
+/** What squid.conf is written from (no password): the proxy block, or the defaults. */
+export function squidConfOf(c: {
+  proxyPort: number;
+  proxy?: { auth?: { username: string }; allowedClients?: readonly string[]; outgoingAddress?: string };
+}): SquidConfInputs {
+  const auth = c.proxy?.auth;
+  return {
+    port: c.proxyPort,
+    allowedClients: c.proxy?.allowedClients ?? DEFAULT_ALLOWED_CLIENTS,
+    ...(auth !== undefined ? { auth: { username: auth.username } } : {}),
     ...(c.proxy?.outgoingAddress !== undefined ? { outgoingAddress: c.proxy.outgoingAddress } : {}),
   };
 }

@@ -27,6 +27,7 @@ import { bandwidthChanges, diffProxy } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { probeOnce, waitHealthy } from "./health-check";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
+import { probeInputsOf, probeTargetOf } from "./probe-target";
 import { progressText } from "./progress";
 import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
 
@@ -251,23 +252,10 @@ export class KvmProxyRuntime {
     }
   }
 
-  /** The health check's target for a VM at `ip`, or undefined when the inputs turn it off. */
-  private probeTarget(c: Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy">, ip: string) {
-    if (c.healthCheck === false) return undefined;
-    const auth = c.proxy?.auth;
-    return {
-      ip,
-      proxyPort: c.proxyPort,
-      ...(c.healthCheck.url !== undefined ? { url: c.healthCheck.url } : {}),
-      ...(c.healthCheck.expectStatus !== undefined ? { expectStatus: c.healthCheck.expectStatus } : {}),
-      ...(auth !== undefined ? { auth } : {}),
-    };
-  }
-
   /** The health check as provision's readiness gate: waits until it passes (or throws), and says what it saw. */
   private async healthGate(c: CheckedInputs, status: VmStatus, remainingMs: number): Promise<ProxyHealth> {
     const ip = proxyAddressOf(c.nics, status);
-    const target = ip === undefined ? undefined : this.probeTarget(c, ip);
+    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
     if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
     const r = await waitHealthy(target, remainingMs, { pollMs: this.pollMs });
     if (r.ok && r.note !== undefined) this.engineLog().warn(c.owner?.urn, r.note);
@@ -283,7 +271,7 @@ export class KvmProxyRuntime {
     c: Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy">,
     ip: string | undefined,
   ): Promise<ProxyHealth | undefined> {
-    const target = ip === undefined ? undefined : this.probeTarget(c, ip);
+    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
     if (target === undefined) return undefined;
     const r = await probeOnce(target, this.probeTimeoutMs);
     const checkedAt = new Date().toISOString();
@@ -426,27 +414,6 @@ function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
     add(h.ssh?.passphrase);
   }
   return [...out].filter((v) => v.length >= 4).sort((a, b) => b.length - a.length);
-}
-
-/** What the probe of a refresh needs from the state's outputs: the health check, the port, and the credentials. */
-function probeInputsOf(props: Props): Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy"> {
-  const healthCheck = (props.healthCheck ?? {}) as CheckedInputs["healthCheck"];
-  const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : 3128;
-  let auth: { username: string; password: string } | undefined;
-  try {
-    const u =
-      typeof props.proxyUrlWithCredentials === "string" ? new URL(props.proxyUrlWithCredentials) : undefined;
-    if (u !== undefined && u.username !== "") {
-      auth = { username: decodeURIComponent(u.username), password: decodeURIComponent(u.password) };
-    }
-  } catch {
-    auth = undefined;
-  }
-  return {
-    healthCheck,
-    proxyPort,
-    ...(auth !== undefined ? { proxy: { port: proxyPort, auth, allowedClients: [] } } : {}),
-  };
 }
 
 function same(a: unknown, b: unknown): boolean {

@@ -12,6 +12,7 @@ import {
   md5Crypt,
   PASSWORD_FILE,
   type ProxySetup,
+  squidName,
   squidPasswordHash,
 } from "../../../provider/kvm/proxy-setup";
 
@@ -96,6 +97,27 @@ describe("squid.conf", () => {
     expect(buildSquidConf({ port: 3128, allowedClients: ["10.0.0.0/8", "10.0.0.0/8"] })).toContain(
       "acl kvmp_clients src 10.0.0.0/8\n",
     );
+  });
+
+  it("names squid after its configuration: visible_hostname is squidName, the same for the same setup", () => {
+    const conf = buildSquidConf(AUTH);
+    expect(conf.split("\n")).toContain(`visible_hostname ${squidName(AUTH)}`);
+    expect(squidName(AUTH)).toMatch(/^kvm-proxy-[0-9a-f]{12}$/);
+    expect(squidName({ ...AUTH })).toBe(squidName(AUTH));
+  });
+
+  it.each<[string, Partial<ProxySetup>]>([
+    ["port", { port: 8080 }],
+    ["allowedClients", { allowedClients: ["203.0.113.0/24"] }],
+    ["outgoingAddress", { outgoingAddress: "198.51.100.8" }],
+    ["auth", { auth: undefined }],
+  ])("gives squid another name when %s changes", (_field, change) => {
+    expect(squidName({ ...AUTH, ...change })).not.toBe(squidName(AUTH));
+  });
+
+  it("keeps the name when only the password changes (the hash is in the password file, not in squid.conf)", () => {
+    const other = { ...AUTH, auth: { username: "crawler", passwordHash: squidPasswordHash("other", "c") } };
+    expect(squidName(other)).toBe(squidName(AUTH));
   });
 
   it("sends targets neither Via nor X-Forwarded-For, and hides squid's version", () => {

@@ -69,7 +69,7 @@ describe("health check deadline", () => {
     const port = await listen(probe);
     probe.close();
     let clock = 0;
-    const err = await waitHealthy({ ip: "127.0.0.1", proxyPort: port }, 3_000, {
+    const err = await waitHealthy({ ip: "127.0.0.1", proxyPort: port, squidName: "kvm-proxy-0" }, 3_000, {
       pollMs: 1_000,
       now: () => clock,
       sleep: async (ms) => {

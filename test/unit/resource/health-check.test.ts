@@ -8,9 +8,20 @@
 import http from "node:http";
 import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { probeOnce } from "../../../provider/resource/health-check";
+import { type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
 
 const servers: net.Server[] = [];
+/** The name this proxy's squid.conf gives squid, and what the test image's default configuration calls it. */
+const OURS = "kvm-proxy-0123456789ab";
+const IMAGE_DEFAULT = "kvmp-proxy";
+
+/** A probe of 127.0.0.1:port expecting our squid. */
+const at = (port: number, more: Partial<ProbeTarget> = {}): ProbeTarget => ({
+  ip: "127.0.0.1",
+  proxyPort: port,
+  squidName: OURS,
+  ...more,
+});
 
 afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
@@ -46,7 +57,7 @@ function httpServer(status: number, headers: Record<string, string> = {}) {
 describe("the health check", () => {
   it("fails on a port sshd holds: a TCP connect would have passed", async () => {
     const port = await listen(sshdLike());
-    const r = await probeOnce({ ip: "127.0.0.1", proxyPort: port }, 2_000);
+    const r = await probeOnce(at(port), 2_000);
     expect(r.ok).toBe(false);
     expect(r.ok ? "" : r.reason).toContain(`127.0.0.1:${port}`);
   });
@@ -57,17 +68,14 @@ describe("the health check", () => {
   ])("fails without a target when %s answers: it is not squid", async (_what, status, headers) => {
     const { server } = httpServer(status, headers);
     const port = await listen(server);
-    const r = await probeOnce({ ip: "127.0.0.1", proxyPort: port }, 2_000);
+    const r = await probeOnce(at(port), 2_000);
     expect(r).toEqual({ ok: false, reason: expect.stringMatching(/not as squid/) });
   });
 
   it("fails with a target when the expected status comes without squid's Via", async () => {
     const { server } = httpServer(204);
     const port = await listen(server);
-    const r = await probeOnce(
-      { ip: "127.0.0.1", proxyPort: port, url: "http://target.test/", expectStatus: 204 },
-      2_000,
-    );
+    const r = await probeOnce(at(port, { url: "http://target.test/", expectStatus: 204 }), 2_000);
     expect(r).toEqual({ ok: false, reason: expect.stringMatching(/without squid's Via/) });
   });
 
@@ -75,12 +83,10 @@ describe("the health check", () => {
     const { server, seen } = httpServer(407, {
       server: "squid",
       "x-squid-error": "ERR_CACHE_ACCESS_DENIED 0",
+      via: `1.1 ${OURS} (squid)`,
     });
     const port = await listen(server);
-    const r = await probeOnce(
-      { ip: "127.0.0.1", proxyPort: port, auth: { username: "crawler", password: "pa55:word" } },
-      2_000,
-    );
+    const r = await probeOnce(at(port, { auth: { username: "crawler", password: "pa55:word" } }), 2_000);
     expect(seen[0]?.headers["proxy-authorization"]).toBe(
       `Basic ${Buffer.from("crawler:pa55:word").toString("base64")}`,
     );
@@ -91,10 +97,72 @@ describe("the health check", () => {
   it("asks the proxy for itself when no target is set", async () => {
     const { server, seen } = httpServer(400, {
       "x-squid-error": "ERR_INVALID_URL 0",
-      via: "1.1 kvm-proxy (squid)",
+      via: `1.1 ${OURS} (squid)`,
     });
     const port = await listen(server);
-    await probeOnce({ ip: "127.0.0.1", proxyPort: port }, 2_000);
+    await probeOnce(at(port), 2_000);
     expect(seen[0]?.url).toBe(`http://127.0.0.1:${port}/`);
+  });
+});
+
+describe("the health check knows its own squid", () => {
+  // Headers as squid 5.7 sends them (seen on the test guest), with the name varied.
+  const squidReply = (status: number, error: string, name: string) =>
+    httpServer(status, {
+      server: "squid/5.7",
+      "x-squid-error": `${error} 0`,
+      "x-cache": `MISS from ${name}`,
+      via: `1.1 ${name} (squid/5.7)`,
+    });
+
+  it.each([
+    ["400 ERR_INVALID_URL", 400, "ERR_INVALID_URL"],
+    ["403 ERR_ACCESS_DENIED", 403, "ERR_ACCESS_DENIED"],
+  ])("fails while the image's own squid answers %s: it names another squid", async (_what, status, error) => {
+    const port = await listen(squidReply(status, error, IMAGE_DEFAULT).server);
+    const r = await probeOnce(at(port), 2_000);
+    expect(r).toEqual({
+      ok: false,
+      reason: expect.stringContaining(`answers as ${IMAGE_DEFAULT}, not as ${OURS}`),
+    });
+  });
+
+  it("passes when our squid answers for itself (400 ERR_INVALID_URL naming our squid)", async () => {
+    const port = await listen(squidReply(400, "ERR_INVALID_URL", OURS).server);
+    expect(await probeOnce(at(port), 2_000)).toEqual({ ok: true, status: 400 });
+  });
+
+  it("passes with a note when our squid refuses this client (403 outside allowedClients)", async () => {
+    const port = await listen(squidReply(403, "ERR_ACCESS_DENIED", OURS).server);
+    expect(await probeOnce(at(port), 2_000)).toEqual({
+      ok: true,
+      status: 403,
+      note: expect.stringContaining("not in allowedClients"),
+    });
+  });
+
+  it("finds the name among several Via entries, or in X-Cache alone", async () => {
+    const chained = await listen(
+      httpServer(400, {
+        "x-squid-error": "ERR_INVALID_URL 0",
+        via: `1.1 ${OURS} (squid), 1.1 ${OURS} (squid)`,
+      }).server,
+    );
+    expect((await probeOnce(at(chained), 2_000)).ok).toBe(true);
+    const cacheOnly = await listen(
+      httpServer(400, { "x-squid-error": "ERR_INVALID_URL 0", "x-cache": `MISS from ${OURS}` }).server,
+    );
+    expect((await probeOnce(at(cacheOnly), 2_000)).ok).toBe(true);
+  });
+
+  it("with a target: the expected status through another squid fails, through ours passes", async () => {
+    const other = await listen(httpServer(204, { via: `1.1 ${IMAGE_DEFAULT} (squid/5.7)` }).server);
+    const target = { url: "http://target.test/", expectStatus: 204 };
+    expect(await probeOnce(at(other, target), 2_000)).toEqual({
+      ok: false,
+      reason: expect.stringContaining(`not as ${OURS}`),
+    });
+    const ours = await listen(httpServer(204, { via: `1.1 ${OURS} (squid)` }).server);
+    expect(await probeOnce(at(ours, target), 2_000)).toEqual({ ok: true, status: 204 });
   });
 });

@@ -406,6 +406,16 @@ describe("create", () => {
       expect(read("vendor-data").toString(), before).toContain("qemu-guest-agent");
     }
   });
+
+  it("writes a raw network-config into the seed byte for byte", async () => {
+    const name = track(uniqueName("netcfg"));
+    // What no typed field makes: comments, CRLF, unicode, a bond; passed as given.
+    const networkConfig = "# ünïcode\r\nversion: 2\nbonds:\n  bond0: {interfaces: [ens3, ens4]}\n";
+    await ops().create({ ...baseSpec("local", name, sharedImage), networkConfig });
+    const iso = path.join(host.poolPath, vmVolumes(name).seed);
+    const read = (f: string) => execFileSync("isoinfo", ["-R", "-i", iso, "-x", `/${f}`], { stdio: "pipe" });
+    expect(read("network-config")).toEqual(Buffer.from(networkConfig, "utf8"));
+  });
 });
 
 describe("image cache", () => {

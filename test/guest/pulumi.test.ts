@@ -15,7 +15,7 @@
  * downloads the image over HTTP from a server on the namespace's loopback.
  * The test process itself talks to the guest only through the agent.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { gunzipSync, gzipSync } from "node:zlib";
@@ -28,8 +28,6 @@ import {
   allDomains,
   poolVolumes,
   proxyDiagnostics,
-  pulumiEnv,
-  type RunResult,
   removeByHand,
   virsh,
   virshQuiet,
@@ -37,6 +35,7 @@ import {
   Workspace,
 } from "../pulumi/harness";
 import { type TestHost, testHost } from "../support/test-host";
+import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
   assertGuestAddress,
@@ -117,55 +116,8 @@ let upOutputs: { ip: string; seconds: number } | undefined;
 /** cloud-init's outcome in the guest. */
 let cloudInit: CloudInitOutcome | undefined;
 
-/** CLI runs not finished yet (stopped by PID in afterAll, e.g. after a test timed out). */
-const running = new Set<ChildProcess>();
-
-/** Runs the Pulumi CLI inside the namespace, asynchronously (the CLI waits on a guest boot). */
-function pulumiInNetns(...args: string[]): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      "ip",
-      [
-        "netns",
-        "exec",
-        env.netns,
-        "pulumi",
-        ...args,
-        "--stack",
-        ws.stack,
-        "--non-interactive",
-        "--color",
-        "never",
-      ],
-      {
-        cwd: ws.dir,
-        // PULUMI_DEBUG_COMMANDS enables --event-log.
-        env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}`, PULUMI_DEBUG_COMMANDS: "true" },
-        stdio: ["ignore", "pipe", "pipe"],
-      },
-    );
-    running.add(child);
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on("data", (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.once("error", reject);
-    child.once("close", (code) => {
-      running.delete(child);
-      resolve({ code: code ?? -1, stdout, stderr, output: `${stdout}\n${stderr}` });
-    });
-  });
-}
-
-async function mustPulumi(...args: string[]): Promise<RunResult> {
-  const r = await pulumiInNetns(...args);
-  if (r.code !== 0) throw new Error(`pulumi ${args.join(" ")} exited ${r.code}:\n${r.output}`);
-  return r;
-}
+/** The CLI inside the namespace (made in beforeAll). */
+let cli: NetnsCli;
 
 function proxyOutputs(): Record<string, unknown> {
   const proxies = ws.proxies();
@@ -223,6 +175,7 @@ beforeAll(() => {
     },
   });
   ws.setSecret("pair:proxyPassword", PROXY_PASSWORD);
+  cli = new NetnsCli(env.netns, ws);
   // The client outside allowedClients: a second address of the namespace on the NAT bridge.
   execFileSync("ip", ["-n", env.netns, "addr", "replace", `${OUTSIDE_CLIENT}/32`, "dev", host.networkBridge]);
 });
@@ -231,14 +184,7 @@ afterAll(async () => {
   console.log(
     `pulumi guest: ${JSON.stringify({ up: upOutputs ?? "pulumi up did not finish", cloudInit }, null, 2)}`,
   );
-  for (const child of running) {
-    const closed = new Promise<void>((resolve) => child.once("close", () => resolve()));
-    // SIGINT: the CLI cancels the update gracefully; SIGKILL if it does not end.
-    if (child.pid !== undefined) process.kill(child.pid, "SIGINT");
-    const timer = setTimeout(() => child.pid !== undefined && process.kill(child.pid, "SIGKILL"), 60_000);
-    await closed;
-    clearTimeout(timer);
-  }
+  await cli?.stopAll();
   // destroy reaches libvirt over SSH only (no guest traffic), so the root namespace is fine.
   if (allDomains(host).includes(NAME)) ws.cleanup();
   removeByHand(host, NAME);
@@ -254,7 +200,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
   it("pulumi up boots it, downloads the image over HTTP and passes the 204 health check, showing its progress", async () => {
     const t0 = performance.now();
     const events = path.join(ws.dir, "up-events.jsonl");
-    await mustPulumi("up", "--yes", "--skip-preview", "--event-log", events);
+    await cli.must("up", "--yes", "--skip-preview", "--event-log", events);
     const seconds = since(t0);
 
     // Status lines for the upload and both waits reached the engine, on the proxy's URN.
@@ -344,7 +290,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     it("shows as degraded at the next refresh while squid is stopped, and running again once it is back", async () => {
       const agent = await agentFor(agentPool.libvirt("local"), NAME);
       await agent.sh("systemctl stop squid");
-      await mustPulumi("refresh", "--yes", "--skip-preview");
+      await cli.must("refresh", "--yes", "--skip-preview");
       const down = proxyOutputs();
       expect(down.state).toBe("degraded");
       expect(down.health).toMatchObject({
@@ -352,7 +298,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
         reason: expect.stringMatching(/ECONNREFUSED|not as squid/),
       });
       await agent.sh("systemctl start squid");
-      await mustPulumi("refresh", "--yes", "--skip-preview");
+      await cli.must("refresh", "--yes", "--skip-preview");
       const back = proxyOutputs();
       expect(back.state).toBe("running");
       expect(back.health).toMatchObject({ ok: true });
@@ -361,7 +307,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
 
   it("pulumi refresh shows it running with its IP", async () => {
     expect(upOutputs).toBeDefined();
-    const r = await mustPulumi("refresh", "--yes", "--skip-preview");
+    const r = await cli.must("refresh", "--yes", "--skip-preview");
     expect(r.output).not.toMatch(/deleted/);
     const out = proxyOutputs();
     expect(out.state).toBe("running");
@@ -373,7 +319,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     expect(allDomains(host)).toContain(NAME);
     // UEFI (the default firmware): libvirt made an NVRAM file for it.
     expect(nvramFiles(host, NAME)).toEqual([`${NAME}_VARS.fd`]);
-    await mustPulumi("destroy", "--yes", "--skip-preview");
+    await cli.must("destroy", "--yes", "--skip-preview");
     expect(ws.proxies()).toEqual([]);
     expect(allDomains(host)).not.toContain(NAME);
     virsh(host, "pool-refresh", host.poolName);

@@ -11,7 +11,7 @@ import { MIN_DEADLINE_SECONDS, parseDuration } from "./duration";
 import { given, isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
 import { type ImageConfig, parseImage } from "./image";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
-import { parseReach, REACH_FIELDS, type SshReach } from "./ssh-reach";
+import { checkSshPairs, parseReach, REACH_FIELDS, type SshReach } from "./ssh-reach";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
@@ -327,18 +327,7 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
 }
 
 function checkSshAuth(input: Obj, ssh: SshAuthConfig, f: Failures, authRequired: boolean): void {
-  if (given(input.knownHosts) && given(input.knownHostsPath)) {
-    f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
-  }
-  if (ssh.knownHosts !== undefined && !/\s/.test(ssh.knownHosts.trim())) {
-    f.fail("knownHosts", "must hold known_hosts lines (host, key type, key); for a file use knownHostsPath");
-  }
-  if (given(input.privateKey) && given(input.privateKeyPath)) {
-    f.fail("privateKeyPath", "give either privateKey (content) or privateKeyPath, not both");
-  }
-  if (ssh.privateKey !== undefined && !ssh.privateKey.includes("-----BEGIN")) {
-    f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
-  }
+  checkSshPairs(input, ssh, f);
   if (authRequired && !given(input.privateKey) && !given(input.privateKeyPath) && !given(input.agentSocket)) {
     f.fail(
       "privateKey",

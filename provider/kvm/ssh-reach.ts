@@ -128,6 +128,26 @@ export function parseHopUri(
   return { uri: `ssh://${user}@${hostPart}:${port}`, user, host, port };
 }
 
+/**
+ * The rules a host's and a hop's SSH material share: known_hosts and the key
+ * each given as content or as a path, not both, and content that looks like
+ * what it names (`m` holds the values read from `input`).
+ */
+export function checkSshPairs(input: Obj, m: { knownHosts?: string; privateKey?: string }, f: Failures): void {
+  if (given(input.knownHosts) && given(input.knownHostsPath)) {
+    f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
+  }
+  if (m.knownHosts !== undefined && !/\s/.test(m.knownHosts.trim())) {
+    f.fail("knownHosts", "must hold known_hosts lines (host, key type, key); for a file use knownHostsPath");
+  }
+  if (given(input.privateKey) && given(input.privateKeyPath)) {
+    f.fail("privateKeyPath", "give either privateKey (content) or privateKeyPath, not both");
+  }
+  if (m.privateKey !== undefined && !m.privateKey.includes("-----BEGIN")) {
+    f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
+  }
+}
+
 /** Checks one hop's own material (the same rules as a host's); records failures under `f`. */
 function readMaterial(obj: Obj, f: Failures): SshMaterial {
   const m: SshMaterial = {};
@@ -140,18 +160,7 @@ function readMaterial(obj: Obj, f: Failures): SshMaterial {
     const problem = v === undefined ? undefined : pathProblem(v);
     if (problem !== undefined) f.fail(field, problem);
   }
-  if (given(obj.knownHosts) && given(obj.knownHostsPath)) {
-    f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
-  }
-  if (m.knownHosts !== undefined && !/\s/.test(m.knownHosts.trim())) {
-    f.fail("knownHosts", "must hold known_hosts lines (host, key type, key); for a file use knownHostsPath");
-  }
-  if (given(obj.privateKey) && given(obj.privateKeyPath)) {
-    f.fail("privateKeyPath", "give either privateKey (content) or privateKeyPath, not both");
-  }
-  if (m.privateKey !== undefined && !m.privateKey.includes("-----BEGIN")) {
-    f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
-  }
+  checkSshPairs(obj, m, f);
   if (given(obj.passphrase) && !given(obj.privateKey) && !given(obj.privateKeyPath)) {
     f.fail("passphrase", "applies only with this hop's own privateKey or privateKeyPath");
   }

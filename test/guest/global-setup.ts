@@ -4,9 +4,9 @@ import { createReadStream, existsSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import type { TestProject } from "vitest/node";
+import { startServer, stopServer } from "../support/netns-http";
 import { preparePulumi } from "../support/prepare-pulumi";
 import { repoRoot, testHost } from "../support/test-host";
-import { startServer, stopServer } from "./servers";
 import type { GuestEnv } from "./support";
 
 /**

@@ -29,6 +29,7 @@ import { parse as parseYaml } from "yaml";
 import { parseConfig } from "../../provider/kvm/config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { allDomains, removeByHand, virsh, vmVolumeNames, Workspace } from "../pulumi/harness";
+import { startServer, stopServer } from "../support/netns-http";
 import {
   type MacvtapFixture,
   macvtapOf,
@@ -38,7 +39,6 @@ import {
   testHost,
 } from "../support/test-host";
 import { NetnsCli } from "./netns-cli";
-import { startServer, stopServer } from "./servers";
 import { agentFor, type GuestAgent } from "./support";
 
 const run = promisify(execFile);

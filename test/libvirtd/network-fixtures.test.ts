@@ -30,12 +30,13 @@
  * ::f0-::fd of the IPv6 ones, which booted guests leave alone. Everything is
  * removed in afterAll.
  */
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { type ChildProcess, execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startWhoAmI } from "../support/netns-http";
 import {
   type MacvtapFixture,
   macvtapOf,
@@ -168,69 +169,6 @@ async function vethInto(ns: string, hostEnd: string, use: string, master?: strin
 /** Adds an address without duplicate address detection (IPv6) to `dev` in `ns`. */
 async function addAddress(ns: string, dev: string, cidr: string): Promise<void> {
   await ipIn(ns, "addr", "add", cidr, "dev", dev, ...(cidr.includes(":") ? ["nodad"] : []));
-}
-
-/**
- * A Python HTTP server inside `ns` on `addr`: `/whoami` answers the client's
- * address, `/bytes/N` N bytes. Binds port 0, prints it; stopped in afterAll.
- */
-const SERVER = `
-import http.server, sys, socket
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path.startswith("/bytes/"):
-            n = int(self.path[7:])
-            self.send_response(200)
-            self.send_header("Content-Length", str(n))
-            self.end_headers()
-            chunk = b"x" * 65536
-            while n > 0:
-                self.wfile.write(chunk[: min(n, len(chunk))])
-                n -= len(chunk)
-            return
-        body = self.client_address[0].encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-class S(http.server.ThreadingHTTPServer):
-    address_family = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
-srv = S((sys.argv[1], 0), H)
-print(srv.server_address[1], flush=True)
-srv.serve_forever()
-`;
-
-function startServer(ns: string, addr: string): Promise<string> {
-  const child = spawn("ip", ["netns", "exec", ns, "/usr/bin/python3", "-c", SERVER, addr], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  servers.push(child);
-  return new Promise((resolve, reject) => {
-    let out = "";
-    let err = "";
-    const timer = setTimeout(
-      () => reject(new Error(`HTTP server on ${addr} in ${ns} did not start`)),
-      20_000,
-    );
-    child.stderr?.on("data", (d: Buffer) => {
-      err += d.toString();
-    });
-    child.stdout?.on("data", (d: Buffer) => {
-      out += d.toString();
-      const line = out.split("\n")[0] ?? "";
-      if (out.includes("\n") && /^\d+$/.test(line)) {
-        clearTimeout(timer);
-        const host = addr.includes(":") ? `[${addr}]` : addr;
-        resolve(`http://${host}:${line}`);
-      }
-    });
-    child.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`HTTP server on ${addr} in ${ns} exited (${code}): ${err}`));
-    });
-  });
 }
 
 interface Fetched {
@@ -466,8 +404,8 @@ describe("the bridge without DHCP", () => {
     await ipIn(ns, "-6", "route", "add", "default", "via", bridge.address6);
 
     // The namespace reaches the "guest" (as a health check or curl -x would).
-    const inGuest4 = await startServer(ns, guest4);
-    const inGuest6 = await startServer(ns, guest6);
+    const inGuest4 = await startWhoAmI(servers, ns, guest4);
+    const inGuest6 = await startWhoAmI(servers, ns, guest6);
     expect(await fetchIn(host.netns, `${inGuest4}/whoami`)).toMatchObject({
       status: "200",
       body: bridge.address4,
@@ -478,13 +416,13 @@ describe("the bridge without DHCP", () => {
     });
 
     // The "guest" reaches targets on the bridge's addresses...
-    const target4 = await startServer(host.netns, bridge.address4);
-    const target6 = await startServer(host.netns, bridge.address6);
+    const target4 = await startWhoAmI(servers, host.netns, bridge.address4);
+    const target6 = await startWhoAmI(servers, host.netns, bridge.address6);
     expect(await fetchIn(ns, `${target4}/whoami`)).toMatchObject({ status: "200", body: guest4 });
     expect(await fetchIn(ns, `${target6}/whoami`)).toMatchObject({ status: "200", body: guest6 });
     // ...and, through its gateways, the namespace's other addresses.
-    const nat = await startServer(host.netns, host.networkAddress);
-    const macvlan6 = await startServer(host.netns, mv.hostAddress6);
+    const nat = await startWhoAmI(servers, host.netns, host.networkAddress);
+    const macvlan6 = await startWhoAmI(servers, host.netns, mv.hostAddress6);
     expect(await fetchIn(ns, `${nat}/whoami`)).toMatchObject({ status: "200", body: guest4 });
     expect(await fetchIn(ns, `${macvlan6}/whoami`)).toMatchObject({ status: "200", body: guest6 });
   });
@@ -551,13 +489,13 @@ describe("the macvtap parent and its other side", () => {
     await addAddress(ns, dev, `${guest6}/${mv.prefix6}`);
     await ipIn(ns, "link", "set", dev, "up");
 
-    const far4 = await startServer(mv.farNetns, mv.farAddress4);
-    const far6 = await startServer(mv.farNetns, mv.farAddress6);
+    const far4 = await startWhoAmI(servers, mv.farNetns, mv.farAddress4);
+    const far6 = await startWhoAmI(servers, mv.farNetns, mv.farAddress6);
     expect(await fetchIn(ns, `${far4}/whoami`)).toMatchObject({ status: "200", body: guest4 });
     expect(await fetchIn(ns, `${far6}/whoami`)).toMatchObject({ status: "200", body: guest6 });
 
-    const inGuest4 = await startServer(ns, guest4);
-    const inGuest6 = await startServer(ns, guest6);
+    const inGuest4 = await startWhoAmI(servers, ns, guest4);
+    const inGuest6 = await startWhoAmI(servers, ns, guest6);
     expect(await fetchIn(host.netns, `${inGuest4}/whoami`)).toMatchObject({
       status: "200",
       body: mv.hostAddress4,
@@ -603,7 +541,7 @@ describe("nwfilter", () => {
     await addAddress(ns, "eth0", `${own}/${bridge.prefix4}`);
     await addAddress(ns, "eth0", `${spoofed}/32`);
     const mac = (await inNs(ns, "cat", "/sys/class/net/eth0/address")).trim();
-    const target = await startServer(host.netns, bridge.address4);
+    const target = await startWhoAmI(servers, host.netns, bridge.address4);
 
     // Unfiltered, both addresses get through: the check below can fail.
     expect(await fetchIn(ns, `${target}/whoami`, { from: own })).toMatchObject({ status: "200", body: own });
@@ -696,13 +634,13 @@ describe("tc", () => {
     );
     const bytes = 1536 * 1024;
     // Down (into the "guest"): 1.5 MiB at 512 KiB/s is about 3 s.
-    const fromHost = await startServer(host.netns, hostSide);
+    const fromHost = await startWhoAmI(servers, host.netns, hostSide);
     const down = await fetchIn(ns, `${fromHost}/bytes/${bytes}`, { maxTime: 30 });
     expect(down.status).toBe("200");
     expect(down.body.length).toBe(bytes);
     expect(down.seconds).toBeGreaterThan(2.2);
     // Up (out of the "guest"), through the tap's ingress.
-    const fromGuest = await startServer(ns, guestSide);
+    const fromGuest = await startWhoAmI(servers, ns, guestSide);
     const up = await fetchIn(host.netns, `${fromGuest}/bytes/${bytes}`, { maxTime: 30 });
     expect(up.status).toBe("200");
     expect(up.body.length).toBe(bytes);

@@ -1,14 +1,14 @@
 /**
- * Small HTTP servers the booted-guest tests run inside network namespaces
- * (targets for the guests' proxies, the image for the provider), stopped by
- * PID.
+ * Small HTTP servers the tests run inside network namespaces (targets for
+ * guests and their proxies, the image for the provider), stopped by PID.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 
 /**
  * A Python HTTP server inside a network namespace. Modes: `204 ADDR` answers every
  * GET with 204; `whoami ADDR` answers 200 with the client's address (what a
- * target sees as a proxy's source); `files ADDR DIR` serves DIR's files. It
+ * target sees as a proxy's source), and `/bytes/N` with N bytes; `files ADDR
+ * DIR` serves DIR's files. It
  * binds port 0 (ADDR `::`: every address, IPv4 and IPv6) and prints the port it got.
  */
 const SERVER = `
@@ -22,6 +22,16 @@ class NoContent(http.server.BaseHTTPRequestHandler):
         pass
 class WhoAmI(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path.startswith("/bytes/"):
+            n = int(self.path[7:])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            chunk = b"x" * 65536
+            while n > 0:
+                self.wfile.write(chunk[: min(n, len(chunk))])
+                n -= len(chunk)
+            return
         body = self.client_address[0].encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -79,4 +89,10 @@ export async function stopServer(child: ChildProcess): Promise<void> {
   }, 5_000);
   await exited;
   clearTimeout(timer);
+}
+
+/** A `whoami` server on `addr` in `netns`; its base URL (`http://addr:port`, IPv6 in brackets). */
+export async function startWhoAmI(servers: ChildProcess[], netns: string, addr: string): Promise<string> {
+  const port = await startServer(servers, netns, ["whoami", addr]);
+  return `http://${addr.includes(":") ? `[${addr}]` : addr}:${port}`;
 }

@@ -7,7 +7,7 @@
  * autoname) gets new ones. A static address another proxy of this program
  * claims on the same host fails here, naming both.
  */
-import { family, parseCidr } from "../kvm/ip";
+import { family, parseCidr, sameAddress } from "../kvm/ip";
 import { buildNetworkConfig, needsNetworkConfig } from "../kvm/network-config";
 import { deriveMac, type NicSpec, readNics } from "../kvm/nic";
 import type { Failures } from "../kvm/validation";
@@ -168,4 +168,23 @@ export function seedNetworkConfig(n: CheckedNetworking): string | undefined {
   if (!Array.isArray(n.nics)) return undefined;
   const specs = n.nics.map(nicSpecOf);
   return needsNetworkConfig(specs) ? buildNetworkConfig(specs) : undefined;
+}
+
+/**
+ * Why `outgoing` (proxy.outgoingAddress) cannot be an address of the VM, or
+ * undefined. Known only when every NIC's addresses of its family are static:
+ * a NIC without one gets that family dynamically (DHCPv4, router
+ * advertisements), and a raw networkConfig is not read.
+ */
+export function outgoingAddressProblem(outgoing: string, networking: CheckedNetworking): string | undefined {
+  const { nics } = networking;
+  const fam = family(outgoing);
+  if (nics === undefined || nics === UNKNOWN || networking.networkConfig !== undefined || fam === undefined)
+    return undefined;
+  const ofFamily = nics.map((n) => n.addresses.filter((a) => family(a) === fam));
+  if (ofFamily.some((a) => a.length === 0)) return undefined;
+  const statics = ofFamily.flat();
+  if (statics.some((a) => sameAddress(a, outgoing))) return undefined;
+  const list = statics.map((a) => a.split("/")[0]).join(", ");
+  return `must be one of the VM's IPv${fam} addresses, which are all static here (${list})`;
 }

@@ -42,6 +42,7 @@ import {
   type CheckedNetworking,
   checkNetworking,
   checkWaitForIp,
+  outgoingAddressProblem,
   seedNetworkConfig,
 } from "./check-nics";
 import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
@@ -382,6 +383,12 @@ export function checkInputs(
       ...(ctx.claimAddress !== undefined ? { claim: ctx.claimAddress } : {}),
     }),
   );
+
+  const outgoing = checkedProxy.proxy?.outgoingAddress;
+  if (typeof outgoing === "string" && outgoing !== UNKNOWN) {
+    const problem = outgoingAddressProblem(outgoing, networking);
+    if (problem !== undefined) f.fail("proxy.outgoingAddress", problem);
+  }
 
   // A bug in the seed builder is named after user-data: a secret name, whatever caused it.
   guard(f, SEED_FIELD.userData, undefined, () =>

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { checkInputs } from "../../../provider/resource/check";
-import { seedNetworkConfig } from "../../../provider/resource/check-nics";
+import { outgoingAddressProblem, seedNetworkConfig } from "../../../provider/resource/check-nics";
 import { readStackConfig } from "../../../provider/resource/config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
 
@@ -100,5 +100,55 @@ describe("the seed's network-config", () => {
 
   it("is absent for one plain DHCP NIC (seeds of proxies made before nics existed do not change)", () => {
     expect(seedNetworkConfig(check({ nics: [{ network: "default" }] }).inputs as never)).toBeUndefined();
+  });
+});
+
+describe("proxy.outgoingAddress against the NICs", () => {
+  const V6 = { bridge: "br1", addresses: ["2001:db8:1::9/64"] };
+  const failuresOf = (news: Record<string, unknown>) =>
+    check(news).failures.filter((x) => x.property === "proxy.outgoingAddress");
+
+  it.each<[string, Record<string, unknown>]>([
+    ["one of the static IPv4 addresses", { nics: [STATIC], proxy: { outgoingAddress: "203.0.113.7" } }],
+    [
+      "one of the static IPv6 addresses, written otherwise",
+      { nics: [STATIC], proxy: { outgoingAddress: "2001:DB8:0::7" } },
+    ],
+    [
+      "an IPv4 while another NIC gets IPv4 by DHCP",
+      { nics: [STATIC, { network: "default" }], proxy: { outgoingAddress: "192.168.1.5" } },
+    ],
+    [
+      "an IPv6 while a NIC has no static IPv6",
+      { nics: [STATIC, { network: "default" }], proxy: { outgoingAddress: "2001:db8:9::1" } },
+    ],
+    ["any address without nics (one DHCP NIC)", { proxy: { outgoingAddress: "198.51.100.7" } }],
+  ])("accepts %s", (_what, news) => {
+    expect(failuresOf(news)).toEqual([]);
+  });
+
+  it.each<[string, Record<string, unknown>, RegExp]>([
+    [
+      "an IPv4 no NIC has, all IPv4 static",
+      { nics: [STATIC], proxy: { outgoingAddress: "203.0.113.8" } },
+      /IPv4 addresses.*\(203\.0\.113\.7\)/,
+    ],
+    [
+      "an IPv6 no NIC has, all IPv6 static",
+      { nics: [STATIC, V6], proxy: { outgoingAddress: "2001:db8::8" } },
+      /IPv6 addresses.*\(2001:db8::7, 2001:db8:1::9\)/,
+    ],
+  ])("refuses %s, naming the static addresses", (_what, news, reason) => {
+    expect(failuresOf(news)).toEqual([
+      { property: "proxy.outgoingAddress", reason: expect.stringMatching(reason) },
+    ]);
+  });
+
+  it("does not judge a raw networkConfig (it is not read)", () => {
+    const nic = { ...STATIC, mac: "52:54:00:00:00:01", nameservers: [], primary: true };
+    expect(
+      outgoingAddressProblem("198.51.100.1", { nics: [nic], networkConfig: "version: 2\n" }),
+    ).toBeUndefined();
+    expect(outgoingAddressProblem("198.51.100.1", { nics: [nic] })).toMatch(/IPv4/);
   });
 });

@@ -250,10 +250,19 @@ describe("diff", () => {
     expect(diffProxy(olds, news).replaces).toEqual(["memoryMiB"]);
   });
 
-  it("asks for an update when a refresh found the VM stopped", () => {
-    const olds = { ...created(base), state: "stopped" };
+  it.each([
+    ["stopped", "the VM stopped (update starts it)"],
+    ["failed", "the VM failed (update starts it)"],
+    ["degraded", "the proxy failing its probe (update probes again)"],
+  ])("asks for an update, never a replacement, when a refresh found it %s: %s", (state) => {
+    const olds = { ...created(base), state };
     const d = diffProxy(olds, checked(base, olds));
     expect(d).toMatchObject({ changes: true, replaces: [] });
+  });
+
+  it("asks for nothing when a refresh found it running", () => {
+    const olds = { ...created(base), state: "running" };
+    expect(diffProxy(olds, checked(base, olds)).changes).toBe(false);
   });
 
   it("sees drift found by refresh (memory changed behind Pulumi's back) as a replacement", () => {

@@ -34,7 +34,7 @@ import { type ImageConfig, parseImage } from "../../provider/kvm/image";
 import { perVmVolumeNames } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virsh, virshQuiet } from "../pulumi/harness";
-import { type TestHost, testHost } from "../support/test-host";
+import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
 import {
   agentFor,
   assertGuestAddress,
@@ -326,7 +326,7 @@ describe("delete", () => {
     }
     const names = Object.values(guests).map((g) => g.name);
     expect(allDomains(host).filter((d) => names.includes(d))).toEqual([]);
-    virsh(host, "pool-refresh", host.poolName);
+    await refreshPoolByHand(host);
     expect(poolVolumes(host).filter((v) => names.some((n) => v.startsWith(`${n}-`)))).toEqual([]);
     for (const n of names) {
       expect(poolFilesOf(host, n)).toEqual([]);

@@ -9,6 +9,8 @@ import { pulumiEnv, type RunResult, type Workspace } from "../pulumi/harness";
 
 export class NetnsCli {
   private readonly running = new Set<ChildProcess>();
+  /** More environment for the next runs (e.g. KVMP_TRACE_FILE). */
+  extraEnv: Record<string, string> = {};
 
   constructor(
     private readonly netns: string,
@@ -30,6 +32,7 @@ export class NetnsCli {
             ...pulumiEnv(),
             PULUMI_BACKEND_URL: `file://${this.ws.backend}`,
             PULUMI_DEBUG_COMMANDS: "true",
+            ...this.extraEnv,
           },
           stdio: ["ignore", "pipe", "pipe"],
         },

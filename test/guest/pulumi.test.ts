@@ -34,7 +34,7 @@ import {
   vmVolumeNames,
   Workspace,
 } from "../pulumi/harness";
-import { type TestHost, testHost } from "../support/test-host";
+import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
 import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
@@ -305,14 +305,31 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     });
   });
 
-  it("pulumi refresh shows it running with its IP", async () => {
+  it("pulumi refresh shows it running with its IP, and its health probe adds no libvirt call", async () => {
     expect(upOutputs).toBeDefined();
-    const r = await cli.must("refresh", "--yes", "--skip-preview");
+    const trace = path.join(ws.dir, "refresh.trace");
+    cli.extraEnv = { KVMP_TRACE_FILE: trace };
+    const r = await cli.must("refresh", "--yes", "--skip-preview").finally(() => {
+      cli.extraEnv = {};
+    });
     expect(r.output).not.toMatch(/deleted/);
     const out = proxyOutputs();
     expect(out.state).toBe("running");
+    expect(out.health).toMatchObject({ ok: true });
     expect(out.ipAddress).toBe(upOutputs?.ip);
     expect(out.proxyUrl).toBe(`http://${upOutputs?.ip}:3128`);
+    // The state by the recorded UUID, the live XML, the addresses (agent): the probe went to the guest, not libvirt.
+    const handshake = new Set([
+      "virAuthList",
+      "virConnectOpen",
+      "virConnectClose",
+      "virConnectSupportsFeature",
+    ]);
+    const calls = readFileSync(trace, "utf8")
+      .split("\n")
+      .flatMap((l) => /^rpc=(\S+) /.exec(l)?.slice(1) ?? [])
+      .filter((c) => !handshake.has(c));
+    expect(calls.sort()).toEqual(["virDomainGetState", "virDomainGetXMLDesc", "virDomainInterfaceAddresses"]);
   });
 
   it("pulumi destroy leaves no domain, no per-VM volume and no NVRAM file", async () => {
@@ -322,7 +339,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     await cli.must("destroy", "--yes", "--skip-preview");
     expect(ws.proxies()).toEqual([]);
     expect(allDomains(host)).not.toContain(NAME);
-    virsh(host, "pool-refresh", host.poolName);
+    await refreshPoolByHand(host);
     expect(poolVolumes(host).filter((v) => v.startsWith(`${NAME}-`))).toEqual([]);
     expect(poolFilesOf(host, NAME)).toEqual([]);
     expect(nvramFiles(host, NAME)).toEqual([]);

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 
@@ -129,4 +130,25 @@ export function staticBridgeOf(host: TestHost): StaticBridge {
 export function macvtapOf(host: TestHost): MacvtapFixture {
   if (host.macvtap === undefined) throw missingFixture("macvtap");
   return host.macvtap;
+}
+
+/**
+ * `virsh pool-refresh` of the host's pool, waiting out "asynchronous jobs
+ * running" as the provider's refreshPool does: test files running at the same
+ * time upload into the same pool, and libvirt refuses a refresh meanwhile.
+ */
+export async function refreshPoolByHand(host: TestHost): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      execFileSync("virsh", ["-q", "-c", virshUri(host), "pool-refresh", host.poolName], {
+        stdio: ["ignore", "ignore", "pipe"],
+        timeout: 60_000,
+      });
+      return;
+    } catch (err) {
+      const busy = /asynchronous jobs running/.test(String((err as { stderr?: unknown }).stderr ?? err));
+      if (!busy || attempt >= 300) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
 }

@@ -11,7 +11,7 @@ import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
 import type { ImageConfig } from "../../../provider/kvm/image";
 import { partialMarkerVolumeName } from "../../../provider/kvm/names";
-import { type TestHost, testHost } from "../../support/test-host";
+import { refreshPoolByHand, type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,
   hostPool,
@@ -100,7 +100,7 @@ describe("the image cache fill lease", () => {
       // The other process completes the image, then drops its marker.
       virsh(host, "vol-create-as", host.poolName, s.volume, "1", "--format", "raw");
       virsh(host, "vol-upload", "--pool", host.poolName, s.volume, s.img.path);
-      virsh(host, "pool-refresh", host.poolName);
+      await refreshPoolByHand(host);
     } finally {
       clearInterval(beat);
     }

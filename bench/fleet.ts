@@ -16,57 +16,34 @@
  * in the firmware, so the figures are our overhead plus libvirt's and qemu's
  * start-up of a domain, which the virsh reference pays as well.
  *
+ * Stacks: bench/fleet-stack.ts. Also: 10 proxies on a host with
+ * `concurrentCreates: 2` under `--parallel 20`, against 2 and 4 (the waves).
+ *
  * Hosts: both reached over SSH (SshTransport), as remote hypervisors are. The
  * second host is a private test host (scripts/bench starts it and passes its
  * folder in KVMP_BENCH_HOST2_DIR); without one, the same daemon serves under
  * a second key and the report says so.
  */
-import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import YAML from "yaml";
 import { buildDomainXml } from "../provider/kvm/domain-xml";
-import { ImageCache } from "../provider/kvm/host/image-cache";
-import { parseImage } from "../provider/kvm/image";
 import type { ProxyMetadata } from "../provider/kvm/metadata";
-import { Failures } from "../provider/kvm/validation";
-import { Libvirt, LibvirtConnection } from "../provider/libvirt";
-import { UnixSocketTransport } from "../provider/transport/unix";
+import { benchDir, config, cpuTicks, libvirtdPid, log, host as mainHost, TICKS_PER_SECOND } from "./common";
 import {
-  benchDir,
-  config,
-  cpuTicks,
-  libvirtdPid,
-  log,
-  host as mainHost,
-  repoRoot,
-  type TestHost,
-  TICKS_PER_SECOND,
-} from "./common";
+  cleanHost,
+  type FleetHost,
+  fleetStack,
+  makeImage,
+  nextSerial,
+  PREFIX,
+  qemuCpuSeconds,
+  readHost,
+  type Timed,
+  timed,
+} from "./fleet-stack";
 
-/** A test host as scripts/test-host describes it (host.json), with the fields this part needs. */
-export interface FleetHost extends TestHost {
-  network: string;
-}
-
-/** Libvirt calls of one Pulumi command, from the trace file. */
-export interface CallCounts {
-  total: number;
-  /** Of which the connection handshake (auth list, open, close): per host and process, not per proxy. */
-  handshake: number;
-  byCall: Record<string, number>;
-  /** Image uploads (virStorageVolUpload into a kvmp-image-* volume) per host key. */
-  imageUploadsByHost: Record<string, number>;
-}
-
-export interface Timed {
-  seconds: number;
-  calls: CallCounts;
-  /** CPU seconds of the Pulumi CLI and everything it ran (our provider included). */
-  cpuSeconds?: number;
-  /** CPU seconds libvirtd of the first host used meanwhile (other tenants' calls included). */
-  libvirtdCpuSeconds?: number;
-}
+export type { CallCounts, FleetHost, Timed } from "./fleet-stack";
 
 export interface FleetRun {
   proxies: number;
@@ -102,243 +79,44 @@ export interface FleetResults {
   privateSecondHost: boolean;
   runs: FleetRun[];
   reference: VirshLoopRun[];
+  /** `up` with the host's creates throttled (absent in results older than the figure). */
+  throttled?: ThrottledRun[];
 }
 
-const PREFIX = "kvmpb-f";
-const HANDSHAKE = new Set(["virAuthList", "virConnectOpen", "virConnectClose"]);
-
-let pulumiEnvCache: NodeJS.ProcessEnv | undefined;
-
-/** The environment `scripts/pulumi-cli env` exports, plus a passphrase-less secrets provider. */
-function pulumiEnv(): NodeJS.ProcessEnv {
-  if (pulumiEnvCache) return pulumiEnvCache;
-  const out = execFileSync(
-    "bash",
-    [
-      "-c",
-      'eval "$(scripts/pulumi-cli env --no-build)" && node -e "console.log(JSON.stringify(process.env))"',
-    ],
-    { cwd: repoRoot, encoding: "utf8" },
-  );
-  pulumiEnvCache = {
-    ...(JSON.parse(out) as NodeJS.ProcessEnv),
-    PULUMI_CONFIG_PASSPHRASE: "",
-    PULUMI_SKIP_UPDATE_CHECK: "true",
-  };
-  delete pulumiEnvCache.KVMP_LOG;
-  delete pulumiEnvCache.KVMP_TRACE_FILE;
-  return pulumiEnvCache;
-}
-
-/** Wall time of a command, and the CPU its whole process tree used (bash `times`). */
-interface TimedRun {
+/** One `up` of `proxies` on one host taking `concurrentCreates` creates at once, under `--parallel`. */
+export interface ThrottledRun {
+  proxies: number;
+  concurrentCreates: number;
+  parallel: number;
   seconds: number;
-  cpuSeconds: number;
 }
 
-/**
- * Runs a command to completion, timed from spawn to exit; rejects with its
- * output on failure. It runs under bash, whose `times` reports the user+sys
- * CPU of every waited-for descendant: for Pulumi, the CLI, the language host,
- * the program and our provider process, but not libvirtd or qemu.
- */
-function timed(
-  cmd: string,
-  args: string[],
-  opts: { cwd: string; env: NodeJS.ProcessEnv },
-): Promise<TimedRun> {
-  return new Promise((resolve, reject) => {
-    const started = process.hrtime.bigint();
-    const script = '"$@" >&2; rc=$?; times; exit $rc';
-    const child = spawn("bash", ["-c", script, "bash", cmd, ...args], {
-      cwd: opts.cwd,
-      env: opts.env,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let output = "";
-    child.stdout.on("data", (c: Buffer) => {
-      stdout += c.toString();
-    });
-    child.stderr.on("data", (c: Buffer) => {
-      output += c.toString();
-    });
-    child.on("error", reject);
-    child.on("close", (code) => {
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      // Second line of `times`: the children's user and system time, e.g. "0m1.234s 0m0.567s".
-      const children = stdout.trim().split("\n")[1] ?? "";
-      const cpuSeconds = [...children.matchAll(/(\d+)m([\d.]+)s/g)].reduce(
-        (sum, m) => sum + Number(m[1]) * 60 + Number(m[2]),
-        0,
-      );
-      if (code === 0) resolve({ seconds, cpuSeconds });
-      else reject(new Error(`${cmd} ${args.join(" ")} exited with ${code}:\n${output.slice(-4000)}`));
-    });
-  });
-}
+/** The throttle of figure 3e, and the stack sizes it runs: one and two waves to measure a wave, and 10. */
+const THROTTLE = { concurrentCreates: 2, parallel: 20, sizes: [2, 4, 10] };
 
-/** user+sys seconds of the running qemu processes of our domains (names start with `prefix`). */
-function qemuCpuSeconds(prefix: string): number {
-  let ticks = 0;
-  for (const pid of readdirSync("/proc")) {
-    if (!/^\d+$/.test(pid)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-      if (!cmdline.includes("qemu-system") || !cmdline.includes(`guest=${prefix}`)) continue;
-      ticks += cpuTicks(Number(pid));
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return ticks / TICKS_PER_SECOND;
-}
-
-/** Counts the trace lines of one command (see provider/kvm/trace.ts for their form). */
-export function countCalls(trace: string): CallCounts {
-  const counts: CallCounts = { total: 0, handshake: 0, byCall: {}, imageUploadsByHost: {} };
-  for (const line of trace.split("\n")) {
-    const m = /^rpc=(\S+) host=(\S+)(.*)$/.exec(line);
-    if (!m) continue;
-    const [, call, hostKey, rest] = m as unknown as [string, string, string, string];
-    counts.total += 1;
-    if (HANDSHAKE.has(call)) counts.handshake += 1;
-    counts.byCall[call] = (counts.byCall[call] ?? 0) + 1;
-    if (call === "virStorageVolUpload" && / vol=[^/\s]+\/kvmp-image-/.test(rest))
-      counts.imageUploadsByHost[hostKey] = (counts.imageUploadsByHost[hostKey] ?? 0) + 1;
-  }
-  return counts;
-}
-
-function readHost(dir: string): FleetHost {
-  return JSON.parse(readFileSync(path.join(dir, "host.json"), "utf8")) as FleetHost;
-}
-
-function hostEntry(h: FleetHost): Record<string, unknown> {
-  return {
-    uri: `ssh://${h.sshUser}@${h.address}:${h.sshPort}`,
-    privateKeyPath: h.sshKeyPath,
-    knownHostsPath: h.knownHostsPath,
-    domainType: "qemu",
-    pool: h.poolName,
-    network: h.network,
-  };
-}
-
-/** One admin connection per host, over its unix socket: cleanup and the reference's set-up. */
-async function withLibvirt<T>(h: FleetHost, fn: (lv: Libvirt) => Promise<T>): Promise<T> {
-  const conn = new LibvirtConnection({ transport: new UnixSocketTransport(h.socketPath) });
+/** `up` (timed) and `destroy` of a stack whose host takes THROTTLE.concurrentCreates creates at once. */
+async function throttledRun(proxies: number, h: FleetHost): Promise<ThrottledRun> {
+  const { concurrentCreates, parallel } = THROTTLE;
+  const stack = await fleetStack(proxies, [h], `cc${proxies}`, { capacity: { concurrentCreates } });
   try {
-    return await fn(new Libvirt(conn));
+    const up = await stack.step("up", ["up", "--yes", "--skip-preview", "--parallel", String(parallel)]);
+    await stack.step("destroy", ["destroy", "--yes", "--skip-preview"]);
+    return { proxies, concurrentCreates, parallel, seconds: up.seconds };
   } finally {
-    await conn.close();
+    await stack.close();
   }
 }
 
-/** Removes every domain and volume this part made (named kvmpb-f*, or cached from our images). */
-async function cleanHost(h: FleetHost, imageVolumes: ReadonlySet<string>): Promise<void> {
-  await withLibvirt(h, async (lv) => {
-    for (const d of await lv.connectListAllDomains(0)) {
-      if (!d.name.startsWith(PREFIX)) continue;
-      await lv.domainDestroy(d).catch(() => undefined);
-      await lv.domainUndefineFlags(d, 0).catch(() => undefined);
-    }
-    const pool = await lv.storagePoolLookupByName(h.poolName);
-    await lv.storagePoolRefresh(pool, 0).catch(() => undefined);
-    for (const v of await lv.storagePoolListAllVolumes(pool)) {
-      if (v.name.startsWith(PREFIX) || imageVolumes.has(v.name.replace(/\.partial$/, "")))
-        await lv.storageVolDelete(v, 0).catch(() => undefined);
-    }
-  });
-}
-
-/** The image cache's volume for an image file, as the provider names it from the stack config. */
-function imageVolumeName(file: string): string {
-  const f = new Failures();
-  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
-  f.throwIfAny();
-  return ImageCache.volumeName(img as NonNullable<typeof img>);
-}
-
-let serial = 0;
-
-function makeImage(dir: string): string {
-  const file = path.join(dir, `image-${++serial}.qcow2`);
-  execFileSync("qemu-img", ["create", "-q", "-f", "qcow2", file, "64M"]);
-  return file;
-}
-
-/** One stack of `proxies` KvmProxy resources spread round-robin over `hosts`. */
+/** One stack of `proxies` KvmProxy resources spread round-robin over `hosts`: up, preview, refresh, export, destroy. */
 async function fleetRun(proxies: number, hosts: FleetHost[], tag: string): Promise<FleetRun> {
-  const dir = path.join(benchDir, "fleet", `${tag}-${process.pid}-${++serial}`);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(path.join(dir, ".backend"), { recursive: true });
-  const image = makeImage(dir);
-  const imageVolumes = new Set([imageVolumeName(image)]);
-  const env = { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${path.join(dir, ".backend")}` };
-  writeFileSync(
-    path.join(dir, "Pulumi.yaml"),
-    YAML.stringify({
-      name: "kvmpb-fleet",
-      runtime: { name: "nodejs", options: { typescript: false } },
-      main: path.relative(dir, path.join(repoRoot, "test/pulumi/programs/pair")),
-    }),
-  );
-  const stack = "bench";
-  await timed("pulumi", ["stack", "init", stack, "--non-interactive"], { cwd: dir, env });
-  const keys = hosts.map((_, i) => `h${i + 1}`);
-  const proxyArgs = { image: "img", healthCheck: false, waitForIp: false, memoryMiB: 128, diskGiB: 1 };
-  writeFileSync(
-    path.join(dir, `Pulumi.${stack}.yaml`),
-    YAML.stringify({
-      config: {
-        "kvm:hosts": Object.fromEntries(hosts.map((h, i) => [keys[i], hostEntry(h)])),
-        "kvm:images": { img: { url: image, firmware: "bios" } },
-        "pair:proxies": Object.fromEntries(
-          Array.from({ length: proxies }, (_, i) => [
-            `${PREFIX}${proxies}-${i + 1}`,
-            { host: keys[i % keys.length], ...proxyArgs },
-          ]),
-        ),
-      },
-    }),
-  );
-
-  const step = async (name: string, args: string[]): Promise<Timed> => {
-    const traceFile = path.join(dir, `${name}.trace`);
-    const daemon = libvirtdPid();
-    const daemonBefore = cpuTicks(daemon);
-    const { seconds, cpuSeconds } = await timed(
-      "pulumi",
-      [...args, "--stack", stack, "--non-interactive", "--color", "never"],
-      { cwd: dir, env: { ...env, KVMP_TRACE_FILE: traceFile } },
-    );
-    const libvirtdCpuSeconds = (cpuTicks(daemon) - daemonBefore) / TICKS_PER_SECOND;
-    let trace = "";
-    try {
-      trace = readFileSync(traceFile, "utf8");
-    } catch {
-      // No call at all: no file.
-    }
-    const calls = countCalls(trace);
-    log(
-      `fleet ${tag}: ${name} ${seconds.toFixed(1)} s, ${calls.total} libvirt calls, CPU ${cpuSeconds.toFixed(1)} s ours + ${libvirtdCpuSeconds.toFixed(1)} s libvirtd`,
-    );
-    return { seconds, calls, cpuSeconds, libvirtdCpuSeconds };
-  };
-
+  const { step, exportState, close } = await fleetStack(proxies, hosts, tag);
   try {
     const up = await step("up", ["up", "--yes", "--skip-preview"]);
     const qemu = qemuCpuSeconds(PREFIX);
     const preview = await step("preview", ["preview", "--expect-no-changes"]);
     // --skip-preview: a plain `refresh --yes` reads everything twice (its preview, then the refresh).
     const refresh = await step("refresh", ["refresh", "--yes", "--skip-preview"]);
-    const exported = execFileSync("pulumi", ["stack", "export", "--stack", stack], {
-      cwd: dir,
-      env,
-      encoding: "utf8",
-      maxBuffer: 256 * 1024 * 1024,
-    });
+    const exported = exportState();
     const resources = (
       JSON.parse(exported) as {
         deployment: { resources: { type: string; outputs?: Record<string, unknown> }[] };
@@ -362,8 +140,7 @@ async function fleetRun(proxies: number, hosts: FleetHost[], tag: string): Promi
       providerBytes,
     };
   } finally {
-    for (const h of hosts) await cleanHost(h, imageVolumes);
-    rmSync(dir, { recursive: true, force: true });
+    await close();
   }
 }
 
@@ -376,7 +153,7 @@ async function fleetRun(proxies: number, hosts: FleetHost[], tag: string): Promi
  */
 async function virshLoop(h: FleetHost, domains: number, transport: "ssh" | "unix"): Promise<VirshLoopRun> {
   const { sshUri, unixUri } = await import("./common");
-  const dir = path.join(benchDir, "fleet", `virsh-${process.pid}-${++serial}`);
+  const dir = path.join(benchDir, "fleet", `virsh-${process.pid}-${nextSerial()}`);
   mkdirSync(dir, { recursive: true });
   const base = `${PREFIX}ref-base.qcow2`;
   const seed = `${PREFIX}ref-seed.iso`;
@@ -474,6 +251,7 @@ export async function benchFleet(): Promise<FleetResults> {
   if (h2 !== h1) await cleanHost(h2, new Set());
   const runs: FleetRun[] = [];
   const reference: VirshLoopRun[] = [];
+  const throttled: ThrottledRun[] = [];
   // Untimed: the first Pulumi run after a while reads the CLI, plugins and node_modules from disk.
   await fleetRun(1, [h1], "warm-up");
   for (let round = 0; round < config.fleetRounds; round++) {
@@ -483,6 +261,8 @@ export async function benchFleet(): Promise<FleetResults> {
     runs.push(await fleetRun(10, [h1, h2], "two-hosts"));
     reference.push(await virshLoop(h1, 10, "ssh"));
     reference.push(await virshLoop(h1, 10, "unix"));
+    const throttleSizes = round % 2 === 0 ? THROTTLE.sizes : [...THROTTLE.sizes].reverse();
+    for (const n of throttleSizes) throttled.push(await throttledRun(n, h1));
   }
   return {
     sizes: config.fleet,
@@ -490,5 +270,6 @@ export async function benchFleet(): Promise<FleetResults> {
     privateSecondHost: h2 !== h1,
     runs,
     reference,
+    throttled,
   };
 }

@@ -3,15 +3,16 @@
  * time and the guest's, and the delay between the guest having an address (or
  * a listening squid) and our create noticing it.
  *
- * One run is what the provider's create does for a KvmProxy with the default
- * user-data (squid) and the default TCP health check: get, create (image
+ * One run is what the provider's create does for a KvmProxy without a proxy
+ * block (squid on 3128 for the private ranges) and the default health check
+ * (a request squid answers itself, from the squid this setup names): get, create (image
  * cache, overlay, seed build and upload, define, start), get, waitForIp,
  * waitHealthy, at the provider's own poll interval (KvmProxyRuntime.pollMs).
  * The Pulumi engine's own start-up is not part of it.
  *
  * Beside it an observer on a second libvirt connection asks every
  * OBSERVE_MS for the agent's and the lease's addresses and, once there is an
- * address, tries a TCP connect to squid: the first answers it sees are when
+ * address, probes squid as the health check does: the first answers it sees are when
  * the guest was ready, so "notice delay" = when create saw it − when the
  * observer saw it (resolution OBSERVE_MS).
  *

@@ -4,6 +4,7 @@ import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { knobs, readKnobs } from "../../../bench/knobs";
 import { type Environment, type Results, render } from "../../../bench/report";
+import { throttleFigure } from "../../../bench/report/fleet";
 import { loadResults, renderSaved, saveResults } from "../../../bench/results";
 import type { RpcContender, Sample } from "../../../bench/rpc";
 
@@ -92,6 +93,27 @@ describe("the benchmark report", () => {
       const config = readKnobs({ KVMP_ROOT: dir });
       expect(() => renderSaved(config)).toThrow(/no .*results\.json to render from/);
     });
+  });
+});
+
+describe("figure 3e: a throttled up against the theoretical time of its waves", () => {
+  const run = (proxies: number, seconds: number) => ({
+    proxies,
+    concurrentCreates: 2,
+    parallel: 20,
+    seconds,
+  });
+
+  it("takes a wave from the two-wave stack minus the one-wave stack, so fixed costs cancel", () => {
+    // Fixed 6 s, 2 s per wave: 2 proxies 8 s, 4 proxies 10 s; 10 proxies (5 waves) in theory 16 s.
+    const f = throttleFigure([run(2, 8), run(4, 10), run(10, 17)]);
+    expect(f).toEqual({ proxies: 10, seconds: 17, theoretical: 16, concurrentCreates: 2, parallel: 20 });
+  });
+
+  it("uses the medians over rounds, and needs three sizes", () => {
+    const f = throttleFigure([run(2, 8), run(2, 9), run(2, 100), run(4, 11), run(10, 17)]);
+    expect(f?.theoretical).toBe(9 + 4 * 2);
+    expect(throttleFigure([run(2, 8), run(10, 17)])).toBeUndefined();
   });
 });
 

@@ -48,7 +48,8 @@ function pack(dir: string, versionOverride?: string): string {
     encoding: "utf8",
   })
     .split("\0")
-    .filter((f) => f !== "" && !f.startsWith("test/") && !f.startsWith("bench/"));
+    // Everything, tests and bench included: what keeps them out of the tarball must be package.json's `files`.
+    .filter((f) => f !== "");
   for (const f of files) {
     try {
       cpSync(path.join(repoRoot, f), path.join(src, f), { recursive: true });

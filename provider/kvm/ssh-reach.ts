@@ -133,7 +133,11 @@ export function parseHopUri(
  * each given as content or as a path, not both, and content that looks like
  * what it names (`m` holds the values read from `input`).
  */
-export function checkSshPairs(input: Obj, m: { knownHosts?: string; privateKey?: string }, f: Failures): void {
+export function checkSshPairs(
+  input: Obj,
+  m: { knownHosts?: string; privateKey?: string },
+  f: Failures,
+): void {
   if (given(input.knownHosts) && given(input.knownHostsPath)) {
     f.fail("knownHostsPath", "give either knownHosts (content) or knownHostsPath, not both");
   }

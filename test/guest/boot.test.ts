@@ -33,7 +33,7 @@ import {
 import { type ImageConfig, parseImage } from "../../provider/kvm/image";
 import { perVmVolumeNames } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
-import { allDomains, poolVolumes, removeByHand, virsh, virshQuiet } from "../pulumi/harness";
+import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
 import {
   agentFor,

@@ -29,7 +29,6 @@ import {
   poolVolumes,
   proxyDiagnostics,
   removeByHand,
-  virsh,
   virshQuiet,
   vmVolumeNames,
   Workspace,

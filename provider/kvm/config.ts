@@ -8,10 +8,27 @@
 import { LIBVIRT_DEFAULTS } from "../transport/defaults";
 import { type HostCapacity, parseCapacity } from "./capacity";
 import { MIN_DEADLINE_SECONDS, parseDuration } from "./duration";
-import { given, isObject, libvirtName, type Obj, optEnum, optString, rejectUnknown } from "./fields";
+import {
+  decodeOrUndefined,
+  given,
+  isObject,
+  libvirtName,
+  type Obj,
+  optEnum,
+  optString,
+  rejectUnknown,
+} from "./fields";
 import { type ImageConfig, parseImage } from "./image";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
-import { checkSshPairs, parseReach, REACH_FIELDS, type SshReach } from "./ssh-reach";
+import {
+  checkSshPairs,
+  parseReach,
+  REACH_FIELDS,
+  readSshMaterial,
+  SSH_MATERIAL_FIELDS,
+  type SshMaterial,
+  type SshReach,
+} from "./ssh-reach";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
@@ -35,19 +52,7 @@ export type HostEndpoint =
   | { kind: "unix"; socketPath: string };
 
 /** SSH material for an ssh:// host, as configured (contents or paths; the transport loads paths lazily). */
-export interface SshAuthConfig {
-  /** known_hosts content; exclusive with knownHostsPath. */
-  knownHosts?: string;
-  /** known_hosts file; defaults to {@link DEFAULT_KNOWN_HOSTS_PATH} when knownHosts is not given either. */
-  knownHostsPath?: string;
-  /** Private key content (PEM/OpenSSH). */
-  privateKey?: string;
-  privateKeyPath?: string;
-  /** An ssh-agent socket. */
-  agentSocket?: string;
-  /** Passphrase of the private key. */
-  passphrase?: string;
-}
+export type SshAuthConfig = SshMaterial;
 
 /** One validated host, defaults applied. */
 export interface HostConfig {
@@ -120,23 +125,6 @@ const HOST_FIELDS = [
   ...REACH_FIELDS,
 ] as const;
 
-const SSH_FIELDS = [
-  "knownHosts",
-  "knownHostsPath",
-  "privateKey",
-  "privateKeyPath",
-  "agentSocket",
-  "passphrase",
-] as const;
-
-function decodeOrUndefined(v: string): string | undefined {
-  try {
-    return decodeURIComponent(v);
-  } catch {
-    return undefined;
-  }
-}
-
 /**
  * The libvirt drivers a host's libvirtd can be asked to open for this
  * provider (sent in CONNECT_OPEN, or to virt-ssh-helper): QEMU/KVM, system
@@ -161,22 +149,6 @@ export function driverUriProblem(v: string): string | undefined {
     return `${supported}: the host goes in uri, and a driver URI names none (three slashes)`;
   return supported;
 }
-
-/** Why a path field holds something that is not a path (key material, known_hosts lines), or undefined. Quotes nothing of `v`. */
-export function pathFieldProblem(field: string, v: string): string | undefined {
-  if (/-----BEGIN|PRIVATE KEY-----/.test(v)) {
-    return field === "privateKeyPath"
-      ? "holds key material, not a path: give the key as privateKey (a secret) or kvm:sshPrivateKey, or the key file's path here"
-      : "holds key material, not a path";
-  }
-  if (/[\r\n]/.test(v)) return "must be a path: one line, without line breaks";
-  if (field === "knownHostsPath" && /^\S+\s+(ssh-|ecdsa-|sk-)/.test(v.trim())) {
-    return "holds known_hosts lines, not a path: give them as knownHosts";
-  }
-  return undefined;
-}
-
-const PATH_FIELDS = ["privateKeyPath", "knownHostsPath", "agentSocket"] as const;
 
 /**
  * Parses a host URI: `ssh://[user@]host[:port][?socket=/path]` (user default
@@ -273,18 +245,9 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   const nic: NicAttachment =
     read === undefined || read === "invalid" ? { kind: "network", network: DEFAULT_NETWORK } : read;
 
-  const ssh: SshAuthConfig = {};
-  for (const field of SSH_FIELDS) {
-    const v = optString(input, field, f);
-    if (v !== undefined) ssh[field] = v;
-  }
-  for (const field of PATH_FIELDS) {
-    const v = ssh[field];
-    const problem = v === undefined ? undefined : pathFieldProblem(field, v);
-    if (problem !== undefined) f.fail(field, problem);
-  }
+  const ssh: SshAuthConfig = readSshMaterial(input, f);
   if (endpoint?.kind === "unix") {
-    for (const field of SSH_FIELDS) {
+    for (const field of SSH_MATERIAL_FIELDS) {
       if (given(input[field])) f.fail(field, "applies only to ssh:// hosts");
     }
   }

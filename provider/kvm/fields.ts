@@ -68,3 +68,12 @@ export function libvirtName(obj: Obj, field: string, f: Failures): string | unde
   }
   return v;
 }
+
+/** `decodeURIComponent(v)`, or undefined for a malformed escape (no throw from a parser). */
+export function decodeOrUndefined(v: string): string | undefined {
+  try {
+    return decodeURIComponent(v);
+  } catch {
+    return undefined;
+  }
+}

@@ -13,7 +13,7 @@
  * together). Failures name `jump` (one hop) or `jump[i]` (a list) and never
  * quote a key, passphrase or a URL's password.
  */
-import { given, isObject, type Obj, optEnum, optString, rejectUnknown } from "./fields";
+import { decodeOrUndefined, given, isObject, type Obj, optEnum, optString, rejectUnknown } from "./fields";
 import { type Failures, quote } from "./validation";
 
 /** The SSH client a host's stream goes through. */
@@ -26,13 +26,18 @@ export const DEFAULT_SSH_CLIENT: SshClientKind = "ssh2";
 /** Chains longer than this are refused (OpenSSH sets no limit; this catches a runaway list). */
 export const MAX_JUMP_HOPS = 8;
 
-/** SSH material as configured (contents or paths): the same shape as a host's. */
+/** SSH material as configured (contents or paths), of a host or a hop. */
 export interface SshMaterial {
+  /** known_hosts content; exclusive with knownHostsPath. */
   knownHosts?: string;
+  /** known_hosts file (a host's defaults to ~/.ssh/known_hosts when knownHosts is not given either). */
   knownHostsPath?: string;
+  /** Private key content (PEM/OpenSSH). */
   privateKey?: string;
   privateKeyPath?: string;
+  /** An ssh-agent socket. */
   agentSocket?: string;
+  /** Passphrase of the private key. */
   passphrase?: string;
 }
 
@@ -55,8 +60,8 @@ export interface SshReach {
   sshConfig?: string;
 }
 
-const HOP_FIELDS = [
-  "uri",
+/** The SSH material fields of a host entry or a hop. */
+export const SSH_MATERIAL_FIELDS = [
   "knownHosts",
   "knownHostsPath",
   "privateKey",
@@ -64,27 +69,41 @@ const HOP_FIELDS = [
   "agentSocket",
   "passphrase",
 ] as const;
-const HOP_MATERIAL = HOP_FIELDS.filter((k) => k !== "uri") as (keyof SshMaterial)[];
+const HOP_FIELDS = ["uri", ...SSH_MATERIAL_FIELDS] as const;
 const AUTH_FIELDS: (keyof SshMaterial)[] = ["privateKey", "privateKeyPath", "agentSocket", "passphrase"];
 const KNOWN_HOSTS_FIELDS: (keyof SshMaterial)[] = ["knownHosts", "knownHostsPath"];
-const PATHS: (keyof SshMaterial)[] = ["knownHostsPath", "privateKeyPath", "agentSocket"];
+const PATH_FIELDS = ["privateKeyPath", "knownHostsPath", "agentSocket"] as const;
 
 /** Field names a host entry may use for its reach (config.ts adds them to the host's). */
 export const REACH_FIELDS = ["transport", "jump", "sshConfig"] as const;
 
-/** Why a path field's value is not a path, or undefined. Quotes nothing of `v`. */
-function pathProblem(v: string): string | undefined {
-  if (/-----BEGIN|PRIVATE KEY-----/.test(v)) return "holds key material, not a path";
+/** Why a path field holds something that is not a path (key material, known_hosts lines), or undefined. Quotes nothing of `v`. */
+export function pathFieldProblem(field: string, v: string): string | undefined {
+  if (/-----BEGIN|PRIVATE KEY-----/.test(v)) {
+    return field === "privateKeyPath"
+      ? "holds key material, not a path: give the key as privateKey (a secret) or kvm:sshPrivateKey, or the key file's path here"
+      : "holds key material, not a path";
+  }
   if (/[\r\n]/.test(v)) return "must be a path: one line, without line breaks";
+  if (field === "knownHostsPath" && /^\S+\s+(ssh-|ecdsa-|sk-)/.test(v.trim())) {
+    return "holds known_hosts lines, not a path: give them as knownHosts";
+  }
   return undefined;
 }
 
-function decoded(v: string): string | undefined {
-  try {
-    return decodeURIComponent(v);
-  } catch {
-    return undefined;
+/** Reads the SSH material fields of a host entry or a hop, each path field checked; failures under `f`. */
+export function readSshMaterial(obj: Obj, f: Failures): SshMaterial {
+  const m: SshMaterial = {};
+  for (const field of SSH_MATERIAL_FIELDS) {
+    const v = optString(obj, field, f);
+    if (v !== undefined) m[field] = v;
   }
+  for (const field of PATH_FIELDS) {
+    const v = m[field];
+    const problem = v === undefined ? undefined : pathFieldProblem(field, v);
+    if (problem !== undefined) f.fail(field, problem);
+  }
+  return m;
 }
 
 /** Parses `ssh://[user@]host[:port]` of a hop; records failures at `field` of `f` (the hop itself when undefined). */
@@ -114,7 +133,7 @@ export function parseHopUri(
   if (host === "") problems.push("must name a host");
   let user = defaultUser;
   if (url.username !== "") {
-    const u = decoded(url.username);
+    const u = decodeOrUndefined(url.username);
     if (u === undefined || !/^[A-Za-z0-9._][A-Za-z0-9._-]{0,31}$/.test(u)) problems.push("invalid user");
     else user = u;
   }
@@ -154,16 +173,7 @@ export function checkSshPairs(
 
 /** Checks one hop's own material (the same rules as a host's); records failures under `f`. */
 function readMaterial(obj: Obj, f: Failures): SshMaterial {
-  const m: SshMaterial = {};
-  for (const field of HOP_MATERIAL) {
-    const v = optString(obj, field, f);
-    if (v !== undefined) m[field] = v;
-  }
-  for (const field of PATHS) {
-    const v = m[field];
-    const problem = v === undefined ? undefined : pathProblem(v);
-    if (problem !== undefined) f.fail(field, problem);
-  }
+  const m = readSshMaterial(obj, f);
   checkSshPairs(obj, m, f);
   if (given(obj.passphrase) && !given(obj.privateKey) && !given(obj.privateKeyPath)) {
     f.fail("passphrase", "applies only with this hop's own privateKey or privateKeyPath");
@@ -233,7 +243,7 @@ export function parseReach(
   const transport = optEnum(input, "transport", SSH_CLIENT_KINDS, f) ?? DEFAULT_SSH_CLIENT;
   const sshConfig = optString(input, "sshConfig", f);
   if (sshConfig !== undefined) {
-    const problem = pathProblem(sshConfig);
+    const problem = pathFieldProblem("sshConfig", sshConfig);
     if (problem !== undefined) f.fail("sshConfig", problem);
     else if (transport !== "openssh") f.fail("sshConfig", 'applies only with transport "openssh"');
   }

@@ -40,7 +40,7 @@ import { managedMetadata } from "./domains";
 import type { HostPool } from "./hosts";
 import { takeLease } from "./image-lease";
 import type { RetryEnv } from "./retry";
-import { deleteVolumeByName, hasCode, lookupPool, volumeInfo } from "./volumes";
+import { deleteVolumeByName, hasCode, volumeInfo } from "./volumes";
 
 /** The lock volume a placement on a host holds while it counts and reserves. */
 export const PLACEMENT_LOCK = "kvmp-placement.lock";
@@ -76,7 +76,7 @@ export class Placer {
   /** Removes the reservation of a placed create (its domain is defined, or it was rolled back). */
   async release(placed: Placed): Promise<void> {
     const lv = this.hosts.libvirt(placed.host);
-    const pool = await lookupPool(lv, this.hosts.config(placed.host).pool);
+    const pool = await this.hosts.pool(placed.host);
     if (pool !== undefined) await deleteVolumeByName(lv, pool, placed.reservation);
   }
 
@@ -93,7 +93,7 @@ export class Placer {
       if ("full" in choice) throw new ProviderError("permanent", choice.full);
       const host = choice.host;
       const lv = this.hosts.libvirt(host);
-      const storage = await lookupPool(lv, this.hosts.config(host).pool);
+      const storage = await this.hosts.pool(host);
       if (storage === undefined) {
         throw new ProviderError(
           "permanent",
@@ -138,7 +138,7 @@ export class Placer {
       usage.memoryMiB += size.memoryMiB;
       usage.vcpus += size.vcpus;
     }
-    const pool = await lookupPool(lv, config.pool);
+    const pool = await this.hosts.pool(key);
     let reservedMiB = 0;
     if (pool !== undefined) {
       for (const vol of await reservations(lv, pool)) {

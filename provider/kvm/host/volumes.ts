@@ -20,16 +20,6 @@ export function hasCode(err: unknown, ...codes: number[]): err is LibvirtError {
   return err instanceof LibvirtError && codes.includes(err.code);
 }
 
-/** The pool, or undefined when it does not exist (NO_STORAGE_POOL). */
-export async function lookupPool(lv: Libvirt, name: string): Promise<StoragePool | undefined> {
-  try {
-    return await lv.storagePoolLookupByName(name);
-  } catch (err) {
-    if (hasCode(err, ErrorCode.NO_STORAGE_POOL)) return undefined;
-    throw err;
-  }
-}
-
 /** The volume, or undefined when libvirt does not know it (NO_STORAGE_VOL). */
 export async function lookupVolume(
   lv: Libvirt,

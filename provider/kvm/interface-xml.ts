@@ -15,6 +15,7 @@ import {
   filterParameters,
   libvirtBandwidth,
   type NicAttachment,
+  type NicBandwidth,
   type NicSpec,
   normaliseMac,
 } from "./nic";
@@ -24,11 +25,21 @@ import { attribute, childElement, childElements, el, type XmlElement, type XmlNo
 export type InterfaceSpec = Pick<NicSpec, "attachment"> &
   Partial<Pick<NicSpec, "mac" | "addresses" | "bandwidth" | "filter">>;
 
+/** The `<bandwidth>` element of a NIC's limits (KiB/s), or undefined when it has none. */
+export function bandwidthElement(bandwidth: NicBandwidth | undefined): XmlElement | undefined {
+  const limits = bandwidth === undefined ? {} : libvirtBandwidth(bandwidth);
+  if (limits.inbound === undefined && limits.outbound === undefined) return undefined;
+  return el(
+    "bandwidth",
+    {},
+    limits.inbound !== undefined && el("inbound", { average: limits.inbound }),
+    limits.outbound !== undefined && el("outbound", { average: limits.outbound }),
+  );
+}
+
 /** The `<interface>` element of one NIC. Assumes the NIC was checked (checkNicSpecs). */
 export function buildInterfaceElement(nic: InterfaceSpec): XmlElement {
   const a = nic.attachment;
-  const limits = nic.bandwidth === undefined ? {} : libvirtBandwidth(nic.bandwidth);
-  const limited = limits.inbound !== undefined || limits.outbound !== undefined;
   return el(
     "interface",
     // A macvtap passes the guest only the multicast groups the host set up, so
@@ -42,13 +53,7 @@ export function buildInterfaceElement(nic: InterfaceSpec): XmlElement {
         ? el("source", { bridge: a.bridge })
         : el("source", { dev: a.dev, mode: a.mode }),
     el("model", { type: "virtio" }),
-    limited &&
-      el(
-        "bandwidth",
-        {},
-        limits.inbound !== undefined && el("inbound", { average: limits.inbound }),
-        limits.outbound !== undefined && el("outbound", { average: limits.outbound }),
-      ),
+    bandwidthElement(nic.bandwidth),
     nic.filter !== undefined &&
       el(
         "filterref",

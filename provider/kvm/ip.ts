@@ -197,6 +197,12 @@ export function canonicalIp(text: string): string | undefined {
   return parseIp(text)?.text;
 }
 
+/** The address part of a CIDR (or the address itself), as written. */
+export function bare(cidr: string): string {
+  const slash = cidr.indexOf("/");
+  return slash < 0 ? cidr : cidr.slice(0, slash);
+}
+
 /** The family of an address or CIDR, or undefined when `text` is neither. */
 export function family(text: string): IpFamily | undefined {
   return either(text)?.family;

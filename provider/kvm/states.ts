@@ -86,18 +86,23 @@ export function isRoutableIpv4(addr: string): boolean {
   return true;
 }
 
-/** First routable IPv4 of `ifaces` (as libvirt reports interface addresses), preferring the interface with `mac`. */
-export function firstRoutableIpv4(ifaces: readonly DomainInterface[], mac?: string): string | undefined {
+/** The first address of `ifaces` that `wanted` takes, preferring the interface with `mac`. */
+function firstAddress(
+  ifaces: readonly DomainInterface[],
+  mac: string | undefined,
+  wanted: (a: DomainIpAddress) => boolean,
+): string | undefined {
+  const rank = (i: DomainInterface) => (i.hwaddr?.toLowerCase() === mac ? 0 : 1);
   const ordered = mac === undefined ? ifaces : [...ifaces].sort((a, b) => rank(a) - rank(b));
-  function rank(i: DomainInterface): number {
-    return i.hwaddr?.toLowerCase() === mac ? 0 : 1;
-  }
   for (const i of ordered) {
-    for (const a of i.addrs) {
-      if (a.type === IpAddrType.IPV4 && isRoutableIpv4(a.addr)) return a.addr;
-    }
+    for (const a of i.addrs) if (wanted(a)) return a.addr;
   }
   return undefined;
+}
+
+/** First routable IPv4 of `ifaces` (as libvirt reports interface addresses), preferring the interface with `mac`. */
+export function firstRoutableIpv4(ifaces: readonly DomainInterface[], mac?: string): string | undefined {
+  return firstAddress(ifaces, mac, (a) => a.type === IpAddrType.IPV4 && isRoutableIpv4(a.addr));
 }
 
 /**
@@ -117,16 +122,7 @@ export function isUsableAddress(a: DomainIpAddress): boolean {
 
 /** First global IPv6 of `ifaces`, preferring the interface with `mac` (as {@link firstRoutableIpv4}). */
 export function firstGlobalIpv6(ifaces: readonly DomainInterface[], mac?: string): string | undefined {
-  const ordered = mac === undefined ? ifaces : [...ifaces].sort((a, b) => rank(a) - rank(b));
-  function rank(i: DomainInterface): number {
-    return i.hwaddr?.toLowerCase() === mac ? 0 : 1;
-  }
-  for (const i of ordered) {
-    for (const a of i.addrs) {
-      if (a.type === IpAddrType.IPV6 && isGlobalIpv6(a.addr)) return a.addr;
-    }
-  }
-  return undefined;
+  return firstAddress(ifaces, mac, (a) => a.type === IpAddrType.IPV6 && isGlobalIpv6(a.addr));
 }
 
 /** The addresses of one NIC, keyed by its MAC (lower case). */

@@ -6,6 +6,7 @@
  * with static addresses the guest has not reported shows its configured
  * ones, which are what it will have. Pure.
  */
+import { bare } from "../kvm/ip";
 import type { CheckedInputs, CheckedNic } from "./args";
 
 /** What the VM reports: the first NIC's IPv4 (as before), and every address per MAC when read. */
@@ -19,12 +20,6 @@ export interface AddressOutputs {
   ipAddress?: string;
   ipv6Address?: string;
   ipAddresses?: { mac: string; addresses: string[] }[];
-}
-
-/** The address part of a CIDR (or the address itself). */
-export function bare(address: string): string {
-  const slash = address.indexOf("/");
-  return slash < 0 ? address : address.slice(0, slash);
 }
 
 function isIpv6(address: string): boolean {

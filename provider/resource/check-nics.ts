@@ -7,7 +7,8 @@
  * autoname) gets new ones. A static address another proxy of this program
  * claims on the same host fails here, naming both.
  */
-import { family, parseCidr, sameAddress } from "../kvm/ip";
+import { given } from "../kvm/fields";
+import { bare, family, parseCidr, sameAddress } from "../kvm/ip";
 import { buildNetworkConfig, needsNetworkConfig } from "../kvm/network-config";
 import { deriveMac, type NicSpec, readNics } from "../kvm/nic";
 import type { Failures } from "../kvm/validation";
@@ -91,7 +92,6 @@ export function checkNetworking(
   news: Record<string, unknown>,
   ctx: NicsContext,
 ): CheckedNetworking {
-  const given = (v: unknown) => v !== undefined && v !== null;
   const out: CheckedNetworking = {};
   const raw = news.networkConfig;
   if (given(raw)) {
@@ -185,6 +185,6 @@ export function outgoingAddressProblem(outgoing: string, networking: CheckedNetw
   if (ofFamily.some((a) => a.length === 0)) return undefined;
   const statics = ofFamily.flat();
   if (statics.some((a) => sameAddress(a, outgoing))) return undefined;
-  const list = statics.map((a) => a.split("/")[0]).join(", ");
+  const list = statics.map(bare).join(", ");
   return `must be one of the VM's IPv${fam} addresses, which are all static here (${list})`;
 }

@@ -26,6 +26,7 @@ import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain, DomainInterface } from "../../libvirt/types";
 import type { ParsedDomain } from "../domain-xml";
+import { bare } from "../ip";
 import { type ProgressListener, report } from "../progress";
 import {
   addressesByMac,
@@ -136,16 +137,6 @@ export async function guestAddresses(
   return out;
 }
 
-/** The first routable IPv4 only: {@link guestAddresses}' `ipv4`. */
-export async function guestIpv4(
-  lv: Libvirt,
-  dom: Domain,
-  mac: string | undefined,
-  agent?: ParsedDomain["guestAgent"],
-): Promise<{ addr: string; source: Source } | undefined> {
-  return (await guestAddresses(lv, dom, { mac, guestAgent: agent, interfaces: [] })).ipv4;
-}
-
 /** The address fields of a VmStatus for what {@link guestAddresses} read. */
 export function addressFields(
   a: GuestAddresses,
@@ -198,12 +189,6 @@ export async function probeAddress(
     return "check";
   }
   return "none";
-}
-
-/** The address part of a CIDR. */
-function bare(cidr: string): string {
-  const slash = cidr.indexOf("/");
-  return slash < 0 ? cidr : cidr.slice(0, slash);
 }
 
 /**

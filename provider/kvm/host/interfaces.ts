@@ -39,7 +39,8 @@ import { ErrorCode } from "../../libvirt/error-codes";
 import { isLibvirtError } from "../../libvirt/errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain } from "../../libvirt/types";
-import { libvirtBandwidth, type NicBandwidth, type NicSpec } from "../nic";
+import { bandwidthElement } from "../interface-xml";
+import type { NicBandwidth, NicSpec } from "../nic";
 import { quote, type ValidationFailure } from "../validation";
 import {
   attribute,
@@ -48,6 +49,7 @@ import {
   el,
   parseXml,
   serializeXml,
+  textContent,
   type XmlElement,
   type XmlNode,
 } from "../xml";
@@ -104,19 +106,9 @@ export async function netDeviceKnown(lv: Libvirt, dev: string): Promise<boolean 
       throw err;
     }
     const net = childElements(parseXml(xml), "capability").find((c) => attribute(c, "type") === "net");
-    if (net !== undefined && childText(net, "interface") === dev) return true;
+    if (net !== undefined && textContent(childElement(net, "interface")).trim() === dev) return true;
   }
   return false;
-}
-
-function childText(node: XmlNode, name: string): string | undefined {
-  const c = childElement(node, name);
-  return c === undefined
-    ? undefined
-    : c.children
-        .filter((x) => typeof x === "string")
-        .join("")
-        .trim();
 }
 
 /** Whether the host has interface `dev` (see the header); undefined when it cannot tell. */
@@ -195,16 +187,7 @@ export function interfaceWithBandwidth(
     (i) => attribute(childElement(i, "mac"), "address")?.toLowerCase() === mac.toLowerCase(),
   );
   if (nic === undefined) return undefined;
-  const limits = libvirtBandwidth(bandwidth ?? {});
-  const element =
-    limits.inbound === undefined && limits.outbound === undefined
-      ? undefined
-      : el(
-          "bandwidth",
-          {},
-          limits.inbound !== undefined && el("inbound", { average: limits.inbound }),
-          limits.outbound !== undefined && el("outbound", { average: limits.outbound }),
-        );
+  const element = bandwidthElement(bandwidth);
   const kept = nic.children.filter((c) => typeof c === "string" || c.localName !== "bandwidth");
   return el(nic.name, nic.attrs, ...kept.map((c) => (typeof c === "string" ? c : toElement(c))), element);
 }

@@ -6,20 +6,13 @@
  */
 import type { HostConfig } from "../kvm/config";
 import { parseDuration } from "../kvm/duration";
-import { quote } from "../kvm/validation";
+import { isObject } from "../kvm/fields";
+import { type Failures, quote } from "../kvm/validation";
 import { UNKNOWN } from "./args";
 import type { StackConfig } from "./config";
 
-interface Fail {
-  fail(property: string | undefined, reason: string): void;
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
 /** One host key of the stack config, checked; failures at `property`. */
-function hostKey(f: Fail, property: string, v: unknown, config: StackConfig): HostConfig | undefined {
+function hostKey(f: Failures, property: string, v: unknown, config: StackConfig): HostConfig | undefined {
   if (v === UNKNOWN) return undefined;
   if (typeof v !== "string" || v === "") {
     f.fail(property, "must be a string: a key of the stack config kvm:hosts");
@@ -44,7 +37,7 @@ function hostKey(f: Fail, property: string, v: unknown, config: StackConfig): Ho
 }
 
 /** `host`: a key, or `{pool: [keys]}` (non-empty, no repeats). */
-export function checkHost(f: Fail, v: unknown, config: StackConfig): void {
+export function checkHost(f: Failures, v: unknown, config: StackConfig): void {
   if (v === undefined || v === null || v === "") {
     f.fail("host", "is required: a key of the stack config kvm:hosts, or {pool: [keys]}");
     return;
@@ -99,7 +92,7 @@ const ROTATION_FIELDS = ["maxAge", "batch", "group", "size"];
 const MIN_MAX_AGE_SECONDS = 60;
 
 /** `rotation`: `{maxAge, batch, group, size}` (the last two set by ProxyFleet). */
-export function checkRotation(f: Fail, v: unknown): CheckedRotation | undefined {
+export function checkRotation(f: Failures, v: unknown): CheckedRotation | undefined {
   if (v === undefined || v === null || v === UNKNOWN) return undefined;
   if (!isObject(v)) {
     f.fail("rotation", 'must be {maxAge, batch}, e.g. {maxAge: "7d", batch: 2}');

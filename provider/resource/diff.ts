@@ -18,7 +18,7 @@ import {
 } from "./args";
 import { isUnknown } from "./check";
 import { decodeBase64 } from "./check-seed";
-import { proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
+import { nicsWithoutBandwidth, proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
 import { defaultUserData, legacyDefaultUserData } from "./squid";
 
 /** What diff decided. */
@@ -158,7 +158,7 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
     }
     if (key === "nics") {
       // Rate limits change in place; anything else about a NIC is fixed at first boot.
-      if (!same(withoutBandwidth(olds.nics), withoutBandwidth(news.nics))) replaces.push("nics");
+      if (!same(nicsWithoutBandwidth(olds.nics), nicsWithoutBandwidth(news.nics))) replaces.push("nics");
       else if (bandwidthChanges(olds.nics, news.nics as CheckedNic[] | undefined).length > 0)
         updates.push("nics");
       continue;
@@ -197,16 +197,6 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
     updates,
     deleteBeforeReplace: replacing && (fixedNameKept || fixedMacKept),
   };
-}
-
-/** The NICs as they decide a rebuild: without their rate limits. */
-function withoutBandwidth(nics: unknown): unknown {
-  if (!Array.isArray(nics)) return nics;
-  return nics.map((n) => {
-    if (typeof n !== "object" || n === null) return n;
-    const { bandwidth: _b, ...rest } = n as Props;
-    return rest;
-  });
 }
 
 /** The MACs the user fixed in `nics` (derived ones change with the name, so they never collide). */

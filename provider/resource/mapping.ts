@@ -51,10 +51,24 @@ export function specHashOf(c: CheckedInputs): string {
   // Where it lives is not how it is built: a pooled proxy's hash does not follow the pool's members.
   if (typeof c.host !== "string") spec.host = "pool";
   // Rate limits are updated in place: not part of how the VM is built.
-  if (c.nics !== undefined) spec.nics = c.nics.map(({ bandwidth: _b, ...nic }) => nic);
+  if (c.nics !== undefined) spec.nics = nicsWithoutBandwidth(c.nics);
   // The metadata is readable on the host: the password enters only as the salted hash the seed holds.
   if (c.proxy !== undefined) spec.proxy = publicProxy(c);
   return hashSpec(spec);
+}
+
+/**
+ * The NICs as they decide how the VM is built (the spec hash, a replacement
+ * in diff): without their rate limits, which are updated in place. Takes the
+ * state's values as they come.
+ */
+export function nicsWithoutBandwidth(nics: unknown): unknown {
+  if (!Array.isArray(nics)) return nics;
+  return nics.map((n) => {
+    if (typeof n !== "object" || n === null) return n;
+    const { bandwidth: _b, ...rest } = n as Props;
+    return rest;
+  });
 }
 
 /** The context of a proxy password's salt: the username and the VM. */

@@ -13,3 +13,9 @@ export const LIBVIRT_DEFAULTS = {
   /** The libvirt driver URI sent in CONNECT_OPEN (and handed to virt-ssh-helper). */
   driverUri: "qemu:///system",
 } as const;
+
+/** SSH connection timing, the same for either SSH client (ssh2, OpenSSH): connect deadline and keepalive. */
+export const SSH_TIMING = {
+  connectTimeoutMs: 20_000,
+  keepalive: { intervalMs: 15_000, countMax: 3 },
+} as const;

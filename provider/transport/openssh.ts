@@ -31,7 +31,7 @@ import type { Duplex } from "node:stream";
 import type { ParsedKey } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import { type CredentialOptions, loadPrivateKey } from "./credentials";
-import { LIBVIRT_DEFAULTS } from "./defaults";
+import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
 import type { JumpHop } from "./jump";
 import { forwardArgs, openSshArgs, openSshConfig, openSshError } from "./openssh-config";
 import { KeyAgent } from "./ssh-agent";
@@ -102,7 +102,7 @@ export class OpenSshTransport implements Transport {
     this.socketPath = options.socketPath ?? LIBVIRT_DEFAULTS.socketPath;
     this.jump = [...(options.jump ?? [])];
     this.#options = { ...options };
-    this.#connectTimeoutMs = options.connectTimeoutMs ?? 20_000;
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? SSH_TIMING.connectTimeoutMs;
     const hostPart = this.host.includes(":") ? `[${this.host}]` : this.host;
     const userPart = this.user === undefined ? "" : `${this.user}@`;
     const portPart = this.port === undefined ? "" : `:${this.port}`;
@@ -156,7 +156,7 @@ export class OpenSshTransport implements Transport {
       if (keys.length > 0) agent = await KeyAgent.start(path.join(dir, "agent.sock"), keys);
       const identityAgent = agent?.path ?? o.agentSocket;
       const configFile = path.join(dir, "ssh_config");
-      const keepalive = o.keepalive ?? { intervalMs: 15_000, countMax: 3 };
+      const keepalive = o.keepalive ?? SSH_TIMING.keepalive;
       await fs.writeFile(
         configFile,
         openSshConfig({
@@ -167,7 +167,7 @@ export class OpenSshTransport implements Transport {
           keepalive: keepalive
             ? {
                 intervalSeconds: Math.max(1, Math.round(keepalive.intervalMs / 1000)),
-                countMax: keepalive.countMax ?? 3,
+                countMax: keepalive.countMax ?? SSH_TIMING.keepalive.countMax,
               }
             : false,
         }),

@@ -12,6 +12,7 @@ import type { Duplex } from "node:stream";
 import { Client, type ConnectConfig, type ParsedKey, type ServerHostKeyAlgorithm } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import type { CredentialLoader, LoadedCredentials } from "./credentials";
+import { SSH_TIMING } from "./defaults";
 import { hostKeyError } from "./known-hosts";
 
 export interface SshKeepalive {
@@ -39,7 +40,7 @@ export interface HopConnectOptions {
   jumpHost?: boolean;
 }
 
-export const DEFAULT_KEEPALIVE_COUNT = 3;
+export const DEFAULT_KEEPALIVE_COUNT = SSH_TIMING.keepalive.countMax;
 
 /** ssh2's host key algorithms for each key type as known_hosts names it. */
 const HOST_KEY_ALGOS: Record<string, ServerHostKeyAlgorithm[]> = {

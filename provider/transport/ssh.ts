@@ -28,16 +28,9 @@ import type { Duplex } from "node:stream";
 import type { Client, ClientChannel } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import { CredentialLoader, type CredentialOptions } from "./credentials";
-import { LIBVIRT_DEFAULTS } from "./defaults";
+import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
 import { type JumpHop, JumpHosts, type JumpLease } from "./jump";
-import {
-  connectHop,
-  DEFAULT_KEEPALIVE_COUNT,
-  describeEndpoint,
-  errMessage,
-  forwardThrough,
-  type SshKeepalive,
-} from "./ssh-hop";
+import { connectHop, describeEndpoint, errMessage, forwardThrough, type SshKeepalive } from "./ssh-hop";
 import { QuickAck } from "./ssh-quick-ack";
 import type { ReplyHint, Transport } from "./types";
 
@@ -68,8 +61,8 @@ export const SSH_DEFAULTS = {
   user: LIBVIRT_DEFAULTS.sshUser,
   socketPath: LIBVIRT_DEFAULTS.socketPath,
   driverUri: LIBVIRT_DEFAULTS.driverUri,
-  connectTimeoutMs: 20_000,
-  keepalive: { intervalMs: 15_000, countMax: DEFAULT_KEEPALIVE_COUNT },
+  connectTimeoutMs: SSH_TIMING.connectTimeoutMs,
+  keepalive: SSH_TIMING.keepalive,
 } as const;
 
 interface Connection {

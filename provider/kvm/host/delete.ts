@@ -12,7 +12,7 @@ import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
 import { ownerTag, perVmVolumeNames } from "../names";
 import { reservationName } from "../placement";
-import { diskVolumeNames, lookupDomain, ownerOf, removeDomain } from "./domains";
+import { domainHoldings, lookupDomain, removeDomain } from "./domains";
 import type { HostPool } from "./hosts";
 import type { DeleteOptions, DeleteResult } from "./operations";
 import type { RetryEnv } from "./retry";
@@ -27,13 +27,15 @@ export async function deleteOnce(
 ): Promise<DeleteResult> {
   const lv = hosts.libvirt(hostKey);
   let dom = await lookupDomain(lv, name);
+  // One read of the domain's XML: its owner and the volumes its disks name.
+  const held = dom === undefined ? undefined : await domainHoldings(lv, dom);
   if (dom !== undefined && options.owner !== undefined) {
-    const owner = await ownerOf(lv, dom);
-    if (owner === "gone") dom = undefined;
-    else if (owner !== options.owner) {
+    if (held === "gone") dom = undefined;
+    else if (held !== undefined && held.owner !== options.owner) {
+      const owner = held.owner;
       // The domain and the volumes it uses are another's; volumes tagged with our owner that it
       // does not use are ours (a create that lost the define to it).
-      const inUse = new Set(await diskVolumeNames(lv, dom));
+      const inUse = new Set(held.disks);
       const own = [
         ...perVmVolumeNames(name, options.owner).filter((n) => !inUse.has(n)),
         reservationName(name, ownerTag(options.owner)),
@@ -44,7 +46,7 @@ export async function deleteOnce(
     }
   }
   // The volumes a domain uses are the ones its disks name; without a domain, the names its owner's create chose.
-  const disks = dom === undefined ? [] : await diskVolumeNames(lv, dom);
+  const disks = dom === undefined || held === undefined || held === "gone" ? [] : held.disks;
   const domainRemoved = dom !== undefined && (await removeDomain(lv, dom));
   const pool = await hosts.pool(hostKey);
   if (pool === undefined) return { domainRemoved, volumesRemoved: [], noop: "pool-missing" };

@@ -104,16 +104,6 @@ export async function managedMetadata(lv: Libvirt, dom: Domain): Promise<ProxyMe
   }
 }
 
-/** The owner URN our metadata of `dom` names, "unmanaged" without it, "gone" when the domain went away. */
-export async function ownerOf(lv: Libvirt, dom: Domain): Promise<string> {
-  try {
-    return (await managedMetadata(lv, dom))?.owner.urn ?? "unmanaged";
-  } catch (err) {
-    if (hasCode(err, ErrorCode.NO_DOMAIN)) return "gone";
-    throw err;
-  }
-}
-
 /**
  * Writes our metadata element into the domain's persistent definition and,
  * when it runs, into the live one too (a running domain's live XML would
@@ -132,23 +122,27 @@ export async function setManagedMetadata(
 }
 
 /**
- * The names of the volumes the domain's disks point at (the file name of
- * each disk's source: a dir pool names a volume after its file), or none when
- * the domain went away meanwhile.
+ * What delete needs of a domain, from one read of its XML: the owner URN our
+ * metadata names ("unmanaged" without it) and the pool volumes its disk and
+ * seed name; "gone" when the domain went away meanwhile.
  */
-export async function diskVolumeNames(lv: Libvirt, dom: Domain): Promise<string[]> {
+export async function domainHoldings(
+  lv: Libvirt,
+  dom: Domain,
+): Promise<{ owner: string; disks: string[] } | "gone"> {
   let xml: string;
   try {
     xml = await lv.domainGetXmlDesc(dom);
   } catch (err) {
-    if (hasCode(err, ErrorCode.NO_DOMAIN)) return [];
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return "gone";
     throw err;
   }
   const parsed = parseDomainXml(xml);
-  return [parsed.diskPath, parsed.seedPath]
+  const disks = [parsed.diskPath, parsed.seedPath]
     .filter((p): p is string => p !== undefined)
     .map((p) => p.slice(p.lastIndexOf("/") + 1))
     .filter((n) => n !== "");
+  return { owner: parsed.metadata?.owner.urn ?? "unmanaged", disks };
 }
 
 /** Destroys and undefines a domain, tolerating every already-gone case. True when one existed. */

@@ -10,7 +10,6 @@
  * (test/guest/). The domains have no disk: QEMU runs them, no guest boots,
  * so no agent ever answers. Clock and sleep are injected.
  */
-import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
@@ -21,6 +20,7 @@ import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,
+  DnsmasqLeases,
   hostPool,
   imageConfig,
   makeQcow2,
@@ -32,49 +32,13 @@ import {
 } from "./ops-helpers";
 
 let host: TestHost;
-let leaseFile: string;
+let leases: DnsmasqLeases;
 let lv: Libvirt;
 let scratch: string;
 let image: ImageConfig;
 const domains = new Set<string>();
-const leasedMacs = new Set<string>();
 const closers: (() => Promise<void>)[] = [];
 const retry = { maxAttempts: 3, initialDelayMs: 10, maxDelayMs: 50, deadlineMs: 20_000 };
-
-interface LeaseEntry {
-  "mac-address"?: string;
-  [k: string]: unknown;
-}
-
-function readLeases(): LeaseEntry[] {
-  try {
-    const parsed = JSON.parse(readFileSync(leaseFile, "utf8")) as unknown;
-    return Array.isArray(parsed) ? (parsed as LeaseEntry[]) : [];
-  } catch {
-    return [];
-  }
-}
-
-/** Read-modify-write, keeping the entries of other guests on the shared host. */
-function writeLeases(edit: (leases: LeaseEntry[]) => LeaseEntry[]): void {
-  writeFileSync(leaseFile, `${JSON.stringify(edit(readLeases()), null, 2)}\n`);
-}
-
-/** Leases for `mac`, one per address; an IPv6 lease carries an IAID as dnsmasq's DHCPv6 ones do. */
-function addLeases(mac: string, ...ips: string[]): void {
-  leasedMacs.add(mac);
-  const expiry = Math.floor(Date.now() / 1000) + 3600;
-  writeLeases((l) => [
-    ...l,
-    ...ips.map((ip, i) => ({
-      "ip-address": ip,
-      "mac-address": mac,
-      hostname: "kvmpt-addr",
-      "expiry-time": expiry,
-      ...(ip.includes(":") ? { iaid: String(1000 + i) } : {}),
-    })),
-  ]);
-}
 
 /**
  * A KvmOperations on a fake clock whose sleep counts polls and runs
@@ -129,7 +93,7 @@ const V6 = "2001:db8:213::6";
 
 beforeAll(() => {
   host = testHost();
-  leaseFile = path.join(host.stateDir, "lib/dnsmasq", `${host.networkBridge}.status`);
+  leases = new DnsmasqLeases(path.join(host.stateDir, "lib/dnsmasq", `${host.networkBridge}.status`));
   const pool = hostPool(host);
   closers.push(() => pool.closeAll());
   lv = pool.libvirt("local");
@@ -139,7 +103,7 @@ beforeAll(() => {
 });
 
 afterAll(async () => {
-  writeLeases((l) => l.filter((e) => !leasedMacs.has(e["mac-address"] ?? "")));
+  leases?.restore();
   await Promise.allSettled(closers.map((c) => c()));
   for (const d of domains) {
     virshQuiet(host, "destroy", d);
@@ -154,8 +118,8 @@ describe("get: every address per NIC", () => {
     const { o } = opsWithPolls();
     const { name, macs } = await runningDomain("all", 2);
     const [first, second] = macs as [string, string];
-    addLeases(second, V4_B);
-    addLeases(first, "fe80::6", V6, V4_A);
+    leases.add(second, [V4_B], { hostname: "kvmpt-addr" });
+    leases.add(first, ["fe80::6", V6, V4_A], { hostname: "kvmpt-addr" });
     const s = await o.get("local", name);
     expect(s).toMatchObject({
       state: "running",
@@ -174,7 +138,7 @@ describe("get: every address per NIC", () => {
   it("an IPv6-only guest runs, with no IPv4", async () => {
     const { o } = opsWithPolls();
     const { name, macs } = await runningDomain("v6only");
-    addLeases(macs[0] as string, V6);
+    leases.add(macs[0] as string, [V6], { hostname: "kvmpt-addr" });
     const s = await o.get("local", name);
     expect(s).toMatchObject({ state: "running", ipv6Address: V6 });
     expect(s.ipv4).toBeUndefined();
@@ -183,7 +147,7 @@ describe("get: every address per NIC", () => {
   it("a stopped domain reports no addresses at all (none are asked)", async () => {
     const { o } = opsWithPolls();
     const { name, macs } = await runningDomain("stopped");
-    addLeases(macs[0] as string, V4_A);
+    leases.add(macs[0] as string, [V4_A], { hostname: "kvmpt-addr" });
     await lv.domainDestroy(await lv.domainLookupByName(name));
     const s = await o.get("local", name);
     expect(s.state).toBe("stopped");
@@ -199,11 +163,11 @@ describe("waitForIp: family", () => {
   it("ipv6 waits through an IPv4 for an IPv6, and returns on the poll after it appears", async () => {
     let mac = "";
     const p = opsWithPolls((poll) => {
-      if (poll === 3) addLeases(mac, V6);
+      if (poll === 3) leases.add(mac, [V6], { hostname: "kvmpt-addr" });
     });
     const d = await runningDomain("fam6");
     mac = d.macs[0] as string;
-    addLeases(mac, V4_A);
+    leases.add(mac, [V4_A], { hostname: "kvmpt-addr" });
     const s = await wait(p.o, d.name, { family: "ipv6" });
     expect(s).toMatchObject({ state: "running", ipv4: V4_A, ipv6Address: V6 });
     expect(p.polls()).toBe(3);
@@ -214,7 +178,7 @@ describe("waitForIp: family", () => {
   it("ipv4 (the default) does not take an IPv6 for an answer; any does", async () => {
     const p = opsWithPolls();
     const d = await runningDomain("fam4");
-    addLeases(d.macs[0] as string, V6);
+    leases.add(d.macs[0] as string, [V6], { hostname: "kvmpt-addr" });
     await expect(wait(p.o, d.name, { deadlineMs: 3_000 })).rejects.toMatchObject({
       name: "TimeoutError",
       message: expect.stringContaining(`an IPv4 address of domain ${d.name}`),

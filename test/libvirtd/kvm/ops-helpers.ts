@@ -255,3 +255,57 @@ export class ImageServer {
     await new Promise<void>((resolve) => this.server?.close(() => resolve()));
   }
 }
+
+interface LeaseEntry {
+  "mac-address"?: string;
+  [k: string]: unknown;
+}
+
+/**
+ * The NAT network's dnsmasq lease file, written by hand (libvirt reads it for
+ * virDomainInterfaceAddresses' lease source). Edits keep the entries of other
+ * guests on the shared host; {@link restore} drops every MAC added here.
+ */
+export class DnsmasqLeases {
+  private readonly added = new Set<string>();
+
+  constructor(private readonly file: string) {}
+
+  read(): LeaseEntry[] {
+    try {
+      const parsed = JSON.parse(readFileSync(this.file, "utf8")) as unknown;
+      return Array.isArray(parsed) ? (parsed as LeaseEntry[]) : [];
+    } catch {
+      return [];
+    }
+  }
+
+  /** Read-modify-write of the whole file. */
+  edit(change: (leases: LeaseEntry[]) => LeaseEntry[]): void {
+    writeFileSync(this.file, `${JSON.stringify(change(this.read()), null, 2)}\n`);
+  }
+
+  /**
+   * Leases for `mac`, one per address (an IPv6 one carries an IAID, as
+   * dnsmasq's DHCPv6 leases do); `replace` drops the MAC's earlier ones.
+   */
+  add(mac: string, ips: readonly string[], opts: { hostname: string; replace?: boolean }): void {
+    this.added.add(mac);
+    const expiry = Math.floor(Date.now() / 1000) + 3600;
+    this.edit((l) => [
+      ...(opts.replace ? l.filter((e) => e["mac-address"] !== mac) : l),
+      ...ips.map((ip, i) => ({
+        "ip-address": ip,
+        "mac-address": mac,
+        hostname: opts.hostname,
+        "expiry-time": expiry,
+        ...(ip.includes(":") ? { iaid: String(1000 + i) } : {}),
+      })),
+    ]);
+  }
+
+  /** Drops every lease of the MACs added here. */
+  restore(): void {
+    this.edit((l) => l.filter((e) => !this.added.has(e["mac-address"] ?? "")));
+  }
+}

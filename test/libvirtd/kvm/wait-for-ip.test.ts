@@ -10,7 +10,7 @@
  * takes minutes under TCG and cannot be timed to a poll (test/guest/ does
  * that end to end). Clock and sleep are injected: no wall-clock waits.
  */
-import { chmodSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
@@ -19,6 +19,7 @@ import type { ImageConfig } from "../../../provider/kvm/image";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,
+  DnsmasqLeases,
   hostPool,
   imageConfig,
   makeQcow2,
@@ -33,46 +34,13 @@ import {
 let host: TestHost;
 let scratch: string;
 let image: ImageConfig;
-let leaseFile: string;
+let leases: DnsmasqLeases;
 const domains = new Set<string>();
-const leasedMacs = new Set<string>();
 const closers: (() => Promise<void>)[] = [];
 
 const retry = { maxAttempts: 4, initialDelayMs: 10, maxDelayMs: 50, deadlineMs: 30_000 };
 /** Outside the network's DHCP range (.10-.250), so no real guest can hold it. */
 const LEASED_IP = "192.168.213.5";
-
-interface LeaseEntry {
-  "mac-address"?: string;
-  [k: string]: unknown;
-}
-
-function readLeases(): LeaseEntry[] {
-  try {
-    const parsed = JSON.parse(readFileSync(leaseFile, "utf8")) as unknown;
-    return Array.isArray(parsed) ? (parsed as LeaseEntry[]) : [];
-  } catch {
-    return [];
-  }
-}
-
-/** Read-modify-write, keeping the entries of other guests on the shared host. */
-function writeLeases(edit: (leases: LeaseEntry[]) => LeaseEntry[]): void {
-  writeFileSync(leaseFile, `${JSON.stringify(edit(readLeases()), null, 2)}\n`);
-}
-
-function addLease(mac: string, ip: string): void {
-  leasedMacs.add(mac);
-  writeLeases((l) => [
-    ...l.filter((e) => e["mac-address"] !== mac),
-    {
-      "ip-address": ip,
-      "mac-address": mac,
-      hostname: "kvmpt-lease",
-      "expiry-time": Math.floor(Date.now() / 1000) + 3600,
-    },
-  ]);
-}
 
 /**
  * A KvmOperations whose sleep counts polls, advances a fake clock, and runs
@@ -131,11 +99,11 @@ beforeAll(() => {
   image = imageConfig({ url: img.path, sha256: img.sha256 });
   const bridge = /<bridge name='([^']+)'/.exec(virsh(host, "net-dumpxml", host.network))?.[1];
   if (bridge === undefined) throw new Error(`network ${host.network} has no bridge`);
-  leaseFile = path.join(host.stateDir, "lib/dnsmasq", `${bridge}.status`);
+  leases = new DnsmasqLeases(path.join(host.stateDir, "lib/dnsmasq", `${bridge}.status`));
 });
 
 afterAll(async () => {
-  writeLeases((l) => l.filter((e) => !leasedMacs.has(e["mac-address"] ?? "")));
+  leases?.restore();
   await Promise.allSettled(closers.map((c) => c()));
   for (const d of domains) {
     virshQuiet(host, "destroy", d);
@@ -151,7 +119,8 @@ describe("waitForIp poll schedule", () => {
     const LEASE_DURING_SLEEP = 7;
     let mac = "";
     const p = opsWithPolls((poll) => {
-      if (poll === LEASE_DURING_SLEEP) addLease(mac, LEASED_IP);
+      if (poll === LEASE_DURING_SLEEP)
+        leases.add(mac, [LEASED_IP], { hostname: "kvmpt-lease", replace: true });
     });
     const d = await startedDomain(p.o, "lease");
     mac = d.mac;
@@ -199,7 +168,7 @@ describe("waitForIp poll schedule", () => {
     let appearedAt: number | undefined;
     const p = opsWithPolls((poll, sleepBegan) => {
       if (poll !== 3) return;
-      addLease(mac, LEASED_IP);
+      leases.add(mac, [LEASED_IP], { hostname: "kvmpt-lease", replace: true });
       // It may appear at any moment of this sleep; the worst case is its start, right after the last poll.
       appearedAt = sleepBegan;
     });

@@ -10,7 +10,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import type { TestHost } from "../../support/test-host";
-import { keygen, pubKey, scratchDir } from "./helpers";
+import { keygen, pubKey, scratchDir, spawnSshdBesideHost, stopSshd } from "./helpers";
 
 export interface TestSshd {
   /** Where it listens, as a client names it (and known_hosts does). */
@@ -72,15 +72,7 @@ export async function startSshd(
       "",
     ].join("\n"),
   );
-  const hostSshdPid = readFileSync(path.join(host.stateDir, "pids", "sshd.pid"), "utf8").trim();
-  const r = spawnSync(
-    "nsenter",
-    ["-t", hostSshdPid, "-m", "-n", "/usr/sbin/sshd", "-f", config, "-E", logFile],
-    {
-      encoding: "utf8",
-    },
-  );
-  if (r.status !== 0) throw new Error(`sshd did not start: ${r.stderr}`);
+  spawnSshdBesideHost(host, config, logFile);
   for (let i = 0; i < 200 && !listening(host, opts.address, opts.port); i++) {
     await new Promise((res) => setTimeout(res, 50));
   }
@@ -96,21 +88,7 @@ export async function startSshd(
     knownHostsLine: `[${opts.address}]:${opts.port} ${hostKey}`,
     log,
     logins: () => log().match(/Accepted publickey for/g)?.length ?? 0,
-    stop: () => {
-      try {
-        const pid = Number(readFileSync(pidFile, "utf8").trim());
-        // Session children first (by their PIDs), then the listener.
-        const kids = spawnSync("pgrep", ["-P", String(pid)], { encoding: "utf8" })
-          .stdout.split("\n")
-          .filter(Boolean)
-          .map(Number);
-        for (const k of kids) process.kill(k, "SIGTERM");
-        process.kill(pid, "SIGTERM");
-      } catch {
-        // Already gone.
-      }
-      rmSync(dir, { recursive: true, force: true });
-    },
+    stop: () => stopSshd(pidFile, dir),
   };
 }
 

@@ -206,39 +206,47 @@ export async function startExtraSshd(
       "",
     ].join("\n"),
   );
+  spawnSshdBesideHost(host, config, path.join(dir, "sshd.log"));
+  await waitForPort(host.address, opts.port);
+  return { port: opts.port, dir, pidFile, hostKeys, stop: () => stopSshd(pidFile, dir) };
+}
+
+/** Starts `/usr/sbin/sshd -f config` in the test host's namespaces (beside its own sshd); throws if it fails. */
+export function spawnSshdBesideHost(host: TestHost, config: string, logFile: string): void {
   const hostSshdPid = readFileSync(path.join(host.stateDir, "pids", "sshd.pid"), "utf8").trim();
   const r = spawnSync(
     "nsenter",
-    ["-t", hostSshdPid, "-m", "-n", "/usr/sbin/sshd", "-f", config, "-E", path.join(dir, "sshd.log")],
-    { encoding: "utf8" },
+    ["-t", hostSshdPid, "-m", "-n", "/usr/sbin/sshd", "-f", config, "-E", logFile],
+    {
+      encoding: "utf8",
+    },
   );
   if (r.status !== 0) throw new Error(`sshd did not start: ${r.stderr}`);
-  await waitForPort(host.address, opts.port);
-  const stop = () => {
-    try {
-      const pid = Number(readFileSync(pidFile, "utf8").trim());
-      // Session children first (by their PIDs), then the listener.
-      const kids = spawnSync("pgrep", ["-P", String(pid)], { encoding: "utf8" })
-        .stdout.split("\n")
-        .filter(Boolean)
-        .map(Number);
-      for (const k of kids) process.kill(k, "SIGTERM");
-      process.kill(pid, "SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    rmSync(dir, { recursive: true, force: true });
-  };
-  return { port: opts.port, dir, pidFile, hostKeys, stop };
+}
+
+/** The PIDs of `pid`'s children (an sshd's per-connection processes). */
+export function childPids(pid: number | string): number[] {
+  return spawnSync("pgrep", ["-P", String(pid)], { encoding: "utf8" })
+    .stdout.split("\n")
+    .filter(Boolean)
+    .map(Number);
+}
+
+/** Stops the sshd whose PID is in `pidFile` (session children first, then the listener) and removes `dir`. */
+export function stopSshd(pidFile: string, dir: string): void {
+  try {
+    const pid = Number(readFileSync(pidFile, "utf8").trim());
+    for (const k of childPids(pid)) process.kill(k, "SIGTERM");
+    process.kill(pid, "SIGTERM");
+  } catch {
+    // Already gone.
+  }
+  rmSync(dir, { recursive: true, force: true });
 }
 
 /** Kills the per-connection sshd processes of an extra sshd (by PID), dropping its clients. */
 export function dropConnections(sshd: ExtraSshd): number {
-  const pid = readFileSync(sshd.pidFile, "utf8").trim();
-  const kids = spawnSync("pgrep", ["-P", pid], { encoding: "utf8" })
-    .stdout.split("\n")
-    .filter(Boolean)
-    .map(Number);
+  const kids = childPids(readFileSync(sshd.pidFile, "utf8").trim());
   for (const k of kids) process.kill(k, "SIGKILL");
   return kids.length;
 }

@@ -18,7 +18,7 @@ import { OpenSshTransport } from "../../../provider/transport/openssh";
 import { repoRoot, type TestHost, testHost } from "../../support/test-host";
 import { baseSpec, imageConfig, makeQcow2, ownedBy, uniqueName, virshQuiet } from "../kvm/ops-helpers";
 import { fingerprintOf, startSshd, type TestSshd } from "./bastions";
-import { authList, keygen, okReply, pubKey, scratchDir } from "./helpers";
+import { authList, childPids, keygen, okReply, pubKey, scratchDir } from "./helpers";
 
 const BASTION_PORT = 2241;
 const TARGET_PORT = 2243;
@@ -93,11 +93,7 @@ function file(name: string, content: string): string {
 function sshOf(t: OpenSshTransport): { pid: number; folder: string } {
   const sh = t.pid;
   if (sh === undefined) throw new Error("no ssh running");
-  const kids = spawnSync("pgrep", ["-P", String(sh)], { encoding: "utf8" })
-    .stdout.split("\n")
-    .filter(Boolean)
-    .map(Number);
-  for (const pid of kids) {
+  for (const pid of childPids(sh)) {
     const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
     const cfg = argv[argv.indexOf("-F") + 1];
     if (argv[0]?.endsWith("ssh") && cfg) return { pid, folder: path.dirname(cfg) };

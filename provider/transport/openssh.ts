@@ -73,7 +73,8 @@ const WATCHDOG = [
 interface Forward {
   readonly dir: string;
   readonly socket: string;
-  readonly args: string[];
+  /** ssh's arguments for this target and config with `extra` options before the host. */
+  readonly sshArgs: (extra: readonly string[]) => string[];
   readonly child: ChildProcess;
   readonly agent: KeyAgent | undefined;
   /** ssh exited 0 at once: an existing ControlMaster of the user's holds the forward. */
@@ -174,22 +175,28 @@ export class OpenSshTransport implements Transport {
         { mode: 0o600 },
       );
       const socket = path.join(dir, "libvirt.sock");
-      const args = openSshArgs(
-        configFile,
-        {
-          host: this.host,
-          ...(this.port !== undefined ? { port: this.port } : {}),
-          ...(this.user !== undefined ? { user: this.user } : {}),
-          jump: this.jump.map((h) => describeEndpoint(h)),
-        },
-        [],
-      );
-      const forwardLine = [...args.slice(0, -2), ...forwardArgs(socket, this.socketPath), ...args.slice(-2)];
+      const target = {
+        host: this.host,
+        ...(this.port !== undefined ? { port: this.port } : {}),
+        ...(this.user !== undefined ? { user: this.user } : {}),
+        jump: this.jump.map((h) => describeEndpoint(h)),
+      };
+      const sshArgs = (extra: readonly string[]) => openSshArgs(configFile, target, extra);
+      const forwardLine = sshArgs(forwardArgs(socket, this.socketPath));
       const child = spawn("/bin/sh", ["-c", WATCHDOG, "kvmp-ssh", o.sshCommand ?? "ssh", ...forwardLine], {
         stdio: ["pipe", "ignore", "pipe"],
         env: { ...process.env, LC_ALL: "C" },
       });
-      const forward: Forward = { dir, socket, args, child, agent, muxed: false, exited: false, stderr: "" };
+      const forward: Forward = {
+        dir,
+        socket,
+        sshArgs,
+        child,
+        agent,
+        muxed: false,
+        exited: false,
+        stderr: "",
+      };
       child.stderr?.on("data", (c: Buffer) => {
         forward.stderr = (forward.stderr + c.toString("utf8")).slice(-4000);
       });
@@ -328,14 +335,7 @@ export class OpenSshTransport implements Transport {
       ));
     if (held) {
       // Ask the master to drop ours.
-      const cancel = [
-        ...forward.args.slice(0, -2),
-        "-O",
-        "cancel",
-        "-L",
-        `${forward.socket}:${this.socketPath}`,
-        ...forward.args.slice(-2),
-      ];
+      const cancel = forward.sshArgs(["-O", "cancel", "-L", `${forward.socket}:${this.socketPath}`]);
       await runQuietly(this.#options.sshCommand ?? "ssh", cancel, 5_000);
     }
     await forward.agent?.close().catch(() => undefined);

@@ -34,7 +34,8 @@ import { ImageCache } from "../provider/kvm/host/image-cache";
 import { type CreateSpec, KvmOperations } from "../provider/kvm/host/operations";
 import { CallTracer, type TraceRecord } from "../provider/kvm/host/trace";
 import { type ImageConfig, parseImage } from "../provider/kvm/image";
-import { DEFAULT_ALLOWED_CLIENTS, squidName } from "../provider/kvm/proxy-setup";
+import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/proxy-access";
+import { type ProxySetup, squidName } from "../provider/kvm/proxy-setup";
 import { firstRoutableIpv4 } from "../provider/kvm/states";
 import { Failures } from "../provider/kvm/validation";
 import { InterfaceAddressSource } from "../provider/libvirt/constants";
@@ -52,7 +53,13 @@ const OBSERVE_MS = 200;
 const DEADLINE_MS = 20 * 60_000;
 const PROXY_PORT = 3128;
 /** The squid setup every run creates (what the resource gives a proxy without a proxy block). */
-const SETUP = { port: PROXY_PORT, allowedClients: DEFAULT_ALLOWED_CLIENTS };
+const SETUP: ProxySetup = {
+  port: PROXY_PORT,
+  allowedClients: DEFAULT_ALLOWED_CLIENTS,
+  allowedDestinations: [],
+  ownAddresses: [],
+  onLink: [],
+};
 /** The health check's target at `ip`. */
 const probeAt = (ip: string) => ({ ip, proxyPort: PROXY_PORT, squidName: squidName(SETUP) });
 const PREFIX = "kvmpb-ready-";

@@ -1,12 +1,20 @@
 /**
- * IPv4 and IPv6 addresses and CIDRs as text: parsing (with `::` compression
- * and dotted IPv4 tails such as `::ffff:192.0.2.1`), the canonical text form
- * (RFC 5952: lower case, no leading zeros, the longest run of two or more
- * zero groups compressed), families, subnets, and the reasons a text is not
- * an address. Small on purpose; no dependency. Pure.
+ * The one address grammar of the provider: IPv4 and IPv6 addresses, interface
+ * CIDRs and address ranges as text. Every address field of the inputs
+ * (allowlists, destinations, NIC addresses, gateways, nameservers, the
+ * outgoing address) is checked here. Pure; no dependency.
  *
- * A CIDR here is an interface address with its prefix (`203.0.113.7/24`):
- * host bits are kept, never refused or cleared.
+ * - Parsing is lenient (`::` compression, upper case, dotted IPv4 tails such
+ *   as `::ffff:192.0.2.1`), for what guests and libvirt report.
+ * - Inputs are accepted in their canonical text only (RFC 5952 for IPv6:
+ *   lower case, no leading zeros, the longest run of two or more zero groups
+ *   compressed; dotted decimal without leading zeros for IPv4), without zone
+ *   indexes and without IPv4 in IPv6 clothing (IPv4-mapped `::ffff:a.b.c.d`,
+ *   dotted tails): squid keeps IPv4 as IPv4-mapped IPv6 internally and reads
+ *   a zone (`%1`) as `::/0`, so a text it could read otherwise than preview
+ *   shows is refused, with the canonical form to write instead.
+ * - An interface CIDR (`203.0.113.7/24`) keeps its host bits; a range
+ *   (`203.0.113.0/24`, or a single address) has none.
  */
 
 export type IpFamily = 4 | 6;
@@ -151,7 +159,26 @@ export function ipProblem(v: unknown): string | undefined {
   const text = v as string;
   if (text.includes("/")) return `must be ${what}, without a prefix length`;
   const parsed = parse(text);
-  return typeof parsed === "string" ? `must be ${what}: ${parsed}` : undefined;
+  if (typeof parsed === "string") return `must be ${what}: ${parsed}`;
+  return canonicalProblem(text, parsed);
+}
+
+/**
+ * Why the address `text`, parsed as `a`, is not written as inputs must be:
+ * IPv4 inside IPv6 (mapped, or a dotted tail), or a text other than the
+ * canonical one. Undefined when it is canonical.
+ */
+function canonicalProblem(text: string, a: IpAddress, prefix = ""): string | undefined {
+  if (a.family === 6 && isIpv4Mapped(a.bytes)) {
+    return `${JSON.stringify(text)} is an IPv4-mapped IPv6 address: give the IPv4 address ${a.bytes.slice(12).join(".")} itself`;
+  }
+  if (a.family === 6 && text.includes(".")) {
+    return `${JSON.stringify(text + prefix)} has a dotted IPv4 tail: write it as ${a.text}${prefix}`;
+  }
+  if (text !== a.text) {
+    return `${JSON.stringify(text + prefix)} is not in canonical form: write it as ${a.text}${prefix}`;
+  }
+  return undefined;
 }
 
 function splitCidr(text: string): Cidr | string {
@@ -180,16 +207,117 @@ export function cidrProblem(v: unknown): string | undefined {
   const bad = stringProblem(v, what);
   if (bad !== undefined) return bad;
   const parsed = splitCidr(v as string);
-  return typeof parsed === "string" ? `must be ${what}: ${parsed}` : undefined;
+  if (typeof parsed === "string") return `must be ${what}: ${parsed}`;
+  return canonicalProblem(bare(v as string), ipOf(parsed), `/${parsed.prefix}`);
+}
+
+function ipOf(c: Cidr): IpAddress {
+  return { family: c.family, bytes: c.bytes, text: c.address };
+}
+
+/** The IPv4-mapped block, which squid reads as IPv4 (it keeps IPv4 clients and targets in that form). */
+const IPV4_MAPPED_BLOCK = "::ffff:0.0.0.0/96";
+
+/**
+ * Parses an address range: `network/prefix` without host bits, or a single
+ * address (the full-length prefix); undefined when it is not one
+ * ({@link rangeProblem} says why).
+ */
+export function parseRange(v: unknown): Cidr | undefined {
+  return rangeProblem(v) === undefined ? either(v as string) : undefined;
+}
+
+/**
+ * Why `v` is not an address range as inputs must write it (`10.0.0.0/8`,
+ * `2001:db8:100::/48`, `203.0.113.7`), or undefined: canonical text, no host
+ * bits (squid masks them away with a warning: the range would be another
+ * than the one written), and no IPv6 range reaching into the IPv4-mapped
+ * block but `::/0` (squid reads such a range as IPv4 addresses too).
+ */
+export function rangeProblem(v: unknown): string | undefined {
+  const what = "an address range, e.g. 203.0.113.0/24, 2001:db8:100::/48 or a single address";
+  const bad = stringProblem(v, what);
+  if (bad !== undefined) return bad;
+  const text = v as string;
+  const r = text.includes("/") ? splitCidr(text) : whole(parse(text));
+  if (typeof r === "string") return `must be ${what}: ${r}`;
+  const canonical = canonicalProblem(bare(text), ipOf(r), text.includes("/") ? `/${r.prefix}` : "");
+  if (canonical !== undefined) return canonical;
+  const network = networkOf(r);
+  if (network.address !== r.address) {
+    return `${JSON.stringify(text)} has host bits set: the range is ${network.address}/${r.prefix}`;
+  }
+  if (r.family === 6 && r.prefix > 0 && subnetsOverlap(`${r.address}/${r.prefix}`, IPV4_MAPPED_BLOCK)) {
+    return `${JSON.stringify(text)} reaches into the IPv4-mapped block ::ffff:0.0.0.0/96, which squid reads as IPv4 addresses: give IPv4 ranges as IPv4`;
+  }
+  return undefined;
+}
+
+/** The range of `c` with its host bits cleared. */
+function networkOf(c: Cidr): Cidr {
+  const bytes = c.bytes.map((b, i) => {
+    const bits = Math.min(8, Math.max(0, c.prefix - i * 8));
+    return b & ((0xff << (8 - bits)) & 0xff);
+  });
+  const text = c.family === 4 ? bytes.join(".") : formatIpv6(bytes);
+  return { family: c.family, address: text, prefix: c.prefix, bytes };
+}
+
+/** The range (`network/prefix`) an interface CIDR lies in: `192.0.2.10/24` → `192.0.2.0/24`. */
+export function subnetOf(cidr: string): string | undefined {
+  const c = parseCidr(cidr);
+  if (c === undefined) return undefined;
+  const n = networkOf(c);
+  return `${n.address}/${n.prefix}`;
+}
+
+/** `address/prefix` of a range, a single address with its full-length prefix. */
+export function rangeText(c: Cidr): string {
+  return `${c.address}/${c.prefix}`;
+}
+
+/** Whether range (or address) `inner` lies wholly inside range `outer`. */
+export function rangeContains(outer: string, inner: string): boolean {
+  const o = either(outer);
+  const i = either(inner);
+  return o !== undefined && i !== undefined && cidrContains(o, i);
+}
+
+/** {@link rangeContains} of parsed ranges. */
+export function cidrContains(o: Cidr, i: Cidr): boolean {
+  return o.family === i.family && i.prefix >= o.prefix && samePrefix(o.bytes, i.bytes, o.prefix);
+}
+
+/** An address or CIDR, parsed leniently (undefined when it is neither). */
+export function parseEither(text: string): Cidr | undefined {
+  return either(text);
+}
+
+/** Whether two ranges (or addresses) share any address. */
+export function rangesOverlap(a: string, b: string): boolean {
+  const x = either(a);
+  const y = either(b);
+  if (x === undefined || y === undefined || x.family !== y.family) return false;
+  return samePrefix(x.bytes, y.bytes, Math.min(x.prefix, y.prefix));
+}
+
+/** How many addresses a range holds (2^(bits - prefix)). */
+export function rangeSize(c: Pick<Cidr, "family" | "prefix">): bigint {
+  return 1n << BigInt((c.family === 4 ? 32 : 128) - c.prefix);
+}
+
+/** A plain address as a CIDR of its full length (a parse failure passes through). */
+function whole(ip: IpAddress | string): Cidr | string {
+  return typeof ip === "string"
+    ? ip
+    : { family: ip.family, address: ip.text, prefix: ip.family === 4 ? 32 : 128, bytes: ip.bytes };
 }
 
 /** An address or CIDR, parsed; the prefix is the full length for a plain address. */
 function either(text: string): Cidr | undefined {
   if (text.includes("/")) return parseCidr(text);
   const ip = parseIp(text);
-  return ip === undefined
-    ? undefined
-    : { family: ip.family, address: ip.text, prefix: ip.family === 4 ? 32 : 128, bytes: ip.bytes };
+  return ip === undefined ? undefined : (whole(ip) as Cidr);
 }
 
 /** The canonical text of a plain address (RFC 5952 for IPv6), or undefined. */

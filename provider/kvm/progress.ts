@@ -32,6 +32,8 @@ export type Progress =
   | { kind: "image-upload"; bytes: number; totalBytes?: number; elapsedMs: number }
   /** Waiting for the guest's address (since the wait began). */
   | { kind: "wait-ip"; elapsedMs: number }
+  /** Waiting for cloud-init to finish the first boot: its stage now, or that the guest agent does not answer yet. */
+  | { kind: "first-boot"; elapsedMs: number; stage?: string; agent?: false }
   /** Waiting for the caller's readiness gate (the health check). */
   | { kind: "ready"; elapsedMs: number };
 

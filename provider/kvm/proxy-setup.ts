@@ -3,33 +3,24 @@
  * proxy, set up by a vendor-data shell script (a script, like the guest-agent
  * bootstrap, because cloud-init's merge drops vendor cloud-config keys the
  * user's cloud-config also has; a script is never merged). Pure: the
- * configuration text, the script, and the password hash squid's helper
- * checks (the password itself never reaches the seed).
+ * configuration text and the script. Who may use the proxy and where it may
+ * go is proxy-access.ts; the password hash is password-hash.ts (the password
+ * itself never reaches the seed).
  *
  * Facts (squid 5.7 on Debian 12 run by hand; 6.x/7.x from source):
- * - `basic_ncsa_auth` accepts MD5-crypt (`$1$`) through the libc's crypt()
- *   and through squid's own copy of PHK's md5crypt, so it works whatever the
- *   libc (glibc, musl) or build; it lives in /usr/lib/squid (Debian, Ubuntu,
- *   Alpine) or /usr/lib64/squid (Fedora, RHEL).
+ * - `basic_ncsa_auth` checks passwords with the libc's crypt(); it lives in
+ *   /usr/lib/squid (Debian, Ubuntu, Alpine) or /usr/lib64/squid (Fedora, RHEL).
  * - AppArmor (Debian/Ubuntu) lets squid's helpers read only /etc/squid/**:
  *   the password file lives there.
  * - Usernames are lower-cased by squid unless `casesensitive on`.
- * - `to_linklocal` is predefined only from squid 6: our own ACL name.
  * - A plain `GET /` to the proxy port is answered by squid itself (400,
- *   `X-Squid-Error: ERR_INVALID_URL`) before any access check: the script and
- *   the health check use it to tell squid from another listener (sshd on 22).
+ *   `X-Squid-Error: ERR_INVALID_URL`, with its visible_hostname in Via and
+ *   X-Cache) before any access check: the script and the health check use
+ *   it to tell this squid from another listener (sshd on 22) and from the
+ *   image's own squid.
  */
-import { createHash, createHmac } from "node:crypto";
-
-/** Client ranges admitted when the resource names none: the private, CGNAT and link-local ranges (squid's `localnet`). */
-export const DEFAULT_ALLOWED_CLIENTS: readonly string[] = [
-  "10.0.0.0/8",
-  "172.16.0.0/12",
-  "192.168.0.0/16",
-  "100.64.0.0/10",
-  "fc00::/7",
-  "fe80::/10",
-];
+import { createHash } from "node:crypto";
+import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./proxy-access";
 
 /** Where the script writes the password file (AppArmor lets squid's helpers read /etc/squid only). */
 export const PASSWORD_FILE = "/etc/squid/kvm-proxy.passwd";
@@ -42,7 +33,7 @@ export const PROXY_SETUP_SCRIPT_FILENAME = "kvm-proxy-squid.sh";
 
 /** What the guest's squid is set up with. */
 export interface ProxySetup extends SquidConfInputs {
-  /** Basic authentication: the username and the MD5-crypt hash of the password ({@link squidPasswordHash}). */
+  /** Basic authentication: the username and the hash of the password (password-hash.ts). */
   auth?: { username: string; passwordHash: string };
 }
 
@@ -51,72 +42,16 @@ export interface SquidConfInputs {
   port: number;
   /** Basic authentication (squid.conf needs only to know there is some). */
   auth?: { username: string };
-  /** Client CIDRs admitted; everyone else gets 403. */
+  /** Client ranges admitted; everyone else gets 403. */
   allowedClients: readonly string[];
+  /** Inward ranges opened (proxy-access.ts). */
+  allowedDestinations: readonly string[];
+  /** The VM's static addresses (plain), never reachable through the proxy. */
+  ownAddresses: readonly string[];
+  /** The VM's static on-link subnets and gateways. */
+  onLink: readonly string[];
   /** The source address of squid's outgoing connections (an address of the VM). */
   outgoingAddress?: string;
-}
-
-// ---------------------------------------------------------------------------
-// MD5-crypt (PHK's FreeBSD md5crypt, which squid's crypt_md5.cc copies)
-// ---------------------------------------------------------------------------
-
-const ITOA64 = "./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-function to64(v: number, n: number): string {
-  let s = "";
-  let x = v;
-  for (let i = 0; i < n; i++) {
-    s += ITOA64[x & 63];
-    x >>>= 6;
-  }
-  return s;
-}
-
-/** `$1$<salt>$<hash>`: MD5-crypt of `password` with `salt` (at most 8 characters of `./0-9A-Za-z`). */
-export function md5Crypt(password: string, salt: string): string {
-  if (!/^[./0-9A-Za-z]{1,8}$/.test(salt))
-    throw new Error("md5Crypt: the salt must be 1-8 characters of ./0-9A-Za-z");
-  const magic = "$1$";
-  const pw = Buffer.from(password, "utf8");
-  const s = Buffer.from(salt, "ascii");
-  const md5 = () => createHash("md5");
-  const alt = md5().update(pw).update(s).update(pw).digest();
-  const ctx = md5().update(pw).update(magic).update(s);
-  for (let n = pw.length; n > 0; n -= 16) ctx.update(alt.subarray(0, Math.min(16, n)));
-  for (let i = pw.length; i > 0; i >>= 1) ctx.update(i & 1 ? Buffer.of(0) : pw.subarray(0, 1));
-  let f = ctx.digest();
-  for (let i = 0; i < 1000; i++) {
-    const d = md5();
-    d.update(i & 1 ? pw : f);
-    if (i % 3 !== 0) d.update(s);
-    if (i % 7 !== 0) d.update(pw);
-    d.update(i & 1 ? f : pw);
-    f = d.digest();
-  }
-  const b = (i: number) => f[i] as number;
-  return (
-    `${magic}${salt}$` +
-    to64((b(0) << 16) | (b(6) << 8) | b(12), 4) +
-    to64((b(1) << 16) | (b(7) << 8) | b(13), 4) +
-    to64((b(2) << 16) | (b(8) << 8) | b(14), 4) +
-    to64((b(3) << 16) | (b(9) << 8) | b(15), 4) +
-    to64((b(4) << 16) | (b(10) << 8) | b(5), 4) +
-    to64(b(11), 2)
-  );
-}
-
-/**
- * The password hash written into the seed. Its salt is derived from the
- * password and `context` (the username and the VM) rather than drawn at
- * random, so the seed is byte-identical for the same inputs; two VMs with
- * one password still get different hashes.
- */
-export function squidPasswordHash(password: string, context: string): string {
-  const mac = createHmac("sha256", password).update(`pulumi-kvm-proxy squid salt\0${context}`).digest();
-  let salt = "";
-  for (let i = 0; i < 8; i++) salt += ITOA64[(mac[i] as number) & 63];
-  return md5Crypt(password, salt);
 }
 
 // ---------------------------------------------------------------------------
@@ -166,28 +101,14 @@ function squidDirectives(p: SquidConfInputs): string[] {
       "acl kvmp_users proxy_auth REQUIRED",
     );
   }
-  const clients = p.allowedClients.some((c) => c === "0.0.0.0/0" || c === "::/0")
-    ? ["all"]
-    : [...new Set(p.allowedClients)];
-  lines.push(
-    `acl kvmp_clients src ${clients.join(" ")}`,
-    "acl SSL_ports port 443",
-    "acl Safe_ports port 80 21 443 70 210 280 488 591 777 1025-65535",
-    "acl kvmp_linklocal dst 169.254.0.0/16 fe80::/10",
-    // Outside clients: 403 before any challenge, with or without credentials.
-    "http_access deny !kvmp_clients",
-    "http_access deny !Safe_ports",
-    "http_access deny CONNECT !SSL_ports",
-    // Without it an authenticated client can read squid's cache manager.
-    "http_access deny manager",
-  );
-  if (p.auth !== undefined) lines.push("http_access deny !kvmp_users");
-  lines.push(
-    "http_access deny to_localhost",
-    "http_access deny kvmp_linklocal",
-    p.auth !== undefined ? "http_access allow kvmp_users" : "http_access allow kvmp_clients",
-    "http_access deny all",
-  );
+  const access = squidAccess({
+    auth: p.auth !== undefined,
+    allowedClients: p.allowedClients,
+    allowedDestinations: p.allowedDestinations,
+    ownAddresses: p.ownAddresses,
+    onLink: p.onLink,
+  });
+  lines.push(...access.acls, ...access.rules);
   if (p.outgoingAddress !== undefined) lines.push(`tcp_outgoing_address ${p.outgoingAddress}`);
   lines.push(
     "cache deny all",
@@ -226,20 +147,38 @@ export PATH
 log() { echo "kvm-proxy-squid: $*"; }
 fail() { log "$*"; exit 1; }
 
+# A package manager busy with first-boot jobs (apt-daily, unattended-upgrades)
+# is waited for (5 minutes); a failed install (a mirror that stumbles) is
+# tried three times, 10 and 20 s apart.
+retry() {
+	n=1
+	until "$@"; do
+		[ "$n" -ge 3 ] && return 1
+		log "attempt $n of $* failed; trying again in $((n * 10)) s"
+		sleep $((n * 10))
+		n=$((n + 1))
+	done
+}
+apt_install() {
+	apt-get -o DPkg::Lock::Timeout=300 -q -y install squid ||
+		{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install squid; }
+}
 if ! command -v squid >/dev/null 2>&1; then
 	log "installing squid"
 	if command -v apt-get >/dev/null 2>&1; then
 		DEBIAN_FRONTEND=noninteractive
 		export DEBIAN_FRONTEND
-		apt-get -y install squid || { apt-get update && apt-get -y install squid; }
+		retry apt_install
 	elif command -v dnf >/dev/null 2>&1; then
-		dnf -y install squid
+		retry dnf -y install squid
 	elif command -v yum >/dev/null 2>&1; then
-		yum -y install squid
+		retry yum -y install squid
 	elif command -v apk >/dev/null 2>&1; then
-		apk add --no-cache squid
+		retry apk add --wait 300 --no-cache squid
 	elif command -v zypper >/dev/null 2>&1; then
-		zypper --non-interactive install squid
+		ZYPP_LOCK_TIMEOUT=300
+		export ZYPP_LOCK_TIMEOUT
+		retry zypper --non-interactive install squid
 	fi
 fi
 command -v squid >/dev/null 2>&1 || fail "squid is not installed and no package manager could install it"
@@ -267,6 +206,26 @@ chmod 0640 ${PASSWORD_FILE}.new
 mv -f ${PASSWORD_FILE}.new ${PASSWORD_FILE}`
 }
 umask 022
+# What the VM itself holds now (its addresses, its subnets and gateways), for
+# the destination rules: the static NICs are in squid.conf already, DHCP and
+# SLAAC ones are known only here.
+{
+	echo "# the VM's own addresses at first boot (pulumi-kvm-proxy)"
+	if command -v ip >/dev/null 2>&1; then
+		ip -o addr show scope global 2>/dev/null | awk '{ split($4, a, "/"); print a[1] }'
+	fi
+} >${OWN_ACL_FILE}.new
+{
+	echo "# the VM's on-link subnets and gateways at first boot (pulumi-kvm-proxy)"
+	if command -v ip >/dev/null 2>&1; then
+		ip -o -4 route show scope link 2>/dev/null | awk '$2 == "dev" { print $1 }'
+		ip -o -6 route show 2>/dev/null | awk '$2 == "dev" && $1 != "default" && $1 !~ /^(fe80|ff)/ { print $1 }'
+		ip -o -4 route show default 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "via") print $(i + 1) }'
+		ip -o -6 route show default 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "via" && $(i + 1) !~ /^fe80:/) print $(i + 1) }'
+	fi
+} >${ONLINK_ACL_FILE}.new
+mv -f ${OWN_ACL_FILE}.new ${OWN_ACL_FILE}
+mv -f ${ONLINK_ACL_FILE}.new ${ONLINK_ACL_FILE}
 if [ -f /etc/squid/squid.conf ] && [ ! -f /etc/squid/squid.conf.kvm-proxy-orig ]; then
 	cp -p /etc/squid/squid.conf /etc/squid/squid.conf.kvm-proxy-orig
 fi

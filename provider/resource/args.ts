@@ -51,23 +51,53 @@ export interface Timeouts {
 export interface ProxyAuth {
   /** 1-64 letters, digits, '.', '_' or '-'. */
   username: string;
-  /** A secret (set it with `pulumi config set --secret`); only a salted hash reaches the VM. */
+  /**
+   * A secret of at least 12 characters (set it with `pulumi config set
+   * --secret`). The KvmProxy class hashes it in the program: only the hash
+   * reaches the provider, the state and the VM.
+   */
   password: string;
+}
+
+/** Basic authentication after check: the password as the hash the class made of it. */
+export interface CheckedProxyAuth {
+  username: string;
+  /** SHA-512-crypt of the password (kvm/password-hash.ts). */
+  passwordHash: string;
 }
 
 /**
  * The proxy in the VM: squid, set up by the provider's vendor-data script
  * whatever the user-data is. Clients outside `allowedClients` get 403;
- * with `auth`, clients inside without valid credentials get 407.
+ * with `auth`, clients inside without valid credentials get 407. Requests
+ * go outward only: the VM itself, link-local and metadata addresses are
+ * never reached, private ranges and the VM's own subnets only when
+ * `allowedDestinations` opens them.
  */
 export interface ProxyConfig {
   /** The port squid listens on (default 3128; not 22, 53 or 5355, which the guest's own services hold). */
   port?: number;
   auth?: ProxyAuth;
-  /** Client CIDRs (IPv4 or IPv6) admitted. Default: the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, fe80::/10). */
+  /**
+   * Client ranges (IPv4 or IPv6) admitted. Default: the private ranges (10/8,
+   * 172.16/12, 192.168/16, 100.64/10, fc00::/7, fe80::/10). Without `auth`,
+   * only such non-public ranges are accepted (see `publicClientsWithoutAuth`).
+   */
   allowedClients?: string[];
+  /**
+   * Inward ranges the proxy may reach (private, CGNAT, ULA, the VM's own
+   * subnets and gateways), denied otherwise. Never the VM itself, link-local
+   * or metadata addresses.
+   */
+  allowedDestinations?: string[];
   /** The source address of the proxy's outgoing connections: an address of the VM. */
   outgoingAddress?: string;
+  /**
+   * Admit public client ranges without `auth` (each at most a /16 or /32 of
+   * IPv6; a /8 of IPv4 in all): for crawlers known by their addresses. Warned
+   * about at every preview.
+   */
+  publicClientsWithoutAuth?: boolean;
 }
 
 /** The arguments of `new KvmProxy(name, args)`. */
@@ -123,12 +153,14 @@ export interface KvmProxyArgs {
   networkConfig?: pulumi.Input<string>;
   /** The domain name (also the guest hostname). Default: the resource name plus a random suffix. */
   name?: pulumi.Input<string>;
-  /** The proxy: port, authentication, allowed clients, outgoing address. */
+  /** The proxy: port, authentication, allowed clients and destinations, outgoing address. */
   proxy?: pulumi.Input<{
     port?: pulumi.Input<number>;
     auth?: pulumi.Input<{ username: pulumi.Input<string>; password: pulumi.Input<string> }>;
     allowedClients?: pulumi.Input<pulumi.Input<string>[]>;
+    allowedDestinations?: pulumi.Input<pulumi.Input<string>[]>;
     outgoingAddress?: pulumi.Input<string>;
+    publicClientsWithoutAuth?: pulumi.Input<boolean>;
   }>;
   /** Shorthand for `proxy.port` (kept from earlier versions; not both). */
   proxyPort?: pulumi.Input<number>;
@@ -197,6 +229,16 @@ export interface CheckedNic {
   primary: boolean;
 }
 
+/** The proxy block after check. */
+export interface CheckedProxy {
+  port: number;
+  auth?: CheckedProxyAuth;
+  allowedClients: string[];
+  allowedDestinations: string[];
+  outgoingAddress?: string;
+  publicClientsWithoutAuth?: true;
+}
+
 /** Which address create waits for (true: "ipv4"). */
 export type WaitForIp = boolean | "ipv4" | "ipv6" | "any";
 
@@ -235,7 +277,7 @@ export interface CheckedInputs {
   /** True when check generated the name. */
   autoname?: boolean;
   /** The proxy block as given (defaults applied), when given. */
-  proxy?: { port: number; auth?: ProxyAuth; allowedClients: string[]; outgoingAddress?: string };
+  proxy?: CheckedProxy;
   /** The port squid listens on: proxy.port, or the shorthand, or 3128. */
   proxyPort: number;
   /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
@@ -283,10 +325,11 @@ export interface KvmProxyOutputs
   createdAt?: string;
   /** The proxy block without the password (username only). */
   proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth"> & { auth?: { username: string } };
-  /** The salted hash of the password the guest's squid checks (a secret output: it says what changed at diff). */
+  /**
+   * The hash of the password the guest's squid checks (a secret output): what
+   * diff tells a changed password by. The seed on the host holds the same.
+   */
   proxyPasswordHash?: string;
-  /** `http://<user>:<password>@<ip>:<port>` when the proxy has auth (a secret output). */
-  proxyUrlWithCredentials?: string;
   health?: ProxyHealth;
   /** SHA-256 (hex) of the user-data bytes in the seed (whichever input gave them). */
   userDataSha256: string;

@@ -1,13 +1,19 @@
 /**
  * `check` for the proxy block: `proxy: {port, auth: {username, password},
- * allowedClients, outgoingAddress}` and its shorthand `proxyPort`. Every
- * failure names its field; the password's failures name
- * `proxy.auth.password (secret)` and never quote it.
+ * allowedClients, allowedDestinations, outgoingAddress,
+ * publicClientsWithoutAuth}` and its shorthand `proxyPort`. Every failure
+ * names its field; the password's failures name
+ * `proxy.auth.password (secret)` and never quote anything of it.
+ *
+ * The password never reaches the provider: the KvmProxy class hashes it in
+ * the program (kvm/password-hash.ts) and sends `{username, passwordHash}`,
+ * or `{username, passwordProblem}` when the password breaks a rule, which
+ * check reports here (the class cannot fail a preview itself).
  */
-import { isIP } from "node:net";
-import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-setup";
-import { quote } from "../kvm/validation";
-import { DEFAULTS, type ProxyAuth, UNKNOWN } from "./args";
+import { ipProblem, unicastProblem } from "../kvm/ip";
+import { isPasswordHash } from "../kvm/password-hash";
+import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-access";
+import { type CheckedProxy, type CheckedProxyAuth, DEFAULTS, UNKNOWN } from "./args";
 
 type Obj = Record<string, unknown>;
 interface Fail {
@@ -25,15 +31,16 @@ export const RESERVED_GUEST_PORTS: Readonly<Record<number, string>> = {
 export const PASSWORD_FIELD = "proxy.auth.password (secret)";
 
 const USERNAME = /^[A-Za-z0-9._-]{1,64}$/;
-const PROXY_FIELDS = ["port", "auth", "allowedClients", "outgoingAddress"];
-
-/** The checked proxy block: what the inputs keep. */
-export interface CheckedProxy {
-  port: number;
-  auth?: ProxyAuth;
-  allowedClients: string[];
-  outgoingAddress?: string;
-}
+const PROXY_FIELDS = [
+  "port",
+  "auth",
+  "allowedClients",
+  "allowedDestinations",
+  "outgoingAddress",
+  "publicClientsWithoutAuth",
+];
+/** What the class sends in `proxy.auth` (the user writes username and password). */
+const AUTH_FIELDS = ["username", "passwordHash", "passwordProblem"];
 
 function isObject(v: unknown): v is Obj {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -48,20 +55,6 @@ export function proxyPortProblem(port: unknown): string | undefined {
   }
   const holder = RESERVED_GUEST_PORTS[port];
   if (holder !== undefined) return `${port} is taken by ${holder} on the guest; choose another port`;
-  return undefined;
-}
-
-/** Why `v` is not a CIDR (or a single address), or undefined. */
-export function cidrProblem(v: unknown): string | undefined {
-  if (typeof v !== "string") return "must be a CIDR string such as 203.0.113.0/24 or 2001:db8::/32";
-  const [addr, prefix, ...rest] = v.split("/");
-  const family = isIP(addr ?? "");
-  if (family === 0 || rest.length > 0) return `${quote(v)} is not a CIDR such as 203.0.113.0/24`;
-  if (prefix === undefined) return undefined;
-  const max = family === 4 ? 32 : 128;
-  if (!/^\d{1,3}$/.test(prefix) || Number(prefix) > max) {
-    return `${quote(v)} has a prefix length that is not 0-${max}`;
-  }
   return undefined;
 }
 
@@ -83,28 +76,42 @@ function checkPort(f: Fail, news: Obj, proxy: Obj | undefined): number | undefin
   return v as number;
 }
 
-function checkAuth(f: Fail, v: unknown): ProxyAuth | undefined {
+/** `proxy.auth` as the class sends it; undefined when absent or unknown. */
+function checkAuth(f: Fail, v: unknown): CheckedProxyAuth | undefined {
   if (!given(v) || v === UNKNOWN) return undefined;
   if (!isObject(v)) {
     f.fail("proxy.auth", "must be {username, password}");
     return undefined;
   }
   for (const k of Object.keys(v)) {
-    if (k !== "username" && k !== "password")
+    if (k === "password") {
+      f.fail(
+        PASSWORD_FIELD,
+        "reached the provider unhashed: create the proxy with the KvmProxy class, which hashes it in the program",
+      );
+    } else if (!AUTH_FIELDS.includes(k))
       f.fail(`proxy.auth.${k}`, "unknown property (known: username, password)");
   }
-  const { username, password } = v;
+  const { username, passwordHash, passwordProblem } = v;
   if (!given(username)) f.fail("proxy.auth.username", "is required");
   else if (username !== UNKNOWN && (typeof username !== "string" || !USERNAME.test(username))) {
     f.fail("proxy.auth.username", "must be 1-64 letters, digits, '.', '_' or '-'");
   }
-  if (!given(password)) f.fail(PASSWORD_FIELD, "is required with proxy.auth (set it as a secret)");
-  else if (password !== UNKNOWN) {
-    if (typeof password !== "string" || password === "") f.fail(PASSWORD_FIELD, "must be a non-empty string");
-    else if (/[\r\n\0]/.test(password)) f.fail(PASSWORD_FIELD, "must not contain line breaks or NUL");
-    else if (password.length > 256) f.fail(PASSWORD_FIELD, "must be at most 256 characters");
+  if (typeof passwordProblem === "string") {
+    f.fail(PASSWORD_FIELD, passwordProblem);
+    return undefined;
   }
-  return { username: username as string, password: password as string };
+  if (!given(passwordHash) && !Object.hasOwn(v, "password")) {
+    f.fail(PASSWORD_FIELD, "is required with proxy.auth (set it as a secret)");
+  } else if (given(passwordHash) && passwordHash !== UNKNOWN && !isPasswordHash(passwordHash)) {
+    f.fail(PASSWORD_FIELD, "was not hashed by this version of the KvmProxy class");
+  }
+  return { username: username as string, passwordHash: passwordHash as string };
+}
+
+/** Whether `v` is a list whose entries are all known. */
+function knownList(v: unknown): v is unknown[] {
+  return Array.isArray(v) && !v.includes(UNKNOWN);
 }
 
 /**
@@ -119,7 +126,8 @@ export function checkProxy(
   const raw = news.proxy;
   if (raw === UNKNOWN) return { port: checkPort(f, news, undefined), proxy: undefined };
   if (given(raw) && !isObject(raw)) {
-    f.fail("proxy", "must be {port, auth, allowedClients, outgoingAddress}");
+    // Named with "(secret)": the engine prints a failing top-level value, and a string here may be a URL with credentials.
+    f.fail("proxy (secret)", "must be {port, auth, allowedClients, allowedDestinations, outgoingAddress}");
     return { port: DEFAULTS.proxyPort, proxy: undefined };
   }
   const proxy = given(raw) ? (raw as Obj) : undefined;
@@ -130,21 +138,38 @@ export function checkProxy(
       f.fail(`proxy.${k}`, `unknown property (known: ${PROXY_FIELDS.join(", ")})`);
   }
   const auth = checkAuth(f, proxy.auth);
+  const openOptOut = proxy.publicClientsWithoutAuth;
+  if (given(openOptOut) && openOptOut !== UNKNOWN && typeof openOptOut !== "boolean") {
+    f.fail("proxy.publicClientsWithoutAuth", "must be true or false");
+  }
+  const authKnown = given(proxy.auth) ? proxy.auth !== UNKNOWN : true;
   let allowedClients: string[] | undefined;
-  if (given(proxy.allowedClients) && proxy.allowedClients !== UNKNOWN) {
-    if (!Array.isArray(proxy.allowedClients) || proxy.allowedClients.length === 0) {
-      f.fail("proxy.allowedClients", "must be a non-empty list of CIDRs (0.0.0.0/0 and ::/0 admit everyone)");
-    } else {
-      proxy.allowedClients.forEach((c, i) => {
-        const problem = c === UNKNOWN ? undefined : cidrProblem(c);
-        if (problem !== undefined) f.fail(`proxy.allowedClients[${i}]`, problem);
+  const clients = proxy.allowedClients;
+  if (given(clients) && clients !== UNKNOWN) {
+    if (!Array.isArray(clients) || clients.length === 0) {
+      f.fail("proxy.allowedClients", "must be a non-empty list of address ranges");
+    } else if (knownList(clients) && authKnown) {
+      checkAllowedClients(f, "proxy.allowedClients", clients, {
+        auth: given(proxy.auth),
+        publicClientsWithoutAuth: openOptOut === true,
       });
-      allowedClients = proxy.allowedClients as string[];
+      allowedClients = clients as string[];
+    } else allowedClients = clients as string[];
+  }
+  let allowedDestinations: string[] | undefined;
+  const destinations = proxy.allowedDestinations;
+  if (given(destinations) && destinations !== UNKNOWN) {
+    if (!Array.isArray(destinations)) {
+      f.fail("proxy.allowedDestinations", "must be a list of address ranges");
+    } else {
+      if (knownList(destinations)) checkAllowedDestinations(f, "proxy.allowedDestinations", destinations);
+      allowedDestinations = destinations as string[];
     }
   }
   const out = proxy.outgoingAddress;
-  if (given(out) && out !== UNKNOWN && (typeof out !== "string" || isIP(out) === 0)) {
-    f.fail("proxy.outgoingAddress", "must be an IPv4 or IPv6 address of the VM");
+  if (given(out) && out !== UNKNOWN) {
+    const problem = ipProblem(out) ?? unicastProblem(out as string);
+    if (problem !== undefined) f.fail("proxy.outgoingAddress", `must be an address of the VM: ${problem}`);
   }
   return {
     port,
@@ -152,7 +177,9 @@ export function checkProxy(
       port: port ?? DEFAULTS.proxyPort,
       ...(auth !== undefined ? { auth } : {}),
       allowedClients: allowedClients ?? [...DEFAULT_ALLOWED_CLIENTS],
+      allowedDestinations: allowedDestinations ?? [],
       ...(given(out) ? { outgoingAddress: out as string } : {}),
+      ...(openOptOut === true ? { publicClientsWithoutAuth: true as const } : {}),
     },
   };
 }

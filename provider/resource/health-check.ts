@@ -1,26 +1,22 @@
 /**
- * The health check of a proxy, sent from wherever Pulumi runs to the guest:
- * an HTTP request THROUGH the proxy, with its credentials, whose answer must
- * show it came from squid. A TCP connect proves nothing (sshd accepts one on
- * port 22).
- *
- * - Without a target URL: `GET http://<ip>:<port>/` through the proxy. Squid
- *   forwards it to itself, whose own listener answers an origin-form request
- *   with 400 `X-Squid-Error: ERR_INVALID_URL` before any access check; the
- *   client gets that 400 back through the proxy: squid runs and (with auth)
- *   took the credentials. 407 means it refused them; a 403 squid error page
- *   means squid runs but does not admit this client (outside
- *   `allowedClients`), which counts as up, with that said.
- * - With `url`: the target's status must be `expectStatus`, and the reply
- *   must carry squid's `Via` (plain HTTP) or come through a tunnel squid
- *   opened (HTTPS: CONNECT answered 200).
- *
- * A plain-HTTP reply must also name THIS proxy's squid (its Via or X-Cache
+ * The health check of a proxy, sent from wherever Pulumi runs to the guest.
+ * A TCP connect proves nothing (sshd accepts one on port 22): the answer
+ * must come from squid, and from THIS proxy's squid (its Via or X-Cache
  * carries `squidName`, the visible_hostname our squid.conf sets). Without
  * that the image's own squid, which answers from early boot until the setup
- * script reloads it, passed the check with its default configuration
- * (found with booted guests: every request refused for a minute after up).
- * A CONNECT's 200 carries no header to tell: HTTPS targets prove the tunnel only.
+ * script has reloaded it, passed with its default configuration.
+ *
+ * - Without a target URL: `GET /` sent to the proxy port as to a web
+ *   server. Squid answers such an origin-form request itself, before any
+ *   access check (so with no credentials, from any client): 400 with
+ *   `X-Squid-Error: ERR_INVALID_URL` and its name.
+ * - With `url` (proxies without auth): a request for `url` through the
+ *   proxy; its status must be `expectStatus` and the reply must carry this
+ *   squid's name (plain HTTP), or come through a tunnel squid opened (HTTPS:
+ *   CONNECT answered 200, which carries no header to tell whose squid).
+ * - Proxies with auth: the provider never learns the password, so `url` is
+ *   requested inside the guest through its agent (kvm/guest-probe.ts) and
+ *   judged by {@link judgeStatus} like a reply from here.
  */
 import http from "node:http";
 import tls from "node:tls";
@@ -36,11 +32,12 @@ export interface ProbeTarget {
   /** A target through the proxy; absent: a request squid answers itself. */
   url?: string;
   expectStatus?: number;
-  /** The proxy's credentials (sent as Proxy-Authorization, never logged). */
-  auth?: { username: string; password: string };
   /** The name the proxy's squid gives itself (`squidName` of its setup). */
   squidName: string;
 }
+
+/** The headers of a reply a probe judges, by lower-case name. */
+export type ReplyHeaders = Readonly<Record<string, string | string[] | undefined>>;
 
 const USER_AGENT = "pulumi-kvm-proxy-health";
 
@@ -48,36 +45,33 @@ function hostOf(ip: string): string {
   return ip.includes(":") ? `[${ip}]` : ip;
 }
 
-function proxyAuthHeader(t: ProbeTarget): Record<string, string> {
-  if (t.auth === undefined) return {};
-  const token = Buffer.from(`${t.auth.username}:${t.auth.password}`, "utf8").toString("base64");
-  return { "proxy-authorization": `Basic ${token}` };
-}
-
-function header(res: http.IncomingMessage, name: string): string {
-  const v = res.headers[name];
+function header(headers: ReplyHeaders, name: string): string {
+  const v = headers[name];
   return Array.isArray(v) ? v.join(", ") : (v ?? "");
 }
 
 /** The reply came from (or through) squid: its error header, its Server name, or its Via entry. */
-function fromSquid(res: http.IncomingMessage): boolean {
+function fromSquid(h: ReplyHeaders): boolean {
   return (
-    header(res, "x-squid-error") !== "" ||
-    /^squid\b/i.test(header(res, "server")) ||
-    /\(squid[/)]/i.test(header(res, "via"))
+    header(h, "x-squid-error") !== "" ||
+    /^squid\b/i.test(header(h, "server")) ||
+    /\(squid[/)]/i.test(header(h, "via"))
   );
 }
 
 /** The names squid gave itself in the reply (Via entries, X-Cache). */
-function squidNames(res: http.IncomingMessage): string[] {
-  const via = [...header(res, "via").matchAll(/(?:^|,)\s*[\w./]+\s+(\S+)\s+\(squid[/)]/gi)];
-  const cache = [...header(res, "x-cache").matchAll(/\bfrom\s+(\S+)/gi)];
+function squidNames(h: ReplyHeaders): string[] {
+  const via = [...header(h, "via").matchAll(/(?:^|,)\s*[\w./]+\s+(\S+)\s+\(squid[/)]/gi)];
+  const cache = [...header(h, "x-cache").matchAll(/\bfrom\s+(\S+)/gi)];
   return [...new Set([...via, ...cache].map((m) => m[1] as string))];
 }
 
 /** Why the reply is not from this proxy's squid, or undefined when it is. */
-function notOurs(res: http.IncomingMessage, t: ProbeTarget): string | undefined {
-  const names = squidNames(res);
+function notOurs(
+  h: ReplyHeaders,
+  t: Pick<ProbeTarget, "squidName" | "ip" | "proxyPort">,
+): string | undefined {
+  const names = squidNames(h);
   if (names.includes(t.squidName)) return undefined;
   const seen = names.length === 0 ? "no name" : names.join(", ");
   return (
@@ -86,7 +80,7 @@ function notOurs(res: http.IncomingMessage, t: ProbeTarget): string | undefined 
   );
 }
 
-function where(t: ProbeTarget): string {
+function where(t: Pick<ProbeTarget, "ip" | "proxyPort">): string {
   return `${hostOf(t.ip)}:${t.proxyPort}`;
 }
 
@@ -104,7 +98,7 @@ function viaProxy(
       port: t.proxyPort,
       method: "GET",
       path: target.href,
-      headers: { host: target.host, "user-agent": USER_AGENT, ...proxyAuthHeader(t) },
+      headers: { host: target.host, "user-agent": USER_AGENT },
       timeout: timeoutMs,
     });
     req.once("response", (res) => {
@@ -119,45 +113,65 @@ function viaProxy(
   });
 }
 
-/** The probe without a target: squid's own answer to a request for itself. */
+/** The probe without a target: `GET /` to the proxy port, which squid answers itself. */
 function squidSelf(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
-  return viaProxy(t, `http://${where(t)}/`, timeoutMs, (res) => {
-    const status = res.statusCode ?? 0;
-    const server = header(res, "server") || "no Server header";
-    if (!fromSquid(res))
-      return { ok: false, reason: `${where(t)} answered HTTP ${status} (${server}), not as squid` };
-    const other = notOurs(res, t);
-    if (other !== undefined) return { ok: false, reason: other };
-    const error = header(res, "x-squid-error");
-    if (status === 407) return { ok: false, reason: `squid at ${where(t)} refused the credentials (407)` };
-    if (status === 403 && /ERR_ACCESS_DENIED/.test(error)) {
-      return {
-        ok: true,
-        status,
-        note: `squid at ${where(t)} answers but does not admit this client (not in allowedClients)`,
-      };
-    }
-    if (/ERR_INVALID_URL/.test(error)) return { ok: true, status };
-    return {
-      ok: false,
-      reason: `squid at ${where(t)} answered HTTP ${status} (${error || "no X-Squid-Error"})`,
-    };
+  return new Promise((resolve) => {
+    const req = http.request({
+      host: t.ip,
+      port: t.proxyPort,
+      method: "GET",
+      path: "/",
+      headers: { host: where(t), "user-agent": USER_AGENT },
+      timeout: timeoutMs,
+    });
+    req.once("response", (res) => {
+      res.resume();
+      resolve(judgeSelf(res.statusCode ?? 0, res.headers, t));
+    });
+    req.once("timeout", () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
+    req.once("error", (e: NodeJS.ErrnoException) =>
+      resolve({ ok: false, reason: `${where(t)}: ${e.code ?? e.message}` }),
+    );
+    req.end();
   });
 }
 
-function statusResult(res: http.IncomingMessage, t: ProbeTarget): ProbeResult {
-  const status = res.statusCode ?? 0;
+/** Squid's own answer to `GET /`: 400 ERR_INVALID_URL, named as this proxy's squid. */
+export function judgeSelf(
+  status: number,
+  h: ReplyHeaders,
+  t: Pick<ProbeTarget, "squidName" | "ip" | "proxyPort">,
+): ProbeResult {
+  const server = header(h, "server") || "no Server header";
+  if (!fromSquid(h))
+    return { ok: false, reason: `${where(t)} answered HTTP ${status} (${server}), not as squid` };
+  const other = notOurs(h, t);
+  if (other !== undefined) return { ok: false, reason: other };
+  const error = header(h, "x-squid-error");
+  if (/ERR_INVALID_URL/.test(error)) return { ok: true, status };
+  return {
+    ok: false,
+    reason: `squid at ${where(t)} answered HTTP ${status} (${error || "no X-Squid-Error"})`,
+  };
+}
+
+/** A reply for the health check's URL: `expectStatus`, through this proxy's squid. */
+export function judgeStatus(
+  status: number,
+  h: ReplyHeaders,
+  t: Pick<ProbeTarget, "squidName" | "ip" | "proxyPort" | "url" | "expectStatus">,
+): ProbeResult {
   const want = t.expectStatus ?? 200;
   if (status !== want) {
     return { ok: false, reason: `${t.url} through the proxy returned HTTP ${status}, expected ${want}` };
   }
-  if (!fromSquid(res)) {
+  if (!fromSquid(h)) {
     return {
       ok: false,
       reason: `${t.url} answered HTTP ${status} without squid's Via: not through a squid at ${where(t)}`,
     };
   }
-  const other = notOurs(res, t);
+  const other = notOurs(h, t);
   if (other !== undefined) return { ok: false, reason: other };
   return { ok: true, status };
 }
@@ -170,7 +184,7 @@ function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number): Promise<ProbeRe
       port: t.proxyPort,
       method: "CONNECT",
       path: `${url.hostname}:${port}`,
-      headers: { host: `${url.hostname}:${port}`, ...proxyAuthHeader(t) },
+      headers: { host: `${url.hostname}:${port}` },
       timeout: timeoutMs,
     });
     const fail = (reason: string) => resolve({ ok: false, reason });
@@ -220,7 +234,7 @@ export function probeOnce(t: ProbeTarget, timeoutMs: number): Promise<ProbeResul
   const url = new URL(t.url);
   return url.protocol === "https:"
     ? viaTunnel(t, url, timeoutMs)
-    : viaProxy(t, url.href, timeoutMs, (res) => statusResult(res, t));
+    : viaProxy(t, url.href, timeoutMs, (res) => judgeStatus(res.statusCode ?? 0, res.headers, t));
 }
 
 /** What a probe is called in messages. */

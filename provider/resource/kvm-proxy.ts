@@ -14,6 +14,7 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { KVM_PROXY_TYPE, type KvmProxyArgs } from "./args";
+import { hashedProxyBlock, isPlain, urlWithCredentials } from "./proxy-auth";
 
 /** The module the serialized provider requires: resolved from the program's folder. */
 export const PROVIDER_MODULE = "pulumi-kvm-proxy/dist/provider/resource/provider";
@@ -37,7 +38,6 @@ export const SECRET_OUTPUTS = [
   "userDataBase64",
   "vendorDataBase64",
   "proxyPasswordHash",
-  "proxyUrlWithCredentials",
 ];
 
 /**
@@ -67,8 +67,12 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly macAddress: pulumi.Output<string>;
   /** `http://<ip>:<port>`, never with credentials; absent until the IP is known. */
   declare readonly proxyUrl: pulumi.Output<string | undefined>;
-  /** `http://<user>:<password>@<ip>:<port>` when the proxy has auth (secret). */
-  declare readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
+  /**
+   * `http://<user>:<password>@<ip>:<port>` when the proxy has auth (secret).
+   * Made here, in the program, from `proxyUrl` and the password input: no
+   * provider output carries the password, so no engine or SDK log can.
+   */
+  readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
   /** The proxy's last probe: `{ok, checkedAt, reason}`. */
   declare readonly health: pulumi.Output<{ ok: boolean; checkedAt: string; reason?: string } | undefined>;
   /** provisioning | running | degraded (the VM runs, its proxy failed the last probe) | stopped | failed. */
@@ -84,12 +88,13 @@ export class KvmProxy extends pulumi.dynamic.Resource {
 
   constructor(name: string, args: KvmProxyArgs, opts?: pulumi.CustomResourceOptions) {
     const props: Record<string, unknown> = { ...args };
+    let urn: Promise<string> | undefined;
     if (opts?.id === undefined) {
       // The URN goes through a plain promise on purpose: an Output derived
       // from a component parent's urn carries a dependency on that parent,
       // and depending on a component means waiting for all its children,
       // this proxy included: a deadlock as soon as a component has two.
-      const urn = new Promise<string>((resolve) => {
+      urn = new Promise<string>((resolve) => {
         pulumi.createUrn(name, KVM_PROXY_TYPE, opts?.parent).apply((u) => {
           resolve(u);
           return u;
@@ -108,7 +113,6 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "ipAddress",
       "macAddress",
       "proxyUrl",
-      "proxyUrlWithCredentials",
       "health",
       "state",
       "host",
@@ -124,7 +128,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
     ]) {
       if (props[k] === undefined) props[k] = undefined;
     }
-    props.proxy = secretPassword(props.proxy, name);
+    warnPlainPassword(args.proxy, name);
+    if (args.proxy !== undefined && urn !== undefined) props.proxy = hashedProxy(args.proxy, urn, name);
     // The inputs are stored in the state beside the outputs: marking only the
     // outputs secret would leave the plaintext in the inputs section.
     for (const k of SECRET_OUTPUTS) {
@@ -139,6 +144,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       undefined,
       "KvmProxy",
     );
+    this.proxyUrlWithCredentials = withCredentials(this.proxyUrl, args.proxy);
   }
 
   /**
@@ -151,22 +157,52 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   }
 }
 
+type ProxyArg = NonNullable<KvmProxyArgs["proxy"]>;
+
 /**
- * The proxy block with its password marked secret, warning (once, on the
- * resource's name) when the program passed it as a plain string: it then
- * sits in the program's source or plain config.
+ * Warns (once, on the resource's name) when the program passed the password
+ * as a plain string: it then sits in the program's source or plain config.
  */
-function secretPassword(proxy: unknown, name: string): unknown {
-  if (typeof proxy !== "object" || proxy === null || pulumi.Output.isInstance(proxy)) return proxy;
-  const p = proxy as Record<string, unknown>;
-  const auth = p.auth;
-  if (typeof auth !== "object" || auth === null || pulumi.Output.isInstance(auth)) return proxy;
-  const a = auth as Record<string, unknown>;
-  if (a.password === undefined) return proxy;
-  if (typeof a.password === "string") {
+function warnPlainPassword(proxy: unknown, name: string): void {
+  if (!isPlain(proxy) || pulumi.Output.isInstance(proxy)) return;
+  const auth = proxy.auth;
+  if (!isPlain(auth) || pulumi.Output.isInstance(auth)) return;
+  if (typeof auth.password === "string") {
     pulumi.log.warn(
       `KvmProxy ${name}: proxy.auth.password is a plain string; pass a secret (pulumi config set --secret, config.requireSecret) so it is encrypted in your config too`,
     );
   }
-  return { ...p, auth: { ...a, password: pulumi.secret(a.password as pulumi.Input<string>) } };
+}
+
+/**
+ * The proxy block the provider gets (proxy-auth.ts): the password replaced
+ * by its hash; secret whenever it has auth. Warns at every run when it
+ * admits public clients without auth.
+ */
+function hashedProxy(
+  proxy: pulumi.Input<ProxyArg>,
+  urn: Promise<string>,
+  name: string,
+): pulumi.Output<unknown> {
+  return pulumi.all([pulumi.output(proxy), urn]).apply(([p, u]) => {
+    const block = p as unknown;
+    if (isPlain(block) && block.publicClientsWithoutAuth === true && block.auth === undefined) {
+      pulumi.log.warn(
+        `KvmProxy ${name}: proxy.publicClientsWithoutAuth is set: the public ranges of allowedClients use this proxy without any password; anyone who can send from them can`,
+      );
+    }
+    const hashed = hashedProxyBlock(block, u);
+    return isPlain(block) && block.auth !== undefined ? pulumi.secret(hashed) : hashed;
+  });
+}
+
+/** `proxyUrl` with the credentials of `proxy.auth`, secret; undefined without auth or an address. */
+function withCredentials(
+  proxyUrl: pulumi.Output<string | undefined>,
+  proxy: KvmProxyArgs["proxy"],
+): pulumi.Output<string | undefined> {
+  const auth = pulumi.output(proxy).apply((p) => (p as unknown as Record<string, unknown> | undefined)?.auth);
+  return pulumi.secret(
+    pulumi.all([proxyUrl, auth]).apply(([url, a]) => urlWithCredentials(url, a as unknown)),
+  );
 }

@@ -6,14 +6,11 @@
 import { createHash } from "node:crypto";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import type { ImageIdentity } from "../kvm/image";
+import { bare, subnetOf } from "../kvm/ip";
 import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
 import type { NicAttachment } from "../kvm/nic";
-import {
-  DEFAULT_ALLOWED_CLIENTS,
-  type ProxySetup,
-  type SquidConfInputs,
-  squidPasswordHash,
-} from "../kvm/proxy-setup";
+import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-access";
+import type { ProxySetup, SquidConfInputs } from "../kvm/proxy-setup";
 import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
@@ -71,17 +68,9 @@ export function nicsWithoutBandwidth(nics: unknown): unknown {
   });
 }
 
-/** The context of a proxy password's salt: the username and the VM. */
-function passwordContext(username: string, name: string): string {
-  return `${username}@${name}`;
-}
-
-/** The salted hash of the proxy password squid checks, or undefined without auth. */
-export function proxyPasswordHashOf(c: Pick<CheckedInputs, "proxy" | "name">): string | undefined {
-  const auth = c.proxy?.auth;
-  return auth === undefined
-    ? undefined
-    : squidPasswordHash(auth.password, passwordContext(auth.username, c.name));
+/** The hash of the proxy password squid checks (made by the KvmProxy class), or undefined without auth. */
+export function proxyPasswordHashOf(c: Pick<CheckedInputs, "proxy">): string | undefined {
+  return c.proxy?.auth?.passwordHash;
 }
 
 /** The proxy block as outputs show it: the password replaced by nothing (its hash is a secret output). */
@@ -104,31 +93,35 @@ export function proxySetupOf(c: CheckedInputs): ProxySetup {
   };
 }
 
-/** What squid.conf is written from (no password): the proxy block, or the defaults. */
+/** What squid.conf is written from (no password): the proxy block, or the defaults, and the static NICs. */
 export function squidConfOf(c: {
   proxyPort: number;
-  proxy?: { auth?: { username: string }; allowedClients?: readonly string[]; outgoingAddress?: string };
+  proxy?: {
+    auth?: { username: string };
+    allowedClients?: readonly string[];
+    allowedDestinations?: readonly string[];
+    outgoingAddress?: string;
+  };
+  nics?: readonly Pick<CheckedNic, "addresses" | "gateway4" | "gateway6">[];
 }): SquidConfInputs {
   const auth = c.proxy?.auth;
+  const nics = c.nics ?? [];
+  const addresses = nics.flatMap((n) => n.addresses);
+  const gateways = nics.flatMap((n) => [n.gateway4, n.gateway6].filter((g) => g !== undefined));
   return {
     port: c.proxyPort,
     allowedClients: c.proxy?.allowedClients ?? DEFAULT_ALLOWED_CLIENTS,
+    allowedDestinations: c.proxy?.allowedDestinations ?? [],
+    ownAddresses: [...new Set(addresses.map(bare))],
+    onLink: [...new Set([...addresses.map((a) => subnetOf(a) ?? bare(a)), ...gateways])],
     ...(auth !== undefined ? { auth: { username: auth.username } } : {}),
     ...(c.proxy?.outgoingAddress !== undefined ? { outgoingAddress: c.proxy.outgoingAddress } : {}),
   };
 }
 
-/** `http://<ip>:<port>`, and with the credentials when the proxy has auth. */
-export function proxyUrls(
-  ip: string,
-  port: number,
-  auth: { username: string; password: string } | undefined,
-): { proxyUrl: string; proxyUrlWithCredentials?: string } {
-  const host = ip.includes(":") ? `[${ip}]` : ip;
-  const proxyUrl = `http://${host}:${port}`;
-  if (auth === undefined) return { proxyUrl };
-  const creds = `${encodeURIComponent(auth.username)}:${encodeURIComponent(auth.password)}`;
-  return { proxyUrl, proxyUrlWithCredentials: `http://${creds}@${host}:${port}` };
+/** `http://<ip>:<port>`: never with credentials (the KvmProxy class adds them in the program). */
+export function proxyUrl(ip: string, port: number): string {
+  return `http://${ip.includes(":") ? `[${ip}]` : ip}:${port}`;
 }
 
 /** The NIC the resource asks for, or undefined for the host's own. */
@@ -193,18 +186,6 @@ export function createSpec(
   return spec;
 }
 
-/** The credentials in a `proxyUrlWithCredentials` the state holds, to rebuild it for a new address. */
-function credentialsIn(url: unknown): { username: string; password: string } | undefined {
-  if (typeof url !== "string") return undefined;
-  try {
-    const u = new URL(url);
-    if (u.username === "") return undefined;
-    return { username: decodeURIComponent(u.username), password: decodeURIComponent(u.password) };
-  } catch {
-    return undefined;
-  }
-}
-
 /** What libvirt says now, as output properties. */
 export function liveOutputs(props: Props, status: VmStatus): Props {
   const proxyPort =
@@ -221,7 +202,7 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
   Object.assign(out, addresses);
   const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
   if (urlHost !== undefined) {
-    Object.assign(out, proxyUrls(urlHost, proxyPort, credentialsIn(props.proxyUrlWithCredentials)));
+    out.proxyUrl = proxyUrl(urlHost, proxyPort);
   }
   if (status.domain !== undefined) {
     out.memoryMiB = status.domain.memoryMiB;
@@ -273,7 +254,7 @@ export function outputsFrom(
   const addresses = addressOutputs(c.nics, status);
   Object.assign(out, addresses);
   const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
-  if (urlHost !== undefined) Object.assign(out, proxyUrls(urlHost, c.proxyPort, c.proxy?.auth));
+  if (urlHost !== undefined) out.proxyUrl = proxyUrl(urlHost, c.proxyPort);
   if (health !== undefined) {
     out.health = health;
     if (!health.ok && status.state === "running") out.state = "degraded";

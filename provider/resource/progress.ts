@@ -41,6 +41,15 @@ export function progressText(p: Progress): string {
     }
     case "wait-ip":
       return `waiting for the guest's IP address (${seconds(p.elapsedMs)})`;
+    case "first-boot": {
+      const what =
+        p.agent === false
+          ? "its guest agent does not answer yet"
+          : p.stage !== undefined
+            ? `stage ${p.stage}`
+            : "running";
+      return `waiting for cloud-init to finish the first boot (${what}, ${seconds(p.elapsedMs)})`;
+    }
     case "ready":
       return `waiting for the proxy to pass its health check (${seconds(p.elapsedMs)})`;
   }

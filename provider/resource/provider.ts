@@ -11,6 +11,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { ProviderError } from "../errors";
+import { guestLinesText } from "../kvm/cloud-init-result";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
@@ -19,16 +20,16 @@ import type { Progress, ProgressListener } from "../kvm/progress";
 import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { type CheckedInputs, type CheckedNic, DEFAULTS, type ProxyHealth } from "./args";
+import { type CheckedNic, DEFAULTS, type ProxyHealth } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
 import { bandwidthChanges, diffProxy } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
-import { probeOnce, waitHealthy } from "./health-check";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
-import { probeInputsOf, probeTargetOf } from "./probe-target";
+import { probeInputsOf } from "./probe-target";
 import { progressText } from "./progress";
+import { Readiness } from "./readiness";
 import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
 
 type Props = Record<string, unknown>;
@@ -133,6 +134,16 @@ export class KvmProxyRuntime {
     return this.operations;
   }
 
+  /** What create waits for and refresh probes (readiness.ts), over these operations. */
+  private readiness(): Readiness {
+    return new Readiness(this.ops(), {
+      pollMs: this.pollMs,
+      probeTimeoutMs: this.probeTimeoutMs,
+      progress: (urn) => this.progressTo(urn),
+      warn: (urn, text) => this.engineLog().warn(urn, text),
+    });
+  }
+
   check(
     olds: Props,
     news: Props,
@@ -219,13 +230,11 @@ export class KvmProxyRuntime {
         waitForIp: c.waitForIp !== false,
         ...waitOptionsOf(c),
         pollMs: this.pollMs,
-        ...(c.healthCheck !== false
-          ? {
-              ready: async (status: VmStatus, remainingMs: number) => {
-                health = await this.healthGate(c, status, remainingMs);
-              },
-            }
-          : {}),
+        ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal) => {
+          health = await this.readiness().gate(c, status, remainingMs, signal);
+        },
+        explain: async (status: VmStatus) =>
+          guestLinesText(await this.ops().guestOutputTail(status.host, status.name, this.secrets)),
       });
       return { id: formatProviderId(status.host, c.name), outs: outputsFrom(c, status, health) };
     } catch (err) {
@@ -252,33 +261,6 @@ export class KvmProxyRuntime {
     }
   }
 
-  /** The health check as provision's readiness gate: waits until it passes (or throws), and says what it saw. */
-  private async healthGate(c: CheckedInputs, status: VmStatus, remainingMs: number): Promise<ProxyHealth> {
-    const ip = proxyAddressOf(c.nics, status);
-    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
-    if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
-    const r = await waitHealthy(target, remainingMs, { pollMs: this.pollMs });
-    if (r.ok && r.note !== undefined) this.engineLog().warn(c.owner?.urn, r.note);
-    return {
-      ok: true,
-      checkedAt: new Date().toISOString(),
-      ...(r.ok && r.note !== undefined ? { reason: r.note } : {}),
-    };
-  }
-
-  /** One probe with a short deadline (refresh, update): the proxy's health now, no libvirt call. */
-  private async probeNow(
-    c: Pick<CheckedInputs, "healthCheck" | "proxyPort" | "proxy">,
-    ip: string | undefined,
-  ): Promise<ProxyHealth | undefined> {
-    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
-    if (target === undefined) return undefined;
-    const r = await probeOnce(target, this.probeTimeoutMs);
-    const checkedAt = new Date().toISOString();
-    if (r.ok) return { ok: true, checkedAt, ...(r.note !== undefined ? { reason: r.note } : {}) };
-    return { ok: false, checkedAt, reason: r.reason };
-  }
-
   async read(id: string, props: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {
     const { host, name } = parseProviderId(id);
     // The recorded UUID saves a lookup per VM on refresh (KvmOperations.get).
@@ -302,10 +284,10 @@ export class KvmProxyRuntime {
       delete next.ipAddress;
       delete next.ipv6Address;
       delete next.proxyUrl;
-      delete next.proxyUrlWithCredentials;
     }
     // The proxy itself: one request from here, no libvirt call. A VM that runs but whose proxy fails is degraded.
-    const health = status.state === "running" ? await this.probeNow(probeInputsOf(props), ip) : undefined;
+    const health =
+      status.state === "running" ? await this.readiness().probeNow(probeInputsOf(props), ip) : undefined;
     if (health !== undefined) {
       next.health = health;
       if (!health.ok) next.state = "degraded";
@@ -364,7 +346,9 @@ export class KvmProxyRuntime {
     }
     // A degraded proxy (or any) is probed again: the outputs say what it is now.
     const health =
-      status.state === "running" ? await this.probeNow(c, proxyAddressOf(c.nics, status)) : undefined;
+      status.state === "running"
+        ? await this.readiness().probeNow(c, proxyAddressOf(c.nics, status))
+        : undefined;
     if (health !== undefined && !health.ok)
       this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);
     await this.engineLog().flush();

@@ -23,7 +23,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
-import { buildProxySetupScript, type ProxySetup, squidPasswordHash } from "../../provider/kvm/proxy-setup";
+import { squidPasswordHash } from "../../provider/kvm/password-hash";
+import { buildProxySetupScript, type ProxySetup } from "../../provider/kvm/proxy-setup";
 import {
   allDomains,
   poolVolumes,
@@ -96,12 +97,18 @@ const USER_DATA = [
 
 const CREDENTIALS = `${PROXY_USER}:${PROXY_PASSWORD}`;
 /** What the provider must have set the guest's squid up with (the seed carries the hash, never the password). */
-const EXPECTED_SETUP: ProxySetup = {
-  port: 3128,
-  auth: { username: PROXY_USER, passwordHash: squidPasswordHash(PROXY_PASSWORD, `${PROXY_USER}@${NAME}`) },
-  allowedClients: [`${ALLOWED_CLIENT}/32`],
-  outgoingAddress: OUTGOING,
-};
+function expectedSetup(): ProxySetup {
+  const urn = `urn:pulumi:${ws.stack}::kvmpt-guest::pulumi-nodejs:dynamic:KvmProxy::edge`;
+  return {
+    port: 3128,
+    auth: { username: PROXY_USER, passwordHash: squidPasswordHash(PROXY_PASSWORD, PROXY_USER, urn) },
+    allowedClients: [`${ALLOWED_CLIENT}/32`],
+    allowedDestinations: [],
+    ownAddresses: [],
+    onLink: [],
+    outgoingAddress: OUTGOING,
+  };
+}
 
 /** The user-data as given: gzip of the MIME multipart (deterministic bytes: no name, mtime 0). */
 const USER_DATA_GZIP = gzipSync(Buffer.from(USER_DATA, "utf8"));
@@ -251,7 +258,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
   it("gets the guest-agent script and the proxy setup as vendor-data, both ran, and cloud-init finishes without errors", async () => {
     expect(cloudInit).toBeDefined();
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
-    await expectVendorScriptRan(agent, cloudInit as CloudInitOutcome, buildProxySetupScript(EXPECTED_SETUP));
+    await expectVendorScriptRan(agent, cloudInit as CloudInitOutcome, buildProxySetupScript(expectedSetup()));
   });
 
   describe("the proxy the provider set up, whatever the user-data", () => {
@@ -283,7 +290,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
       expect(ws.stateText()).not.toContain(PROXY_PASSWORD);
       const seed = readFileSync(path.join(host.poolPath, vmVolumeNames(host, NAME)[1] as string));
       expect(seed.includes(Buffer.from(PROXY_PASSWORD))).toBe(false);
-      expect(seed.includes(Buffer.from(`${PROXY_USER}:${EXPECTED_SETUP.auth?.passwordHash}`))).toBe(true);
+      expect(seed.includes(Buffer.from(`${PROXY_USER}:${expectedSetup().auth?.passwordHash}`))).toBe(true);
     });
 
     it("shows as degraded at the next refresh while squid is stopped, and running again once it is back", async () => {

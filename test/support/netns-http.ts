@@ -5,11 +5,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
 
 /**
- * A Python HTTP server inside a network namespace. Modes: `204 ADDR` answers every
- * GET with 204; `whoami ADDR` answers 200 with the client's address (what a
- * target sees as a proxy's source), and `/bytes/N` with N bytes; `files ADDR
- * DIR` serves DIR's files. It
- * binds port 0 (ADDR `::`: every address, IPv4 and IPv6) and prints the port it got.
+ * A Python HTTP server inside a network namespace. Modes: `204 ADDR [PORT]`
+ * answers every GET with 204; `whoami ADDR [PORT]` answers 200 with the
+ * client's address (what a target sees as a proxy's source), and `/bytes/N`
+ * with N bytes; `files ADDR DIR` serves DIR's files. It binds PORT (default
+ * 0: any; ADDR `::`: every address, IPv4 and IPv6) and prints the port it got.
  */
 const SERVER = `
 import http.server, socket, sys
@@ -47,7 +47,8 @@ class Files(http.server.SimpleHTTPRequestHandler):
 class Server(http.server.ThreadingHTTPServer):
     # "::" listens on every IPv6 and (v4-mapped) IPv4 address of the namespace.
     address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-srv = Server((addr, 0), {"204": NoContent, "whoami": WhoAmI}.get(mode, Files))
+port = int(sys.argv[3]) if mode in ("204", "whoami") and len(sys.argv) > 3 else 0
+srv = Server((addr, port), {"204": NoContent, "whoami": WhoAmI}.get(mode, Files))
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 `;

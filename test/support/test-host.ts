@@ -34,6 +34,8 @@ export interface TestHost {
    */
   staticBridge?: StaticBridge;
   macvtap?: MacvtapFixture;
+  /** Issue 21's target addresses (optional as above; read through {@link targetsOf}). */
+  targets?: TargetAddresses;
   /**
    * Where libvirtd's tc (scripts/test-host.d/tc-shim) logs the `<bandwidth>`
    * commands it rewrites: this kernel lacks sfq, the fw classifier and the
@@ -42,6 +44,19 @@ export interface TestHost {
    */
   tcShimLog?: string;
   logDir: string;
+}
+
+/**
+ * Addresses on the namespace's loopback where target servers listen, which
+ * guests reach through their gateways: outward ones (documentation ranges)
+ * stand for the internet; inward ones (private, ULA) for the operator's
+ * network, which a proxy must refuse unless `allowedDestinations` opens it.
+ */
+export interface TargetAddresses {
+  outward4: string;
+  outward6: string;
+  inward4: string;
+  inward6: string;
 }
 
 /**
@@ -124,6 +139,12 @@ function missingFixture(field: string): Error {
 export function staticBridgeOf(host: TestHost): StaticBridge {
   if (host.staticBridge === undefined) throw missingFixture("staticBridge");
   return host.staticBridge;
+}
+
+/** The target addresses, or a loud error naming the fix when host.json lacks them. */
+export function targetsOf(host: TestHost): TargetAddresses {
+  if (host.targets === undefined) throw missingFixture("targets");
+  return host.targets;
 }
 
 /** The macvtap parent and its other side, or a loud error naming the fix when host.json lacks them. */

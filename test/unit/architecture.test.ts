@@ -49,6 +49,9 @@ const PURE_ALLOWED = [
   /^fast-xml-parser$/,
 ];
 
+/** The size past which a module is an outlier to look at (see the test). */
+const OUTLIER_LINES = 700;
+
 describe("architecture", () => {
   it("finds the modules it checks", () => {
     expect(filesIn("provider/kvm").length).toBeGreaterThan(10);
@@ -107,10 +110,12 @@ describe("architecture", () => {
     expect(volumes).toMatch(/withRetry\([^;]*retryIf: isBusy/s);
   });
 
+  // A smell detector, not a rule to split by: past this size a module here has so far always held
+  // two concepts (docs/decisions.md, "Module size: outliers, not a cap").
   it.each(sources.map((s) => [s.file, s.text.split("\n").length] as const))(
-    "%s stays under 500 lines",
+    "%s is no outlier (at most 700 lines)",
     (_file, lines) => {
-      expect(lines).toBeLessThanOrEqual(500);
+      expect(lines).toBeLessThanOrEqual(OUTLIER_LINES);
     },
   );
 });

@@ -13,6 +13,12 @@
 import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { type ParsedDomain, parseDomainXml } from "../domain-xml";
+import {
+  GUEST_PROBE_INTERPRETER,
+  type GuestProbeReply,
+  guestProbeArgs,
+  parseGuestProbe,
+} from "../guest-probe";
 import type { ProxyMetadata } from "../metadata";
 import type { NicBandwidth } from "../nic";
 import { formatProviderId } from "../provider-id";
@@ -22,7 +28,9 @@ import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } fr
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
 import { type LibvirtState, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
+import { type FirstBootOptions, outputTail, waitFirstBoot } from "./first-boot";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
+import { runInGuest } from "./guest-agent";
 import type { HostPool } from "./hosts";
 import { ImageCache } from "./image-cache";
 import { setInterfaceBandwidth } from "./interfaces";
@@ -383,6 +391,75 @@ export class KvmOperations {
         throw new ProviderError("permanent", `domain ${name} is gone from host ${hostKey}`);
       await setInterfaceBandwidth(lv, dom, mac, bandwidth);
     });
+  }
+
+  /** The domain `name` on `hostKey`, or a permanent error naming it gone. */
+  private async domainOf(hostKey: string, name: string) {
+    const lv = this.hosts.libvirt(hostKey);
+    const dom = await lookupDomain(lv, name);
+    if (dom === undefined)
+      throw new ProviderError("permanent", `domain ${name} is gone from host ${hostKey}`);
+    return { lv, dom };
+  }
+
+  /**
+   * Waits until cloud-init has finished VM `name`'s first boot (read through
+   * its guest agent; first-boot.ts): throws a FirstBootError naming the
+   * modules that failed, or the signal's reason at the deadline.
+   */
+  async waitFirstBoot(hostKey: string, name: string, options: FirstBootOptions): Promise<void> {
+    const ctx: OperationContext = { operation: "wait for the first boot", host: hostKey, domain: name };
+    await this.retrying(
+      ctx,
+      async () => {
+        const { lv, dom } = await this.domainOf(hostKey, name);
+        await waitFirstBoot(lv, dom, {
+          ...options,
+          ...(this.env.now !== undefined ? { now: this.env.now } : {}),
+        });
+      },
+      options.signal,
+    );
+  }
+
+  /** The last lines of cloud-init's output in VM `name`, redacted; undefined when the agent cannot give them. */
+  async guestOutputTail(
+    hostKey: string,
+    name: string,
+    secrets: readonly string[] = [],
+  ): Promise<string[] | undefined> {
+    try {
+      const { lv, dom } = await this.domainOf(hostKey, name);
+      return await outputTail(lv, dom, secrets);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * One request for `url` through the squid on `port` inside VM `name`, run
+   * by its guest agent (guest-probe.ts); undefined when the agent does not answer.
+   */
+  async probeInGuest(
+    hostKey: string,
+    name: string,
+    port: number,
+    url: string,
+    signal?: AbortSignal,
+  ): Promise<GuestProbeReply | undefined> {
+    const ctx: OperationContext = { operation: "probe in the guest", host: hostKey, domain: name };
+    return this.retrying(
+      ctx,
+      async () => {
+        const { lv, dom } = await this.domainOf(hostKey, name);
+        const run = await runInGuest(lv, dom, GUEST_PROBE_INTERPRETER, guestProbeArgs(port, url), {
+          timeoutMs: 20_000,
+          ...(signal !== undefined ? { signal } : {}),
+        });
+        return run === undefined ? undefined : parseGuestProbe(run.stdout.toString("utf8"), run.exitcode);
+      },
+      signal,
+    );
   }
 
   /**

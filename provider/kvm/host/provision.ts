@@ -22,6 +22,7 @@ import { ProviderError, TimeoutError } from "../../errors";
 import { report } from "../progress";
 import { formatProviderId } from "../provider-id";
 import type { CreateOptions, CreateSpec } from "./create";
+import { FirstBootError } from "./first-boot";
 import type { DeleteResult, KvmOperations, VmStatus, WaitForIpOptions } from "./operations";
 import type { Placed } from "./placer";
 
@@ -43,6 +44,12 @@ export interface ProvisionOptions
    * deadline, and the deadline's signal.
    */
   ready?: (status: VmStatus, remainingMs: number, signal: AbortSignal) => Promise<void>;
+  /**
+   * Lines from inside the guest that say why a provision failed once the VM
+   * ran (its cloud-init output), asked before the rollback deletes it and
+   * added to the error. Failures of its own are ignored.
+   */
+  explain?: (status: VmStatus) => Promise<string[] | undefined>;
   /**
    * Delete what this provision made when it fails (default true). false
    * leaves everything as it is: for restarting a VM the caller records.
@@ -100,6 +107,20 @@ export class ProvisionError extends ProviderError {
     this.rollbackError = rolledBack ? undefined : outcome.rollbackError;
     this.status = status;
   }
+}
+
+/** `err` with the guest's own lines added (FirstBootError carries its own already). */
+async function explained(
+  err: unknown,
+  status: VmStatus | undefined,
+  options: ProvisionOptions,
+): Promise<unknown> {
+  const active = status?.state === "running" || status?.state === "provisioning";
+  if (options.explain === undefined || !active || err instanceof FirstBootError) return err;
+  const lines = await options.explain(status).catch(() => undefined);
+  if (lines === undefined || lines.length === 0) return err;
+  const kind = err instanceof ProviderError ? err.kind : "permanent";
+  return new ProviderError(kind, [messageOf(err), ...lines].join("\n"), { cause: err });
 }
 
 export function messageOf(err: unknown): string {
@@ -202,7 +223,8 @@ async function provisionNow(
       }
     }
     return status;
-  } catch (err) {
+  } catch (caught) {
+    const err = await explained(caught, status, options);
     if (options.rollback === false) throw err;
     // Only what is ours: a domain of another owner (taken before us, or winning the define) stays with
     // its volumes; this create's own volumes carry its owner's tag and go (names.ts).

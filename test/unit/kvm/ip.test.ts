@@ -7,6 +7,7 @@ import {
   interfaceAddressProblem,
   ipProblem,
   parseCidr,
+  rangeProblem,
   sameAddress,
   subnetsOverlap,
 } from "../../../provider/kvm/ip";
@@ -66,11 +67,57 @@ describe("parseCidr", () => {
   it("refuses a value that is not a string, saying so", () => {
     expect(cidrProblem(42)).toMatch(/^must be a string/);
   });
+
+  it.each([
+    ["2001:DB8:0:0:0:0:0:7/64", "write it as 2001:db8::7/64"],
+    ["0001:0db8::0007/48", "write it as 1:db8::7/48"],
+    ["::ffff:192.0.2.1/120", "IPv4-mapped"],
+    ["64:ff9b::192.0.2.33/96", "write it as 64:ff9b::c000:221/96"],
+  ])("reads %s, but refuses it as an input: %s", (text, reason) => {
+    expect(parseCidr(text)).toBeDefined();
+    expect(cidrProblem(text)).toContain(reason);
+  });
+});
+
+describe("rangeProblem", () => {
+  it.each(["10.0.0.0/8", "203.0.113.7", "2001:db8:100::/48", "::/0", "0.0.0.0/0", "fd00::1"])(
+    "accepts %s",
+    (r) => {
+      expect(rangeProblem(r)).toBeUndefined();
+    },
+  );
+
+  it.each([
+    ["10.0.0.1/8", "host bits set: the range is 10.0.0.0/8"],
+    ["2001:db8::1/32", "the range is 2001:db8::/32"],
+    ["::ffff:0:0/96", "IPv4-mapped"],
+    ["::/64", "reaches into the IPv4-mapped block"],
+    ["::ffff:0.0.0.0/96", "IPv4-mapped"],
+    ["2001:db8::1%1/128", "zone"],
+    ["10.0.0.0/08", "prefix length"],
+    ["FD00::/8", "write it as fd00::/8"],
+    ["", "without spaces"],
+  ])("refuses %j: %s", (r, reason) => {
+    expect(rangeProblem(r)).toContain(reason);
+  });
 });
 
 describe("ipProblem", () => {
-  it.each(["203.0.113.1", "2001:db8::1", "::", "::ffff:192.0.2.1", "fe80::1"])("accepts %s", (text) => {
+  it.each(["203.0.113.1", "2001:db8::1", "::", "fe80::1", "64:ff9b::c000:221"])("accepts %s", (text) => {
     expect(ipProblem(text)).toBeUndefined();
+  });
+
+  it.each([
+    ["::ffff:192.0.2.1", "IPv4-mapped IPv6 address: give the IPv4 address 192.0.2.1 itself"],
+    ["::FFFF:c000:0201", "IPv4-mapped"],
+    ["64:ff9b::192.0.2.33", "dotted IPv4 tail: write it as 64:ff9b::c000:221"],
+    ["2001:DB8::1", "write it as 2001:db8::1"],
+    ["2001:db8:0:0:0:0:0:1", "write it as 2001:db8::1"],
+    ["2001:0db8::1", "write it as 2001:db8::1"],
+    ["1:0:0:2:0:0:0:3", "write it as 1:0:0:2::3"],
+    ["fe80::1%eth0", "zone"],
+  ])("refuses %s, naming the form to write: %s", (text, reason) => {
+    expect(ipProblem(text)).toContain(reason);
   });
 
   it.each([

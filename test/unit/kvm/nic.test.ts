@@ -57,21 +57,48 @@ describe("readNics: what it returns", () => {
     }
   });
 
-  it("returns addresses, gateways and nameservers in canonical text", () => {
-    const [nic] = nics([
-      {
-        bridge: "br0",
-        addresses: ["203.0.113.7/24", "2001:DB8:0:0::7/64"],
-        gateway4: "203.0.113.1",
-        gateway6: "2001:DB8::1",
-        nameservers: ["2606:4700:4700:0:0:0:0:1111", "1.1.1.1"],
-      },
-    ]);
-    expect(nic).toMatchObject({
+  it("returns addresses, gateways and nameservers as given (in canonical text)", () => {
+    const given = {
+      bridge: "br0",
       addresses: ["203.0.113.7/24", "2001:db8::7/64"],
       gateway4: "203.0.113.1",
       gateway6: "2001:db8::1",
       nameservers: ["2606:4700:4700::1111", "1.1.1.1"],
+    };
+    const [nic] = nics([given]);
+    const { bridge: _b, ...fields } = given;
+    expect(nic).toMatchObject(fields);
+  });
+
+  it.each<[string, Record<string, unknown>, string, string]>([
+    [
+      "an address",
+      { addresses: ["2001:DB8:0:0::7/64"] },
+      "nics[0].addresses[0]",
+      "write it as 2001:db8::7/64",
+    ],
+    [
+      "a gateway",
+      { addresses: ["2001:db8::7/64"], gateway6: "2001:DB8::1" },
+      "nics[0].gateway6",
+      "write it as 2001:db8::1",
+    ],
+    [
+      "a nameserver",
+      { nameservers: ["2606:4700:4700:0:0:0:0:1111"] },
+      "nics[0].nameservers[0]",
+      "write it as 2606:4700:4700::1111",
+    ],
+    [
+      "an IPv4-mapped nameserver",
+      { nameservers: ["::ffff:1.1.1.1"] },
+      "nics[0].nameservers[0]",
+      "give the IPv4 address 1.1.1.1 itself",
+    ],
+  ])("refuses %s not in canonical text, naming the form to write", (_what, fields, property, reason) => {
+    expect(read([{ bridge: "br0", ...fields }]).failures).toContainEqual({
+      property,
+      reason: expect.stringContaining(reason),
     });
   });
 
@@ -226,10 +253,10 @@ describe("readNics: refusals name the field", () => {
       "203.0.113.7 is also given at nics[0].addresses[0]",
     ],
     [
-      "an address on two NICs, written differently",
+      "an address on two NICs, with other prefixes",
       [
         { network: "n", addresses: ["2001:db8::7/64"] },
-        { bridge: "br0", addresses: ["2001:DB8:0::7/48"] },
+        { bridge: "br0", addresses: ["2001:db8::7/48"] },
       ],
       "nics[1].addresses[0]",
       "2001:db8::7 is also given at nics[0].addresses[0]",

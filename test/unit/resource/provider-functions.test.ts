@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/image";
 import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/metadata";
-import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy-setup";
+import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy-access";
 import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
@@ -77,7 +77,13 @@ describe("createSpec", () => {
       },
       specHash: specHashOf(c),
       proxyPort: 3128,
-      proxy: { port: 3128, allowedClients: DEFAULT_ALLOWED_CLIENTS },
+      proxy: {
+        port: 3128,
+        allowedClients: DEFAULT_ALLOWED_CLIENTS,
+        allowedDestinations: [],
+        ownAddresses: [],
+        onLink: [],
+      },
       tags: { team: "crawl" },
     });
   });
@@ -166,7 +172,7 @@ describe("specHashOf", () => {
     ["userDataBase64", { userData: undefined, userDataBase64: "I2Nsb3VkLWNvbmZpZwo=" }],
     ["vendorData", { vendorData: "#!/bin/sh\n" }],
     ["vendorDataBase64", { vendorDataBase64: "IyEvYmluL3NoCg==" }],
-    ["proxy", { proxy: { port: 3128, allowedClients: ["203.0.113.0/24"] } }],
+    ["proxy", { proxy: { port: 3128, allowedClients: ["203.0.113.0/24"], allowedDestinations: [] } }],
     ["installGuestAgent", { installGuestAgent: false }],
     ["memoryMiB", { memoryMiB: 1024 }],
     ["vcpus", { vcpus: 2 }],

@@ -1,8 +1,9 @@
 /**
  * The whole seed ISO of a proxy with a proxy block (issue 13): built twice
- * from the same inputs, checked separately, it is byte-identical (the
- * password's salt is derived, not drawn); another password changes it; the
- * password itself is in no byte of it.
+ * from the same inputs, hashed by the program and checked separately, it is
+ * byte-identical (the password's salt comes from the username and the URN,
+ * not drawn); another password changes it; the password itself is in no
+ * byte of it.
  */
 import { describe, expect, it } from "vitest";
 import { buildSeed } from "../../../provider/kvm/seed";
@@ -10,6 +11,7 @@ import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { readStackConfig } from "../../../provider/resource/config";
 import { createSpec } from "../../../provider/resource/mapping";
+import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 
 const config = readStackConfig(
   (k) =>
@@ -29,12 +31,15 @@ function seedOf(password: string): Buffer {
       name: "edge-1",
       userData: "#cloud-config\npackages: [curl]\n",
       nics: [{ bridge: "br0", addresses: ["203.0.113.7/24", "2001:db8::7/64"], gateway4: "203.0.113.1" }],
-      proxy: {
-        port: 3129,
-        auth: { username: "crawler", password },
-        allowedClients: ["198.51.100.0/24"],
-        outgoingAddress: "203.0.113.7",
-      },
+      proxy: hashedProxyBlock(
+        {
+          port: 3129,
+          auth: { username: "crawler", password },
+          allowedClients: ["198.51.100.0/24"],
+          outgoingAddress: "203.0.113.7",
+        },
+        "urn:pulumi:s::p::KvmProxy::edge-1",
+      ),
       owner: { project: "p", stack: "s", urn: "urn:pulumi:s::p::KvmProxy::edge-1", resource: "edge-1" },
     },
     // Random bytes that differ per call: nothing random may reach the seed.

@@ -1,0 +1,135 @@
+/**
+ * What a create waits for before it returns, and what refresh and update
+ * probe: the first boot finished (cloud-init's result, through the guest
+ * agent), then the health check (health-check.ts) from here, and for
+ * proxies with auth and a URL the request inside the guest. The resource
+ * layer's one owner of "ready".
+ */
+import { ProviderError, TimeoutError } from "../errors";
+import type { KvmOperations, VmStatus } from "../kvm/host/operations";
+import type { ProgressListener } from "../kvm/progress";
+import { proxyAddressOf } from "./address-outputs";
+import type { CheckedInputs, ProxyHealth } from "./args";
+import { judgeStatus, type ProbeResult, probeOnce, waitHealthy } from "./health-check";
+import { guestProbeOf, type ProbeInputs, probeTargetOf } from "./probe-target";
+
+/** What readiness needs of the runtime around it. */
+export interface ReadinessOptions {
+  /** Pause between polls, ms. */
+  pollMs: number;
+  /** Deadline of the one probe a refresh or update makes, ms. */
+  probeTimeoutMs: number;
+  /** Where a resource's progress goes. */
+  progress: (urn: string | undefined) => ProgressListener;
+  /** A warning on a resource. */
+  warn: (urn: string | undefined, text: string) => void;
+}
+
+/** See the module header. */
+export class Readiness {
+  constructor(
+    private readonly ops: KvmOperations,
+    private readonly o: ReadinessOptions,
+  ) {}
+
+  /**
+   * Provision's readiness gate: cloud-init has finished the first boot (read
+   * through the guest agent, which the vendor script installs; without it
+   * nothing can be read, and the health check alone decides), then the
+   * health check passes. Says what it saw.
+   */
+  async gate(
+    c: CheckedInputs,
+    status: VmStatus,
+    remainingMs: number,
+    signal: AbortSignal,
+  ): Promise<ProxyHealth | undefined> {
+    const since = performance.now();
+    if (c.installGuestAgent) {
+      await this.ops.waitFirstBoot(status.host, status.name, {
+        signal,
+        pollMs: Math.max(this.o.pollMs, 1_000),
+        onProgress: this.o.progress(c.owner?.urn),
+      });
+    }
+    if (c.healthCheck === false) return undefined;
+    return this.healthGate(c, status, remainingMs - (performance.now() - since), signal);
+  }
+
+  /** The health check: waits until it passes (or throws), and says what it saw. */
+  private async healthGate(
+    c: CheckedInputs,
+    status: VmStatus,
+    remainingMs: number,
+    signal: AbortSignal,
+  ): Promise<ProxyHealth> {
+    const ip = proxyAddressOf(c.nics, status);
+    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
+    if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
+    const since = performance.now();
+    let r: ProbeResult = await waitHealthy(target, remainingMs, { pollMs: this.o.pollMs });
+    const inGuest = guestProbeOf(c);
+    if (inGuest !== undefined) {
+      r = await this.waitGuestProbe(
+        status,
+        target,
+        inGuest,
+        remainingMs - (performance.now() - since),
+        signal,
+      );
+    }
+    if (r.ok && r.note !== undefined) this.o.warn(c.owner?.urn, r.note);
+    return {
+      ok: true,
+      checkedAt: new Date().toISOString(),
+      ...(r.ok && r.note !== undefined ? { reason: r.note } : {}),
+    };
+  }
+
+  /** One probe of `url` inside the guest (proxies with auth): judged as a reply from here. */
+  private async guestProbeOnce(
+    status: Pick<VmStatus, "host" | "name">,
+    target: { ip: string; proxyPort: number; squidName: string },
+    probe: { url: string; expectStatus?: number },
+    signal?: AbortSignal,
+  ): Promise<ProbeResult> {
+    const reply = await this.ops.probeInGuest(status.host, status.name, target.proxyPort, probe.url, signal);
+    if (reply === undefined)
+      return { ok: false, reason: "the guest agent does not answer (the in-guest probe needs it)" };
+    if ("error" in reply)
+      return { ok: false, reason: `${probe.url} through the proxy, inside the guest: ${reply.error}` };
+    return judgeStatus(reply.status, { via: reply.via, "x-cache": reply.xCache }, { ...target, ...probe });
+  }
+
+  /** Repeats {@link guestProbeOnce} until it passes or the time is up. */
+  private async waitGuestProbe(
+    status: Pick<VmStatus, "host" | "name">,
+    target: { ip: string; proxyPort: number; squidName: string },
+    probe: { url: string; expectStatus?: number },
+    remainingMs: number,
+    signal: AbortSignal,
+  ): Promise<ProbeResult> {
+    const until = performance.now() + remainingMs;
+    for (;;) {
+      const r = await this.guestProbeOnce(status, target, probe, signal);
+      if (r.ok) return r;
+      if (performance.now() + this.o.pollMs > until) {
+        throw new TimeoutError(
+          `a healthy proxy (${probe.url} through the proxy, inside the guest); last failure: ${r.reason}`,
+          remainingMs,
+        );
+      }
+      await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+    }
+  }
+
+  /** One probe with a short deadline (refresh, update): the proxy's health now, no libvirt call. */
+  async probeNow(c: ProbeInputs, ip: string | undefined): Promise<ProxyHealth | undefined> {
+    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
+    if (target === undefined) return undefined;
+    const r = await probeOnce(target, this.o.probeTimeoutMs);
+    const checkedAt = new Date().toISOString();
+    if (r.ok) return { ok: true, checkedAt, ...(r.note !== undefined ? { reason: r.note } : {}) };
+    return { ok: false, checkedAt, reason: r.reason };
+  }
+}

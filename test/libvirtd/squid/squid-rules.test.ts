@@ -1,0 +1,241 @@
+/**
+ * The proxy's access rules as the real squid reads them (issue 21): the
+ * squid.conf the provider writes, run by this machine's squid 5.7 (the
+ * guests' own version) inside a network namespace this test makes, with
+ * only a loopback interface carrying the client and target addresses. Real
+ * requests (plain HTTP and CONNECT) from several client addresses to
+ * destinations of every class: what squid refuses answers 403; what it lets
+ * through is tried (a server on the namespace's loopback answers 204, any
+ * other address fails at once with 502/503, since the namespace has no
+ * route anywhere: nothing leaves it). With auth, the password file holds the
+ * SHA-512-crypt hash the program makes, checked by squid's basic_ncsa_auth.
+ *
+ * What the booted guests add (test/guest/networking.test.ts): the guest's
+ * own script writing the on-link files, and real NICs.
+ */
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { squidPasswordHash } from "../../../provider/kvm/password-hash";
+import { buildSquidConf, type ProxySetup, passwordFileLine } from "../../../provider/kvm/proxy-setup";
+import { startServer, stopServer } from "../../support/netns-http";
+import { testHost } from "../../support/test-host";
+
+/** Addresses on the namespace's loopback: clients, and targets of each class. */
+const A = {
+  privateClient: "10.9.0.1",
+  publicClient: "198.51.100.9",
+  privateClient6: "fd00:9::1",
+  /** A static address of "the VM" (ownAddresses), and one its first boot found (the own file). */
+  own: "192.0.2.10",
+  ownFromFile: "192.168.50.10",
+  /** The static NIC's gateway, and an address of its subnet. */
+  gateway: "192.0.2.1",
+  onLink: "192.0.2.77",
+  /** An address of the subnet its first boot found (the on-link file), which the plain squid opens. */
+  onLinkFromFile: "192.168.50.77",
+  outward: "203.0.113.80",
+  outward6: "2001:db8:80::80",
+  inward: "10.213.0.80",
+  inward6: "fd00:213::80",
+  cgnat: "100.64.1.1",
+  opened: "172.16.5.5",
+  metadata: "169.254.169.254",
+};
+const USER = "crawler";
+const PASSWORD = "squid-reads-$6$-hashes:@#%/";
+const URN = "urn:pulumi:test::kvmpt::pulumi-nodejs:dynamic:KvmProxy::edge";
+
+let ns: string;
+let dir: string;
+const servers: ChildProcess[] = [];
+const squids: ChildProcess[] = [];
+/** Port of the 204 server on the outward and inward addresses (the same port on all). */
+let targetPort = 0;
+
+function inNs(args: string[], input?: string): string {
+  return execFileSync("ip", ["netns", "exec", ns, ...args], { encoding: "utf8", input, timeout: 60_000 });
+}
+
+/** Starts squid (foreground) with squid.conf of `setup`, on `port`, its files in a folder of its own. */
+async function startSquid(setup: ProxySetup, port: number): Promise<void> {
+  const own = path.join(dir, `squid-${port}`);
+  execFileSync("mkdir", ["-p", own]);
+  const conf = buildSquidConf({ ...setup, port })
+    .replaceAll("/etc/squid/", `${own}/`)
+    .replace("@KVMP_AUTH_HELPER@", "/usr/lib/squid/basic_ncsa_auth");
+  writeFileSync(path.join(own, "kvm-proxy-own.acl"), `# first boot\n${A.ownFromFile}\n`);
+  writeFileSync(path.join(own, "kvm-proxy-onlink.acl"), "# first boot\n192.168.50.0/24\n");
+  if (setup.auth !== undefined)
+    writeFileSync(path.join(own, "kvm-proxy.passwd"), passwordFileLine(setup.auth));
+  const extra = [
+    `pid_filename ${own}/squid.pid`,
+    `cache_log ${own}/cache.log`,
+    `access_log ${own}/access.log`,
+    "cache_store_log none",
+    `coredump_dir ${own}`,
+  ];
+  writeFileSync(path.join(own, "squid.conf"), `${conf}${extra.join("\n")}\n`);
+  execFileSync("chown", ["-R", "proxy:proxy", own]);
+  const child = spawn("ip", ["netns", "exec", ns, "squid", "-N", "-f", path.join(own, "squid.conf")], {
+    stdio: "ignore",
+  });
+  squids.push(child);
+  for (let i = 0; i < 100; i++) {
+    try {
+      const log = readFileSync(path.join(own, "cache.log"), "utf8");
+      if (new RegExp(`Accepting HTTP Socket connections at.*:${port}\\b`).test(log)) return;
+      if (/FATAL/.test(log)) throw new Error(`squid failed: ${log}`);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`squid on ${port} did not start`);
+}
+
+/** A request through the squid on `port` from `from`: the HTTP status (CONNECT: squid's answer to it). */
+function request(
+  port: number,
+  from: string,
+  url: string,
+  o: { connect?: boolean; credentials?: string } = {},
+): string {
+  // Clients reach squid on their own family's loopback, from their own source address.
+  const proxy = from.includes(":") ? `http://[::1]:${port}` : `http://127.0.0.1:${port}`;
+  const args = ["curl", "-s", "-o", "/dev/null", "--max-time", "10", "--interface", from, "-x", proxy];
+  if (o.credentials !== undefined) args.push("--proxy-user", o.credentials);
+  // -p: a CONNECT tunnel for the URL's host and port, whatever its scheme.
+  args.push(...(o.connect ? ["-p", "-w", "%{http_connect}"] : ["-w", "%{http_code}"]), url);
+  try {
+    return inNs(args);
+  } catch (err) {
+    return (err as { stdout?: string }).stdout || "000";
+  }
+}
+
+const http = (addr: string, p = targetPort) => `http://${addr.includes(":") ? `[${addr}]` : addr}:${p}/`;
+/** The URL a CONNECT to port 443 of `addr` is made for (the server there speaks plain HTTP). */
+const https = (addr: string) => http(addr, 443);
+
+const NO_AUTH: ProxySetup = {
+  port: 0,
+  allowedClients: ["10.0.0.0/8", "fc00::/7"],
+  // The subnet found at first boot is opened: the VM's own address in it must stay refused.
+  allowedDestinations: ["172.16.0.0/12", "192.168.50.0/24"],
+  ownAddresses: [A.own],
+  onLink: ["192.0.2.0/24", A.gateway],
+};
+const WITH_AUTH: ProxySetup = {
+  ...NO_AUTH,
+  allowedClients: ["10.0.0.0/8", "198.51.100.0/24"],
+  auth: { username: USER, passwordHash: squidPasswordHash(PASSWORD, USER, URN) },
+};
+const PLAIN_PORT = 3128;
+const AUTH_PORT = 3129;
+
+beforeAll(async () => {
+  ns = `${testHost().netns}-sq`;
+  // One left by a run that was cut short goes first.
+  spawnSync("ip", ["netns", "del", ns], { stdio: "ignore" });
+  execFileSync("ip", ["netns", "add", ns]);
+  inNs(["ip", "link", "set", "lo", "up"]);
+  for (const a of Object.values(A)) {
+    const cidr = a.includes(":") ? `${a}/128` : `${a}/32`;
+    inNs(["ip", "addr", "replace", cidr, "dev", "lo", ...(a.includes(":") ? ["nodad"] : [])]);
+  }
+  dir = mkdtempSync("/tmp/kvmp-squid-rules-");
+  chmodSync(dir, 0o755);
+  targetPort = await startServer(servers, ns, ["204", "::"]);
+  await startServer(servers, ns, ["204", "::", "443"]);
+  await startSquid(NO_AUTH, PLAIN_PORT);
+  await startSquid(WITH_AUTH, AUTH_PORT);
+}, 60_000);
+
+afterAll(async () => {
+  for (const s of squids) s.kill("SIGKILL");
+  await Promise.all(servers.map((s) => stopServer(s)));
+  if (ns !== undefined) execFileSync("ip", ["netns", "del", ns], { stdio: "ignore" });
+  if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("the squid.conf the provider writes, read by squid 5.7", () => {
+  it("positive control: every target address answers from inside the namespace, without the proxy", () => {
+    for (const a of [A.outward, A.inward, A.own, A.gateway, A.opened, A.inward6]) {
+      expect(
+        inNs(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", http(a)]),
+        a,
+      ).toBe("204");
+    }
+  });
+
+  // Destinations, from an admitted client without auth: what is refused (403), what passes (204 from the target).
+  it.each<[string, string, "403" | "204"]>([
+    ["an outward address (the internet)", A.outward, "204"],
+    ["an outward IPv6 address", A.outward6, "204"],
+    ["a private address", A.inward, "403"],
+    ["a ULA address", A.inward6, "403"],
+    ["a CGNAT address", A.cgnat, "403"],
+    ["the VM's own static address", A.own, "403"],
+    ["the VM's own address found at first boot, in an opened subnet", A.ownFromFile, "403"],
+    ["its gateway", A.gateway, "403"],
+    ["an address of its static subnet (public)", A.onLink, "403"],
+    ["an address of the subnet found at first boot (opened)", A.onLinkFromFile, "204"],
+    ["the metadata service", A.metadata, "403"],
+    ["its loopback", "127.0.0.1", "403"],
+    ["a range allowedDestinations opens", A.opened, "204"],
+  ])("plain HTTP to %s: %s", (_what, address, want) => {
+    expect(request(PLAIN_PORT, A.privateClient, http(address))).toBe(want);
+  });
+
+  it.each<[string, string, "403" | "200"]>([
+    ["an outward address", A.outward, "200"],
+    ["a private address", A.inward, "403"],
+    ["a ULA address", A.inward6, "403"],
+    ["the VM's own address", A.own, "403"],
+    ["its gateway", A.gateway, "403"],
+    ["the metadata service", A.metadata, "403"],
+    ["an opened range", A.opened, "200"],
+  ])("CONNECT to %s:443: %s", (_what, address, want) => {
+    expect(request(PLAIN_PORT, A.privateClient, https(address), { connect: true })).toBe(want);
+  });
+
+  it("refuses CONNECT to a port other than 443, even outward", () => {
+    expect(request(PLAIN_PORT, A.privateClient, http(A.outward), { connect: true })).toBe("403");
+  });
+
+  it("refuses a client outside allowedClients (403), admits an IPv6 one inside", () => {
+    expect(request(PLAIN_PORT, A.publicClient, http(A.outward))).toBe("403");
+    expect(request(PLAIN_PORT, A.privateClient6, http(A.outward))).toBe("204");
+  });
+
+  it("with auth: 407 without or with wrong credentials, 204 with the password squid's helper checks against the $6$ hash", () => {
+    const outward = http(A.outward);
+    expect(request(AUTH_PORT, A.publicClient, outward)).toBe("407");
+    expect(request(AUTH_PORT, A.publicClient, outward, { credentials: `${USER}:wrong-password` })).toBe(
+      "407",
+    );
+    expect(request(AUTH_PORT, A.publicClient, outward, { credentials: `${USER}:${PASSWORD}` })).toBe("204");
+  });
+
+  it("with auth, a client outside allowedClients gets 403 before any challenge, with or without credentials", () => {
+    expect(request(AUTH_PORT, A.privateClient6, http(A.outward))).toBe("403");
+    expect(
+      request(AUTH_PORT, A.privateClient6, http(A.outward), { credentials: `${USER}:${PASSWORD}` }),
+    ).toBe("403");
+  });
+
+  it("with auth and valid credentials, inward destinations stay refused", () => {
+    const credentials = `${USER}:${PASSWORD}`;
+    for (const a of [A.inward, A.own, A.gateway, A.metadata]) {
+      expect(request(AUTH_PORT, A.publicClient, http(a), { credentials }), a).toBe("403");
+    }
+    expect(request(AUTH_PORT, A.publicClient, https(A.inward), { connect: true, credentials })).toBe("403");
+  });
+
+  it("admits the VM's own processes (loopback) without credentials: the in-guest health probe", () => {
+    expect(request(AUTH_PORT, "127.0.0.1", http(A.outward))).toBe("204");
+    expect(request(AUTH_PORT, "127.0.0.1", http(A.inward))).toBe("403");
+  });
+});

@@ -22,6 +22,7 @@ import { type ImageConfig, parseImage } from "./image";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
 import {
   checkSshPairs,
+  hostProblem,
   parseReach,
   REACH_FIELDS,
   readSshMaterial,
@@ -180,6 +181,10 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
     }
     const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
     if (host === "") problems.push("must name a host");
+    else {
+      const bad = hostProblem(host);
+      if (bad !== undefined) problems.push(bad);
+    }
     let user: string = DEFAULT_SSH_USER;
     if (url.username !== "") {
       const decoded = decodeOrUndefined(url.username);

@@ -13,8 +13,30 @@
  * together). Failures name `jump` (one hop) or `jump[i]` (a list) and never
  * quote a key, passphrase or a URL's password.
  */
+
+import { isPublicKey, privateKeyTextProblem } from "../transport/private-key";
 import { decodeOrUndefined, given, isObject, type Obj, optEnum, optString, rejectUnknown } from "./fields";
+import { ipProblem } from "./ip";
 import { type Failures, quote } from "./validation";
+
+const HOST_LABEL = "[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?";
+const HOST_NAME = new RegExp(`^(?=.{1,253}$)${HOST_LABEL}(?:\\.${HOST_LABEL})*\\.?$`);
+
+/**
+ * Why `host` (of an ssh:// URI) is not a host name or an address, or
+ * undefined. OpenSSH reads more into some characters than a name: a `,` in
+ * a ProxyJump (`-J`) starts a second hop, `%` is a token, spaces split.
+ */
+export function hostProblem(host: string): string | undefined {
+  if (host.includes(":") || /^[0-9.]+$/.test(host)) {
+    const bad = ipProblem(host);
+    return bad === undefined ? undefined : `host ${bad.replace(/^must be /, "must be ")}`;
+  }
+  if (!HOST_NAME.test(host)) {
+    return `host ${quote(host)} is not a host name or address (letters, digits, '-', '_' and dots; a ',' would be read as a second jump host)`;
+  }
+  return undefined;
+}
 
 /** The SSH client a host's stream goes through. */
 export type SshClientKind = "ssh2" | "openssh";
@@ -131,6 +153,10 @@ export function parseHopUri(
   if (url.pathname !== "" && url.pathname !== "/") problems.push("must not have a path");
   const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
   if (host === "") problems.push("must name a host");
+  else {
+    const bad = hostProblem(host);
+    if (bad !== undefined) problems.push(bad);
+  }
   let user = defaultUser;
   if (url.username !== "") {
     const u = decodeOrUndefined(url.username);
@@ -145,6 +171,16 @@ export function parseHopUri(
   }
   const hostPart = host.includes(":") ? `[${host}]` : host;
   return { uri: `ssh://${user}@${hostPart}:${port}`, user, host, port };
+}
+
+/**
+ * Why private key text (inline, or `kvm:sshPrivateKey`) cannot be one, as
+ * far as preview can tell without its passphrase, or undefined.
+ */
+export function privateKeyContentProblem(text: string): string | undefined {
+  if (isPublicKey(text)) return "is a public key; give the private key (the file without .pub)";
+  if (!text.includes("-----BEGIN")) return "must hold the key itself (-----BEGIN ...)";
+  return privateKeyTextProblem(text);
 }
 
 /**
@@ -166,9 +202,8 @@ export function checkSshPairs(
   if (given(input.privateKey) && given(input.privateKeyPath)) {
     f.fail("privateKeyPath", "give either privateKey (content) or privateKeyPath, not both");
   }
-  if (m.privateKey !== undefined && !m.privateKey.includes("-----BEGIN")) {
-    f.fail("privateKey", "must hold the key itself (-----BEGIN ...); for a file use privateKeyPath");
-  }
+  const problem = m.privateKey === undefined ? undefined : privateKeyContentProblem(m.privateKey);
+  if (problem !== undefined) f.fail("privateKey", `${problem}; for a file use privateKeyPath`);
 }
 
 /** Checks one hop's own material (the same rules as a host's); records failures under `f`. */

@@ -87,6 +87,24 @@ export interface NicsContext {
 }
 
 /** `nics` and `networkConfig`; failures at `nics[i].<field>`, `network`, `bridge`, `macAddress`, `networkConfig`. */
+/**
+ * Why a fixed MAC cannot be `owner`'s: another proxy of the program has it
+ * on a host this one may land on (a fleet whose template fixes a MAC gives
+ * every member the same one). Claims it otherwise.
+ */
+export function macClaimProblem(
+  ctx: Pick<NicsContext, "claim" | "hosts">,
+  mac: string,
+  owner: string,
+): string | undefined {
+  for (const host of ctx.hosts) {
+    const other = ctx.claim?.(host, `mac ${mac}`, owner);
+    if (other === undefined) continue;
+    return `MAC ${mac} is also given to ${quote(other.split("::").pop() ?? other)} on host ${host}: two VMs on one network cannot share it`;
+  }
+  return undefined;
+}
+
 export function checkNetworking(
   f: Failures,
   news: Record<string, unknown>,
@@ -139,6 +157,10 @@ export function checkNetworking(
   if (ctx.claim !== undefined) {
     const owner = ctx.owner ?? ctx.name;
     nics.forEach((n, i) => {
+      if (n.macAddress !== undefined) {
+        const problem = macClaimProblem(ctx, n.macAddress, owner);
+        if (problem !== undefined) f.fail(`nics[${i}].macAddress`, problem);
+      }
       n.addresses.forEach((cidr, j) => {
         const address = parseCidr(cidr)?.address;
         if (address === undefined) return;

@@ -42,6 +42,7 @@ import {
   type CheckedNetworking,
   checkNetworking,
   checkWaitForIp,
+  macClaimProblem,
   outgoingAddressProblem,
   seedNetworkConfig,
 } from "./check-nics";
@@ -373,6 +374,15 @@ export function checkInputs(
     } else {
       name = autoDomainName(owner?.resource ?? "proxy", ctx.randomBytes(AUTONAME_RANDOM_BYTES));
     }
+  }
+
+  if (typeof macAddress === "string" && macAddress !== UNKNOWN && ctx.claimAddress !== undefined) {
+    const problem = macClaimProblem(
+      { claim: ctx.claimAddress, hosts: hostKeysOf(news.host) },
+      macAddress,
+      owner?.urn ?? (typeof name === "string" ? name : "unnamed"),
+    );
+    if (problem !== undefined) f.fail("macAddress", problem);
   }
 
   const networking = guard(f, "nics", {} as CheckedNetworking, () =>

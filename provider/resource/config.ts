@@ -16,6 +16,7 @@
 import { type HostConfig, parseHost, parseKeyedEntries } from "../kvm/config";
 import { given } from "../kvm/fields";
 import { type ImageConfig, parseImage } from "../kvm/image";
+import { privateKeyContentProblem } from "../kvm/ssh-reach";
 import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
 import { knownHostsContentProblems } from "../transport/known-hosts";
 
@@ -108,11 +109,14 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
   const rawImages = decodeConfigValue(read(CONFIG_KEYS.images));
   const sshKey = read(CONFIG_KEYS.sshPrivateKey);
 
-  if (given(sshKey) && (typeof sshKey !== "string" || !sshKey.includes("-----BEGIN"))) {
-    out.general.push({
-      property: CONFIG_KEYS.sshPrivateKey,
-      reason: "must hold a private key (-----BEGIN ...), set with `pulumi config set --secret`",
-    });
+  if (given(sshKey)) {
+    const problem = typeof sshKey === "string" ? privateKeyContentProblem(sshKey) : "must be a string";
+    if (problem !== undefined) {
+      out.general.push({
+        property: CONFIG_KEYS.sshPrivateKey,
+        reason: `${problem}: a private key, set with \`pulumi config set --secret\``,
+      });
+    }
   }
 
   // The shared key applies to ssh:// hosts that bring no auth of their own.

@@ -45,7 +45,7 @@ export class Readiness {
     signal: AbortSignal,
   ): Promise<ProxyHealth | undefined> {
     const since = performance.now();
-    if (c.installGuestAgent) {
+    if (c.installGuestAgent && c.waitForIp !== false) {
       await this.ops.waitFirstBoot(status.host, status.name, {
         signal,
         pollMs: Math.max(this.o.pollMs, 1_000),

@@ -18,6 +18,7 @@ import path from "node:path";
 import { type ParsedKey, utils } from "ssh2";
 import { ProviderError } from "../errors";
 import { KnownHosts } from "./known-hosts";
+import { sshReadableKey } from "./private-key";
 
 export interface CredentialOptions {
   /** Private key text (OpenSSH or PEM; ed25519, ecdsa or rsa). */
@@ -69,7 +70,10 @@ function safeParserReason(message: string): string {
 
 /** Parses a private key; every failure is permanent and names only `source`. */
 export function parsePrivateKey(text: string, source: string, passphrase: string | undefined): ParsedKey {
-  const parsed = utils.parseKey(text, passphrase);
+  // PKCS#8 is converted (and decrypted) first: ssh2 does not read it.
+  const readable = sshReadableKey(text, passphrase);
+  if ("problem" in readable) throw new ProviderError("permanent", `${source} ${readable.problem}`);
+  const parsed = utils.parseKey(readable.key, readable.converted === undefined ? passphrase : undefined);
   if (parsed instanceof Error) {
     const msg = parsed.message;
     if (/no passphrase given/i.test(msg)) {

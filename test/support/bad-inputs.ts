@@ -17,6 +17,17 @@ export const BAD_INPUT_CONFIG: Record<string, unknown> = {
     pastedkey: { uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k", privateKeyPath: KEY },
     wrongdriver: { uri: "unix:///run/libvirt/libvirt-sock", driverUri: "qemu+ssh://lab.example.com/system" },
     keyless: { uri: "ssh://root@lab.example.com:22", knownHosts: "lab.example.com ssh-ed25519\n" },
+    // Issue 21: what OpenSSH and ssh2 would read otherwise than preview showed.
+    commahop: {
+      uri: "ssh://root@10.0.5.21:22",
+      knownHostsPath: "/k",
+      jump: { uri: "ssh://ops@bastion,evil:22" },
+    },
+    pubkey: {
+      uri: "ssh://root@lab.example.com:22",
+      knownHostsPath: "/k",
+      privateKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0kvmp user@host",
+    },
   },
   "kvm:images": JSON.stringify({
     debian: { url: "https://example.com/debian.qcow2", sha256: "A".repeat(64) },
@@ -55,6 +66,18 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     { host: "keyless" },
     "host",
     /kvm:hosts\.keyless\.knownHosts: line 1: expected/,
+  ],
+  [
+    "host whose jump host has a comma (two -J hops to OpenSSH)",
+    { host: "commahop" },
+    "host",
+    /kvm:hosts\.commahop\.jump\.uri: host "bastion,evil" is not a host name/,
+  ],
+  [
+    "host whose privateKey is a public key",
+    { host: "pubkey" },
+    "host",
+    /kvm:hosts\.pubkey\.privateKey: is a public key/,
   ],
   // Issue 14: networking.
   [

@@ -45,6 +45,7 @@ const PURE_ALLOWED = [
   /^\.\.\/errors$/,
   /^\.\.\/libvirt\/(constants|error-codes)$/, // numbers only
   /^\.\.\/transport\/defaults$/, // constants only
+  /^\.\.\/transport\/private-key$/, // key text, node:crypto only
   /^node:(crypto|zlib|url)$/,
   /^fast-xml-parser$/,
 ];

@@ -75,6 +75,32 @@ describe("nics at check", () => {
     // The same proxy checked again (preview, then up) claims its own addresses again without failing.
     expect(check({ nics: [STATIC] }, {}, { claimAddress }).failures).toEqual([]);
   });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    [
+      "in nics (a fleet whose template fixes one)",
+      { nics: [{ network: "default", macAddress: "52:54:00:aa:bb:cc" }] },
+      "nics[0].macAddress",
+    ],
+    ["as the shorthand", { macAddress: "52:54:00:aa:bb:cc" }, "macAddress"],
+  ])("refuses a fixed MAC another proxy of the program has, %s", (_what, news, property) => {
+    const claims = new Map<string, string>();
+    const claimAddress = (host: string, key: string, who: string) => {
+      const first = claims.get(`${host}/${key}`);
+      if (first !== undefined && first !== who) return first;
+      claims.set(`${host}/${key}`, who);
+      return undefined;
+    };
+    const pool = { host: { pool: ["lab", "remote"] } };
+    expect(check({ ...news, ...pool, owner: owner("crawl-0") }, {}, { claimAddress }).failures).toEqual([]);
+    expect(check({ ...news, ...pool, owner: owner("crawl-1") }, {}, { claimAddress }).failures).toEqual([
+      {
+        property,
+        reason:
+          'MAC 52:54:00:aa:bb:cc is also given to "crawl-0" on host lab: two VMs on one network cannot share it',
+      },
+    ]);
+  });
 });
 
 describe("the seed's network-config", () => {

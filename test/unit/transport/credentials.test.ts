@@ -143,7 +143,7 @@ describe("CredentialLoader", () => {
       "public key instead of private",
       "permanent",
       () => ({ privateKeyPath: `${file("ed25519")}.pub`, knownHostsPath }),
-      /holds a public key, not a private key/,
+      /is a public key; give the private key/,
     ],
     [
       "encrypted key without passphrase",

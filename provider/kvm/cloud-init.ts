@@ -30,8 +30,9 @@ import { PROXY_SETUP_SCRIPT_FILENAME } from "./proxy-setup";
  *   then yum (Fedora/RHEL), zypper (SUSE), apk (Alpine); services started
  *   with systemctl, OpenRC (rc-update/rc-service) or `service`.
  * - Skips the install when `qemu-ga` or a qemu-guest-agent service is already
- *   present (most cloud images ship it), and waits for package locks held by
- *   first-boot jobs such as unattended-upgrades instead of failing on them.
+ *   present (most cloud images ship it), waits for package locks held by
+ *   first-boot jobs such as unattended-upgrades (5 minutes) instead of
+ *   failing on them, and tries a failed install three times.
  * - Exit status: 0 when the agent is installed and started, 1 with a message
  *   naming the failed step otherwise. A non-zero exit does not fail the boot:
  *   cloud-init still runs every later module, including the user's `runcmd`;
@@ -72,23 +73,38 @@ agent_present() {
 	return 1
 }
 
+# A failed install (a mirror that stumbles) is tried three times, 10 and 20 s apart.
+retry() {
+	n=1
+	until "$@"; do
+		[ "$n" -ge 3 ] && return 1
+		log "attempt $n of $* failed; trying again in $((n * 10)) s"
+		sleep $((n * 10))
+		n=$((n + 1))
+	done
+}
+
+apt_install() {
+	apt-get -o DPkg::Lock::Timeout=300 -q update ||
+		log "apt-get update failed; trying the install with the current lists"
+	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent
+}
+
 install_agent() {
 	if have apt-get; then
 		DEBIAN_FRONTEND=noninteractive
 		export DEBIAN_FRONTEND
-		apt-get -o DPkg::Lock::Timeout=300 -q update ||
-			log "apt-get update failed; trying the install with the current lists"
-		apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent
+		retry apt_install
 	elif have dnf; then
-		dnf -y install qemu-guest-agent
+		retry dnf -y install qemu-guest-agent
 	elif have yum; then
-		yum -y install qemu-guest-agent
+		retry yum -y install qemu-guest-agent
 	elif have zypper; then
 		ZYPP_LOCK_TIMEOUT=300
 		export ZYPP_LOCK_TIMEOUT
-		zypper --non-interactive install --no-recommends qemu-guest-agent
+		retry zypper --non-interactive install --no-recommends qemu-guest-agent
 	elif have apk; then
-		apk add --wait 300 qemu-guest-agent
+		retry apk add --wait 300 qemu-guest-agent
 	else
 		log "no supported package manager found (apt-get, dnf, yum, zypper, apk)"
 		return 1

@@ -6,7 +6,7 @@ import path from "node:path";
 import type { TestProject } from "vitest/node";
 import { startServer, stopServer } from "../support/netns-http";
 import { preparePulumi } from "../support/prepare-pulumi";
-import { repoRoot, testHost } from "../support/test-host";
+import { repoRoot, targetsOf, testHost } from "../support/test-host";
 import type { GuestEnv } from "./support";
 
 /**
@@ -17,12 +17,14 @@ import type { GuestEnv } from "./support";
  *   image exists, a build otherwise; a failed build fails the run loudly);
  * - dist/ and the package link for the repo's Pulumi programs, and the Pulumi
  *   CLI (as the `pulumi` project's setup does);
- * - three tiny HTTP servers, all INSIDE the test host's network namespace:
- *   the proxy target answering 204 on the NAT gateway (reachable from
- *   guests), and the image served to the provider over HTTP on the
- *   namespace's veth address (reached from the root namespace, where the
- *   vitest workers run) and on the namespace's loopback (for the Pulumi CLI,
- *   which runs inside the namespace).
+ * - tiny HTTP servers, all INSIDE the test host's network namespace: the
+ *   proxy targets on the namespace's outward target address (203.0.113.80,
+ *   which the proxies treat as the internet: a 204, a whoami, and a 204 on
+ *   443 for CONNECT), a 204 on its inward (private) address, on a port of
+ *   its own and on 443, which the proxies must refuse, and the image served to the provider over HTTP
+ *   on the namespace's veth address (reached from the root namespace, where
+ *   the vitest workers run) and on the namespace's loopback (for the Pulumi
+ *   CLI, which runs inside the namespace).
  *
  * The servers are stopped by PID in teardown. What they learn (ports, URLs,
  * the image's SHA-256) reaches the tests through `inject("guest")`.
@@ -43,8 +45,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   try {
     const dir = path.dirname(imagePath);
     const file = path.basename(imagePath);
-    const target = await startServer(servers, host.netns, ["204", gateway]);
-    const whoami = await startServer(servers, host.netns, ["whoami", gateway]);
+    const targets = targetsOf(host);
+    const target = await startServer(servers, host.netns, ["204", targets.outward4]);
+    const whoami = await startServer(servers, host.netns, ["whoami", targets.outward4]);
+    const inward = await startServer(servers, host.netns, ["204", targets.inward4]);
+    await startServer(servers, host.netns, ["204", targets.inward4, "443"]);
+    await startServer(servers, host.netns, ["204", targets.outward4, "443"]);
     const viaVeth = await startServer(servers, host.netns, ["files", host.address, dir]);
     const viaLoopback = await startServer(servers, host.netns, ["files", "127.0.0.1", dir]);
     const env: GuestEnv = {
@@ -55,19 +61,24 @@ export default async function setup(project: TestProject): Promise<() => Promise
       imageUrlInNetns: `http://127.0.0.1:${viaLoopback}/${file}`,
       gateway,
       subnetPrefix: gateway.replace(/\.\d+$/, "."),
-      targetUrl: `http://${gateway}:${target}/`,
-      whoamiUrl: `http://${gateway}:${whoami}/`,
+      targetUrl: `http://${targets.outward4}:${target}/`,
+      whoamiUrl: `http://${targets.outward4}:${whoami}/`,
+      inwardUrl: `http://${targets.inward4}:${inward}/`,
+      inwardTlsAddress: `${targets.inward4}:443`,
+      targets,
     };
     // Loud failures now rather than a mysterious boot later: the image must
     // be downloadable from the root namespace, and the target must answer
     // 204 inside the namespace.
     await expectImageServed(env.imageUrlFromRoot);
-    const code = execFileSync(
-      "ip",
-      ["netns", "exec", host.netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", env.targetUrl],
-      { encoding: "utf8", timeout: 30_000 },
-    );
-    if (code !== "204") throw new Error(`the 204 server at ${env.targetUrl} answered ${code}`);
+    for (const url of [env.targetUrl, env.inwardUrl]) {
+      const code = execFileSync(
+        "ip",
+        ["netns", "exec", host.netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url],
+        { encoding: "utf8", timeout: 30_000 },
+      );
+      if (code !== "204") throw new Error(`the 204 server at ${url} answered ${code}`);
+    }
     project.provide("guest", env);
   } catch (err) {
     await stop();

@@ -82,12 +82,14 @@ function proxies(bandwidthKbps: number): Record<string, unknown> {
     diskGiB: 4,
     timeouts: { create: "20m" },
     proxy: {
+      // The namespace's addresses on the fixtures: public (documentation ranges), each a single address.
       allowedClients: [
         `${bridge.address4}/32`,
         `${bridge.address6}/128`,
         `${mv.hostAddress4}/32`,
         `${env.gateway}/32`,
       ],
+      publicClientsWithoutAuth: true,
     },
   };
   return {
@@ -107,6 +109,8 @@ function proxies(bandwidthKbps: number): Record<string, unknown> {
     },
     b: {
       ...common,
+      // B's targets on the far side are on-link there: inward, opened here.
+      proxy: { ...common.proxy, allowedDestinations: [`${mv.farAddress4}/32`, `${mv.farAddress6}/128`] },
       name: B,
       nics: [
         {
@@ -125,16 +129,22 @@ function proxies(bandwidthKbps: number): Record<string, unknown> {
   };
 }
 
-/** A GET through the proxy at `proxy` (IPv4 or IPv6), from inside the test namespace: status, seconds, and squid's error. */
+/**
+ * A GET through the proxy at `proxy` (IPv4 or IPv6), from inside the test
+ * namespace, or a CONNECT tunnel to the URL's host and port: status
+ * (CONNECT: squid's answer to it), seconds, and squid's error.
+ */
 async function through(
   proxy: string,
   url: string,
   maxSeconds = 20,
+  connect = false,
 ): Promise<{ status: string; seconds: number; error?: string }> {
   const p = proxy.includes(":") ? `[${proxy}]` : proxy;
   const args = ["netns", "exec", env.netns, "curl", "-s", "-D", "-", "-o", "/dev/null"];
-  args.push("-w", "\n%{http_code} %{time_total}", "--max-time", String(maxSeconds), "--noproxy", "");
-  args.push("-x", `http://${p}:3128`, url);
+  const code = connect ? "%{http_connect}" : "%{http_code}";
+  args.push("-w", `\n${code} %{time_total}`, "--max-time", String(maxSeconds), "--noproxy", "");
+  args.push(...(connect ? ["-p"] : []), "-x", `http://${p}:3128`, url);
   let out: string;
   try {
     out = (await run("ip", args, { encoding: "utf8", timeout: (maxSeconds + 10) * 1000 })).stdout;
@@ -288,8 +298,42 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
   });
 
   it("A's proxy answers through its IPv4 and its IPv6 address", async () => {
-    expect(await through(addr.a4(), target(bridge.address4, port))).toMatchObject({ status: "200" });
-    expect(await through(addr.a6(), target(bridge.address6, port))).toMatchObject({ status: "200" });
+    expect(await through(addr.a4(), target(env.targets.outward4, port))).toMatchObject({ status: "200" });
+    expect(await through(addr.a6(), target(env.targets.outward6, port))).toMatchObject({ status: "200" });
+  });
+
+  it("A, without auth, goes outward only: its own addresses, its gateways, private, ULA and metadata addresses are refused, plain and by CONNECT", async () => {
+    const refused = [
+      target(addr.a4(), 8080),
+      target(addr.a6(), 8080),
+      target(bridge.address4, port),
+      target(bridge.address6, port),
+      target(env.gateway, port),
+      env.inwardUrl,
+      target(env.targets.inward6, port),
+      "http://169.254.169.254/latest/meta-data/",
+    ];
+    for (const url of refused) {
+      expect(await through(addr.a4(), url, 10), url).toMatchObject({
+        status: "403",
+        error: expect.stringMatching(/ERR_ACCESS_DENIED/),
+      });
+    }
+    expect(await through(addr.a4(), `http://${env.inwardTlsAddress}/`, 10, true)).toMatchObject({
+      status: "403",
+    });
+    // Positive controls: the same servers answer inside the namespace, and outward through the proxy.
+    expect(await through(addr.a4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
+    expect(await through(addr.a4(), `http://${env.targets.outward4}:443/`, 10, true)).toMatchObject({
+      status: "200",
+    });
+  });
+
+  it("B reaches what allowedDestinations opens (its far side, on-link), never its own address there", async () => {
+    expect(await through(addr.b4(), target(mv.farAddress4, farPort), 10)).toMatchObject({ status: "200" });
+    expect(await through(addr.b4(), target(addr.bFar4(), 8080), 10)).toMatchObject({ status: "403" });
+    // What it does not open on that side stays refused.
+    expect(await through(addr.b4(), target(mv.hostAddress4, port), 10)).toMatchObject({ status: "403" });
   });
 
   it("A has two NICs with addresses (NAT by DHCP, bridge static), and proxyUrl uses the marked one", async () => {
@@ -360,7 +404,7 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
 
   it("B's bandwidth is in the live XML, and 10 MiB through its proxy at 1 MiB/s take at least 8 s", async () => {
     expect(liveInterfaces(B)[0]?.outbound).toBe("1025");
-    const r = await through(addr.b4(), target(bridge.address4, port, "ten.bin"), 60);
+    const r = await through(addr.b4(), target(env.targets.outward4, port, "ten.bin"), 60);
     expect(r, JSON.stringify(r)).toMatchObject({ status: "200" });
     expect(r.seconds).toBeGreaterThanOrEqual(8);
   });
@@ -384,17 +428,17 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
     const agentA = await agentFor(agents.libvirt("local"), A);
     const [a0] = macsOf(A) as [string];
     await setGuestAddress(agentA, a0, `${other}/${bridge.prefix4}`);
-    expect(await through(other, target(bridge.address4, port), 10)).toMatchObject({ status: "200" });
+    expect(await through(other, target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
     await setGuestAddress(agentA, a0, `${addr.a4()}/${bridge.prefix4}`);
-    expect(await through(addr.a4(), target(bridge.address4, port), 10)).toMatchObject({ status: "200" });
+    expect(await through(addr.a4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
 
     // B (clean-traffic, its IP parameter its own address) does the same: nothing gets through.
     const agentB = await agentFor(agents.libvirt("local"), B);
     const [b0] = macsOf(B) as [string];
     await setGuestAddress(agentB, b0, `${other}/${bridge.prefix4}`);
-    expect((await through(other, target(bridge.address4, port), 10)).status).toBe("000");
+    expect((await through(other, target(env.targets.outward4, port), 10)).status).toBe("000");
     await setGuestAddress(agentB, b0, `${addr.b4()}/${bridge.prefix4}`);
-    expect(await through(addr.b4(), target(bridge.address4, port), 10)).toMatchObject({ status: "200" });
+    expect(await through(addr.b4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
   });
 
   it("pulumi destroy removes both VMs and their volumes", async () => {

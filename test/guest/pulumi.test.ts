@@ -280,6 +280,19 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
       expect(outside.status).toBe("403");
     });
 
+    it("goes outward only: with the credentials, a private address, a CONNECT to a private :443, the VM's own address, its gateway and the metadata address are refused", async () => {
+      const ip = upOutputs?.ip as string;
+      const refused = async (url: string, connect = false) =>
+        (await proxyRequest(env, ip, url, { credentials: CREDENTIALS, connect })).status;
+      // Positive control: the private target answers inside the namespace; through the proxy the outward one does.
+      expect((await proxyRequest(env, ip, env.targetUrl, { credentials: CREDENTIALS })).status).toBe("204");
+      expect(await refused(env.inwardUrl)).toBe("403");
+      expect(await refused(`http://${env.inwardTlsAddress}/`, true)).toBe("403");
+      expect(await refused(`http://${ip}:8080/`)).toBe("403");
+      expect(await refused(`http://${env.gateway}:8080/`)).toBe("403");
+      expect(await refused("http://169.254.169.254/latest/meta-data/")).toBe("403");
+    });
+
     it("connects out from outgoingAddress: the target sees that source", async () => {
       const ip = upOutputs?.ip as string;
       const r = await proxyRequest(env, ip, env.whoamiUrl, { credentials: CREDENTIALS });

@@ -17,7 +17,7 @@ import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/
 import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy-setup";
 import type { Libvirt } from "../../provider/libvirt/libvirt";
 import type { Domain } from "../../provider/libvirt/types";
-import type { TestHost } from "../support/test-host";
+import type { TargetAddresses, TestHost } from "../support/test-host";
 
 const execFileAsync = promisify(execFile);
 
@@ -36,10 +36,16 @@ export interface GuestEnv {
   gateway: string;
   /** e.g. "192.168.213.": guest addresses must start with it. */
   subnetPrefix: string;
-  /** A URL on the gateway that answers 204 (the proxy target). */
+  /** A URL on the namespace's outward target address that answers 204 (the proxy target: "the internet"). */
   targetUrl: string;
   /** A target answering 200 with the client's address: what a proxy's outgoing connection comes from. */
   whoamiUrl: string;
+  /** A URL on the namespace's inward (private) target address answering 204: the proxies must refuse it. */
+  inwardUrl: string;
+  /** `address:443` of a server on the inward address: a CONNECT to it must be refused. */
+  inwardTlsAddress: string;
+  /** The target addresses of the test host (test/support/test-host.ts). */
+  targets: TargetAddresses;
 }
 
 declare module "vitest" {
@@ -107,13 +113,14 @@ export interface ProxyReply {
 
 /**
  * One GET of `url` through the squid at `ip:port`, made INSIDE the namespace,
- * optionally with the proxy's credentials and from a given source address.
+ * optionally with the proxy's credentials and from a given source address,
+ * or through a CONNECT tunnel to the URL's host and port.
  */
 export async function proxyRequest(
   env: GuestEnv,
   ip: string,
   url: string,
-  options: { port?: number; credentials?: string; from?: string } = {},
+  options: { port?: number; credentials?: string; from?: string; connect?: boolean } = {},
 ): Promise<ProxyReply> {
   const guest = assertGuestAddress(env, ip);
   const args = [
@@ -123,7 +130,9 @@ export async function proxyRequest(
     "curl",
     "-s",
     "-w",
-    "\n%{http_code}",
+    // A CONNECT (-p, a tunnel for the URL's host and port): squid's answer to it.
+    options.connect ? "\n%{http_connect}" : "\n%{http_code}",
+    ...(options.connect ? ["-p"] : []),
     "--max-time",
     "10",
     "--noproxy",

@@ -21,6 +21,7 @@ import { cachedImageVolumeName } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { checkInputs } from "../../provider/resource/check";
 import { readStackConfig } from "../../provider/resource/config";
+import { hashedProxyBlock } from "../../provider/resource/proxy-auth";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, UNIT_ONLY } from "../support/bad-inputs";
 import { type TestHost, testHost } from "../support/test-host";
 import {
@@ -123,7 +124,10 @@ describe("bad inputs through pulumi preview", () => {
   it("packing hides no failure: check, given each preview's merged inputs, names every one of its rows", () => {
     const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
     const missed = groups.flatMap((group) => {
-      const { failures } = checkInputs({}, mergedArgs(group), {
+      // As the KvmProxy class sends them: the password hashed in the program.
+      const args = mergedArgs(group);
+      if (args.proxy !== undefined) args.proxy = hashedProxyBlock(args.proxy, "urn:packing");
+      const { failures } = checkInputs({}, args, {
         config,
         randomBytes: (n) => new Uint8Array(n),
       });

@@ -8,8 +8,9 @@ import { type ChildProcess, spawn } from "node:child_process";
  * A Python HTTP server inside a network namespace. Modes: `204 ADDR [PORT]`
  * answers every GET with 204; `whoami ADDR [PORT]` answers 200 with the
  * client's address (what a target sees as a proxy's source), and `/bytes/N`
- * with N bytes; `files ADDR DIR` serves DIR's files. It binds PORT (default
- * 0: any; ADDR `::`: every address, IPv4 and IPv6) and prints the port it got.
+ * with N bytes; `files ADDR DIR [LOG]` serves DIR's files (appending
+ * `<status> <path>` per request to LOG when given). It binds PORT (default 0:
+ * any; ADDR `::`: every address, IPv4 and IPv6) and prints the port it got.
  */
 const SERVER = `
 import http.server, socket, sys
@@ -44,6 +45,10 @@ class Files(http.server.SimpleHTTPRequestHandler):
         super().__init__(*a, directory=sys.argv[3], **k)
     def log_message(self, *a):
         pass
+    def log_request(self, code="-", size="-"):
+        if len(sys.argv) > 4:
+            with open(sys.argv[4], "a") as log:
+                log.write("%s %s\n" % (getattr(code, "value", code), self.path))
 class Server(http.server.ThreadingHTTPServer):
     # "::" listens on every IPv6 and (v4-mapped) IPv4 address of the namespace.
     address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET

@@ -1,0 +1,408 @@
+/**
+ * The first boot users get (issue 22), with booted guests through the real
+ * Pulumi CLI run inside the test host's namespace:
+ *
+ * - stock images of Debian 12 and 13 (scripts/guest-image, variant stock:
+ *   no squid, no qemu-guest-agent, a genericcloud image's deb822 sources),
+ *   pointed by the user's cloud-config at a package mirror served inside
+ *   the namespace (scripts/guest-mirror): the provider's vendor scripts
+ *   install both at first boot, and each becomes a healthy authenticated
+ *   proxy on a static dual-stack NIC (cloud-init 22.4 and 25 render it);
+ * - Debian 12's user-data reloads squid and sleeps 20 s in its runcmd:
+ *   `up` returns only after cloud-init is done, so 50 requests the moment
+ *   it returns all succeed;
+ * - Debian 13's user-data holds dpkg's lock for 30 s when the final stage
+ *   starts (as apt-daily and unattended-upgrades do on a stock image): the
+ *   installs wait for it;
+ * - a user-data that fails (a runcmd that exits 1, a package that does not
+ *   exist), on the test image: the create fails naming the modules, with the
+ *   guest's own lines, and leaves nothing behind.
+ */
+
+import type { ChildProcess } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { parseConfig } from "../../provider/kvm/config";
+import { HostPool } from "../../provider/kvm/host/hosts";
+import { allDomains, poolVolumes, removeByHand, Workspace } from "../pulumi/harness";
+import { startServer, stopServer } from "../support/netns-http";
+import {
+  refreshPoolByHand,
+  repoRoot,
+  type StaticBridge,
+  staticBridgeOf,
+  type TestHost,
+  testHost,
+} from "../support/test-host";
+import { NetnsCli } from "./netns-cli";
+import { agentFor, since } from "./support";
+
+const run = promisify(execFile);
+const env = inject("guest");
+const USER = "crawler";
+const PASSWORD = `first-boot-${process.pid}-P4ss`;
+const CREDENTIALS = `${USER}:${PASSWORD}`;
+const RELEASES = [
+  { key: "d12", suite: "bookworm", name: `kvmpt-stock12-${process.pid}`, n: 31 },
+  { key: "d13", suite: "trixie", name: `kvmpt-stock13-${process.pid}`, n: 32 },
+] as const;
+const FAILING = `kvmpt-failing-${process.pid}`;
+
+let host: TestHost;
+let bridge: StaticBridge;
+let agents: HostPool;
+let dir: string;
+const servers: ChildProcess[] = [];
+/** Per release: the stock image, its SHA-256, and the mirror's port and access log. */
+const stock: Record<string, { image: string; sha256: string; port: number; log: string }> = {};
+let imagePort = 0;
+let ws: Workspace;
+let failing: Workspace;
+let cli: NetnsCli;
+let failingCli: NetnsCli;
+/** What the two ups did. */
+let up: { seconds: number; output: string } | undefined;
+let failed: { code: number; output: string } | undefined;
+
+function buildStock(suite: string): string {
+  const out = execFileSync(path.join(repoRoot, "scripts/guest-image"), ["build"], {
+    encoding: "utf8",
+    env: { ...process.env, KVMP_GUEST_VARIANT: "stock", KVMP_GUEST_SUITE: suite },
+    stdio: ["ignore", "pipe", "inherit"],
+    timeout: 30 * 60_000,
+  });
+  const image = out.trim().split("\n").pop() ?? "";
+  if (!existsSync(image) || !existsSync(`${image}.dpkg-status`))
+    throw new Error(`no stock image for ${suite}: ${out}`);
+  return image;
+}
+
+function buildMirror(suite: string, image: string): string {
+  return execFileSync(path.join(repoRoot, "scripts/guest-mirror"), ["build", suite, `${image}.dpkg-status`], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+    timeout: 20 * 60_000,
+  })
+    .trim()
+    .split("\n")
+    .pop() as string;
+}
+
+function sha256File(file: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const h = createHash("sha256");
+    createReadStream(file)
+      .on("data", (c) => h.update(c))
+      .on("error", reject)
+      .on("end", () => resolve(h.digest("hex")));
+  });
+}
+
+/** The python3 program that holds dpkg's frontend lock for 30 s once cloud-init's final stage starts. */
+const HOLD_DPKG_LOCK = `import fcntl, json, time
+while True:
+    try:
+        if json.load(open("/run/cloud-init/status.json"))["v1"]["stage"] == "modules-final":
+            break
+    except Exception:
+        pass
+    time.sleep(0.2)
+f = open("/var/lib/dpkg/lock-frontend", "w")
+fcntl.lockf(f, fcntl.LOCK_EX)
+open("/run/kvmp-dpkg-lock-held", "w").write("%f\\n" % time.time())
+time.sleep(30)
+open("/run/kvmp-dpkg-lock-held", "a").write("%f\\n" % time.time())
+`;
+
+/** A stock image's user-data: the mirror as its only package source (what it takes, written out in the README). */
+function stockUserData(port: number, extra: string[]): string {
+  return [
+    "#cloud-config",
+    "bootcmd:",
+    // A genericcloud image keeps its sources in deb822 form, which cloud-init's apt module leaves alone.
+    "  - [rm, -f, /etc/apt/sources.list.d/debian.sources]",
+    ...extra,
+    "apt:",
+    "  preserve_sources_list: false",
+    "  sources_list: |",
+    `    deb [trusted=yes] http://${bridge.address4}:${port}/ ./`,
+    "",
+  ].join("\n");
+}
+
+function proxyArgs(r: (typeof RELEASES)[number]): Record<string, unknown> {
+  const d12 = r.key === "d12";
+  const extra = d12
+    ? []
+    : [
+        "  - |",
+        "    cat >/run/kvmp-hold-dpkg-lock.py <<'EOF'",
+        ...HOLD_DPKG_LOCK.trimEnd()
+          .split("\n")
+          .map((l) => `    ${l}`),
+        "    EOF",
+        "    setsid python3 /run/kvmp-hold-dpkg-lock.py </dev/null >/dev/null 2>&1 &",
+      ];
+  const userData = `${stockUserData(stock[r.key]?.port as number, extra)}${
+    d12
+      ? "runcmd:\n  - [systemctl, reload, squid]\n  - [sleep, '20']\n  - [touch, /run/kvmp-runcmd-done]\n"
+      : ""
+  }`;
+  return {
+    host: "local",
+    image: r.key,
+    name: r.name,
+    memoryMiB: 768,
+    diskGiB: 4,
+    userData,
+    nics: [
+      {
+        bridge: bridge.name,
+        addresses: [`192.0.2.${r.n}/${bridge.prefix4}`, `2001:db8:14::${r.n}/${bridge.prefix6}`],
+        gateway4: bridge.address4,
+        gateway6: bridge.address6,
+      },
+    ],
+    proxy: { auth: { username: USER }, allowedClients: [`${bridge.address4}/32`, `${bridge.address6}/128`] },
+    proxyPasswordFromSecret: true,
+    healthCheck: { url: env.targetUrl, expectStatus: 204 },
+    timeouts: { create: "25m" },
+  };
+}
+
+function hostsConfig(): Record<string, unknown> {
+  return {
+    local: {
+      uri: `ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
+      privateKeyPath: host.sshKeyPath,
+      knownHostsPath: host.knownHostsPath,
+      domainType: "qemu",
+      pool: host.poolName,
+      network: host.network,
+    },
+  };
+}
+
+beforeAll(async () => {
+  host = testHost();
+  bridge = staticBridgeOf(host);
+  for (const n of [...RELEASES.map((r) => r.name), FAILING]) removeByHand(host, n);
+  dir = mkdtempSync(path.join(repoRoot, ".state/first-boot-"));
+  agents = new HostPool(
+    parseConfig({
+      hosts: { local: { uri: `unix://${host.socketPath}`, pool: host.poolName, network: host.network } },
+    }).hosts,
+  );
+  for (const r of RELEASES) {
+    const image = buildStock(r.suite);
+    const mirror = buildMirror(r.suite, image);
+    const log = path.join(dir, `mirror-${r.key}.log`);
+    writeFileSync(log, "");
+    const port = await startServer(servers, host.netns, ["files", bridge.address4, mirror, log]);
+    stock[r.key] = { image, sha256: await sha256File(image), port, log };
+  }
+  // The stock images over HTTP on the namespace's loopback, for the provider (which runs inside it).
+  imagePort = await startServer(servers, host.netns, [
+    "files",
+    "127.0.0.1",
+    path.dirname(stock.d12?.image as string),
+  ]);
+
+  ws = new Workspace("firstboot", { name: "kvmpt-firstboot", main: "test/pulumi/programs/pair" });
+  ws.setConfig({
+    "kvm:hosts": hostsConfig(),
+    "kvm:images": Object.fromEntries(
+      RELEASES.map((r) => [
+        r.key,
+        {
+          url: `http://127.0.0.1:${imagePort}/${path.basename(stock[r.key]?.image as string)}`,
+          sha256: stock[r.key]?.sha256,
+        },
+      ]),
+    ),
+    "pair:proxies": Object.fromEntries(RELEASES.map((r) => [r.key, proxyArgs(r)])),
+  });
+  ws.setSecret("pair:proxyPassword", PASSWORD);
+  cli = new NetnsCli(env.netns, ws);
+
+  failing = new Workspace("failing", { name: "kvmpt-failing", main: "test/pulumi/programs/pair" });
+  failing.setConfig({
+    "kvm:hosts": hostsConfig(),
+    "kvm:images": { guest: { url: env.imageUrlInNetns, sha256: env.imageSha256 } },
+    "pair:proxies": {
+      failing: {
+        host: "local",
+        image: "guest",
+        name: FAILING,
+        memoryMiB: 768,
+        diskGiB: 4,
+        userData: [
+          "#cloud-config",
+          "packages: [kvmp-no-such-package]",
+          "runcmd:",
+          '  - [sh, -c, "echo kvmp-runcmd-about-to-fail; exit 1"]',
+          "",
+        ].join("\n"),
+        timeouts: { create: "20m" },
+      },
+    },
+  });
+  failingCli = new NetnsCli(env.netns, failing);
+}, 60 * 60_000);
+
+afterAll(async () => {
+  console.log(`first boot: ${JSON.stringify({ up: up?.seconds, failedExit: failed?.code }, null, 2)}`);
+  await Promise.all([cli?.stopAll(), failingCli?.stopAll()]);
+  for (const w of [ws, failing]) w?.cleanup();
+  for (const n of [...RELEASES.map((r) => r.name), FAILING]) if (host !== undefined) removeByHand(host, n);
+  await Promise.all(servers.map((s) => stopServer(s)));
+  await agents?.closeAll();
+  if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+}, 300_000);
+
+/** One GET of the target through the proxy at `proxy`, with the credentials, inside the namespace: the status. */
+function through(proxy: string, credentials?: string): string {
+  const args = [
+    "netns",
+    "exec",
+    env.netns,
+    "curl",
+    "-s",
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{http_code}",
+    "--max-time",
+    "15",
+  ];
+  args.push("-x", proxy, ...(credentials !== undefined ? ["--proxy-user", credentials] : []), env.targetUrl);
+  try {
+    return execFileSync("ip", args, { encoding: "utf8" });
+  } catch (err) {
+    return (err as { stdout?: string }).stdout || "000";
+  }
+}
+
+/** {@link through}, without blocking: many at once. */
+async function throughAsync(proxy: string, credentials: string): Promise<string> {
+  const args = [
+    "netns",
+    "exec",
+    env.netns,
+    "curl",
+    "-s",
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{http_code}",
+    "--max-time",
+    "15",
+  ];
+  args.push("-x", proxy, "--proxy-user", credentials, env.targetUrl);
+  try {
+    return (await run("ip", args, { encoding: "utf8" })).stdout;
+  } catch (err) {
+    return (err as { stdout?: string }).stdout || "000";
+  }
+}
+
+/** What 50 requests through Debian 12's proxy got, sent the moment its up returned. */
+let atOnce: string[] = [];
+
+describe("the first boot of stock images, and of user-data that fails", () => {
+  it(
+    "pulumi up of the stock Debian 12 and 13 proxies succeeds while the failing one's up fails",
+    async () => {
+      const t0 = performance.now();
+      const [okRun, badRun] = await Promise.all([
+        cli.run("up", "--yes", "--skip-preview").then(async (r) => {
+          up = { seconds: since(t0), output: r.output };
+          // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
+          atOnce = await Promise.all(
+            Array.from(
+              { length: 50 },
+              () =>
+                new Promise<string>((resolve) =>
+                  setImmediate(() => resolve(through("http://192.0.2.31:3128", CREDENTIALS))),
+                ),
+            ),
+          );
+          return r;
+        }),
+        failingCli.run("up", "--yes", "--skip-preview"),
+      ]);
+      failed = { code: badRun.code, output: badRun.output };
+      expect(okRun.code, okRun.output.slice(-6000)).toBe(0);
+      expect(badRun.code).not.toBe(0);
+    },
+    45 * 60_000,
+  );
+
+  it("50 requests through Debian 12's proxy the moment up returned all succeeded: its runcmd's reload and sleep were over", async () => {
+    expect(atOnce).toHaveLength(50);
+    expect(atOnce.filter((s) => s !== "204")).toEqual([]);
+    const agent = await agentFor(agents.libvirt("local"), RELEASES[0].name);
+    expect(await agent.exists("/run/kvmp-runcmd-done")).toBe(true);
+  });
+
+  it.each(RELEASES.map((r) => [r.suite, r] as const))(
+    "%s's stock image got squid and the agent from the namespace's mirror, and answers 407 without and 204 with the credentials",
+    async (_suite, r) => {
+      const agent = await agentFor(agents.libvirt("local"), r.name);
+      for (const p of ["squid", "qemu-guest-agent"]) {
+        expect((await agent.sh(`dpkg-query -W -f='\${Status}' ${p}`)).trim()).toBe("install ok installed");
+      }
+      const fetched = readFileSync(stock[r.key]?.log as string, "utf8");
+      expect(fetched).toMatch(/^200 \/squid_[^ ]+\.deb$/m);
+      expect(fetched).toMatch(/^200 \/qemu-guest-agent_[^ ]+\.deb$/m);
+      const via = (credentials?: string) => through(`http://192.0.2.${r.n}:3128`, credentials);
+      expect(via()).toBe("407");
+      expect(via(CREDENTIALS)).toBe("204");
+    },
+  );
+
+  it.each(RELEASES.map((r) => [r.suite, r] as const))(
+    "%s has its static dual-stack NIC as network-config describes it, and its proxy answers on the IPv6 address",
+    async (_suite, r) => {
+      const agent = await agentFor(agents.libvirt("local"), r.name);
+      const addrs = await agent.sh("ip -o addr show scope global | awk '{print $4}'");
+      expect(addrs.split("\n").filter(Boolean).sort()).toEqual(
+        [`192.0.2.${r.n}/24`, `2001:db8:14::${r.n}/64`].sort(),
+      );
+      const code = through(`http://[2001:db8:14::${r.n}]:3128`, CREDENTIALS);
+      expect(code).toBe("204");
+    },
+  );
+
+  it("Debian 13's installs waited for the dpkg lock its user-data held for 30 s, and went on", async () => {
+    const agent = await agentFor(agents.libvirt("local"), RELEASES[1].name);
+    const held = (await agent.readFile("/run/kvmp-dpkg-lock-held")).toString().trim().split("\n").map(Number);
+    expect(held).toHaveLength(2);
+    expect((held[1] as number) - (held[0] as number)).toBeGreaterThanOrEqual(29);
+    const log = (await agent.readFile("/var/log/cloud-init-output.log")).toString();
+    expect(log).toMatch(/Waiting for cache lock|Could not get lock \/var\/lib\/dpkg\/lock-frontend/);
+    expect(log).toMatch(/kvm-proxy-squid: squid is listening on port 3128/);
+  });
+
+  it("the failing user-data failed the create naming the modules, with the guest's own lines, and left nothing", async () => {
+    expect(failed).toBeDefined();
+    const out = failed?.output ?? "";
+    expect(out).toMatch(/cloud-init finished the guest's first boot with errors in [^\n]*scripts_user/);
+    expect(out).toMatch(/package_update_upgrade_install/);
+    expect(out).toMatch(/last lines of \/var\/log\/cloud-init-output\.log in the guest:/);
+    expect(out).toContain("kvmp-runcmd-about-to-fail");
+    expect(out).toMatch(/rolled back/);
+    expect(allDomains(host)).not.toContain(FAILING);
+    await refreshPoolByHand(host);
+    expect(poolVolumes(host).filter((v) => v.startsWith(`${FAILING}-`))).toEqual([]);
+  });
+
+  it("pulumi destroy removes the stock proxies", async () => {
+    await cli.must("destroy", "--yes", "--skip-preview");
+    for (const r of RELEASES) expect(allDomains(host)).not.toContain(r.name);
+  });
+});

@@ -323,13 +323,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
           up = { seconds: since(t0), output: r.output };
           // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
           atOnce = await Promise.all(
-            Array.from(
-              { length: 50 },
-              () =>
-                new Promise<string>((resolve) =>
-                  setImmediate(() => resolve(through("http://192.0.2.31:3128", CREDENTIALS))),
-                ),
-            ),
+            Array.from({ length: 50 }, () => throughAsync("http://192.0.2.31:3128", CREDENTIALS)),
           );
           return r;
         }),

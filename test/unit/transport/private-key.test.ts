@@ -13,22 +13,20 @@ import { describe, expect, it } from "vitest";
 import { privateKeyTextProblem, sshReadableKey } from "../../../provider/transport/private-key";
 
 function pkcs8(type: "rsa" | "ec" | "ed25519", passphrase?: string): { key: string; publicPem: string } {
-  const options =
-    type === "rsa" ? { modulusLength: 2048 } : type === "ec" ? { namedCurve: "prime256v1" } : {};
-  const encoding = {
-    type: "pkcs8" as const,
-    format: "pem" as const,
-    ...(passphrase !== undefined ? { cipher: "aes-256-cbc", passphrase } : {}),
-  };
-  // biome-ignore lint/suspicious/noExplicitAny: node's overloads per key type
-  const pair = generateKeyPairSync(
-    type as any,
-    { ...options, privateKeyEncoding: encoding, publicKeyEncoding: { type: "spki", format: "pem" } } as any,
-  ) as unknown as {
-    privateKey: string;
-    publicKey: string;
-  };
-  return { key: pair.privateKey, publicPem: pair.publicKey };
+  const k =
+    type === "rsa"
+      ? generateKeyPairSync("rsa", { modulusLength: 2048 })
+      : type === "ec"
+        ? generateKeyPairSync("ec", { namedCurve: "prime256v1" })
+        : generateKeyPairSync("ed25519");
+  const key = k.privateKey
+    .export({
+      type: "pkcs8",
+      format: "pem",
+      ...(passphrase !== undefined ? { cipher: "aes-256-cbc", passphrase } : {}),
+    })
+    .toString();
+  return { key, publicPem: k.publicKey.export({ type: "spki", format: "pem" }).toString() };
 }
 
 describe("sshReadableKey", () => {

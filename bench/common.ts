@@ -26,9 +26,9 @@ export const benchDir = path.join(repoRoot, ".state/bench");
  * True when KVMP_BENCH_ONLY selects `part`. `ready` boots real guests for
  * several minutes, so only naming it runs it (`all` does not).
  */
-export function selected(part: "rpc" | "upload" | "fleet" | "scale" | "ready"): boolean {
+export function selected(part: "rpc" | "upload" | "fleet" | "scale" | "ready" | "firstboot"): boolean {
   const only = config.only.split(",").map((x) => x.trim());
-  return only.includes(part) || (only.includes("all") && part !== "ready");
+  return only.includes(part) || (only.includes("all") && part !== "ready" && part !== "firstboot");
 }
 
 /** Connection facts of the running test host (scripts/test-host start writes them). */

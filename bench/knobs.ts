@@ -198,7 +198,7 @@ export const knobs = {
   only: text(
     "KVMP_BENCH_ONLY",
     "all",
-    "a comma list of `rpc`, `upload`, `scale`, `fleet`, `ready`: run only those; the others keep their last results. `ready` (figure 6: real guests booted up to a healthy proxy) runs only when named",
+    "a comma list of `rpc`, `upload`, `scale`, `fleet`, `ready`, `firstboot`: run only those; the others keep their last results. `ready` (figure 6: real guests booted up to a healthy proxy) and `firstboot` (figure 8: a stock image's first boot against the test image's) run only when named",
     () => "all",
   ),
   out: text("KVMP_BENCH_OUT", "docs/benchmarks.md", "where the report goes", (root) =>

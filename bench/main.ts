@@ -11,6 +11,7 @@ import { mkdirSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { benchDir, config, log, repoRoot, selected } from "./common";
+import { benchFirstBoot } from "./first-boot";
 import { benchFleet } from "./fleet";
 import { benchReady } from "./ready";
 import type { Part, Results } from "./report";
@@ -80,6 +81,7 @@ async function main(): Promise<void> {
     scale: benchScale,
     fleet: benchFleet,
     ready: benchReady,
+    firstboot: benchFirstBoot,
   };
   try {
     for (const part of Object.keys(parts) as Part[]) {

@@ -1,16 +1,18 @@
 /**
  * Turns the measurements into docs/benchmarks.md: the header, the summary
  * table, the notes (bench/notes.md: the analysis), each figure family's
- * section (./rpc, ./upload, ./fleet, ./scale, ./ready) and "Running it"
+ * section (./rpc, ./upload, ./fleet, ./scale, ./ready, ./first-boot) and "Running it"
  * (./running, from the knob table). Every figure comes from the results;
  * nothing here describes the machine beyond what the results record.
  */
+import type { FirstBootResults } from "../first-boot";
 import type { FleetResults } from "../fleet";
 import type { ReadyResults } from "../ready";
 import type { RpcResults } from "../rpc";
 import type { ScaleResults } from "../scale";
 import { median } from "../stats";
 import type { UploadResults } from "../upload";
+import { firstBootRows } from "./first-boot";
 import { fleetRows, fleetSection } from "./fleet";
 import { readyRows } from "./ready";
 import { rpcRows, rpcSection } from "./rpc";
@@ -19,7 +21,7 @@ import { scaleRows, scaleSection } from "./scale";
 import { fmt, table } from "./table";
 import { uploadRows, uploadSection } from "./upload";
 
-export type Part = "rpc" | "upload" | "scale" | "fleet" | "ready";
+export type Part = "rpc" | "upload" | "scale" | "fleet" | "ready" | "firstboot";
 
 /** Everything a report is made from (what results.json holds). */
 export interface Results {
@@ -29,6 +31,7 @@ export interface Results {
   scale?: ScaleResults;
   fleet?: FleetResults;
   ready?: ReadyResults;
+  firstboot?: FirstBootResults;
   /** When each part last ran (parts merge across partial runs). */
   ranAt?: Partial<Record<Part, string>>;
 }
@@ -49,13 +52,14 @@ export interface Environment {
 }
 
 export function render(results: Results, notes: string): string {
-  const { env, rpc, upload, scale, fleet, ready } = results;
+  const { env, rpc, upload, scale, fleet, ready, firstboot } = results;
   const rows = [
     ...(rpc ? rpcRows(rpc, env.cpus) : []),
     ...(upload ? uploadRows(upload) : []),
     ...(fleet ? fleetRows(fleet) : []),
     ...(scale ? scaleRows(scale, upload) : []),
     ...(ready ? readyRows(ready) : []),
+    ...(firstboot ? firstBootRows(firstboot) : []),
   ];
   const load = env.loadSamples.length
     ? `1-minute load sampled during the run: min ${fmt(Math.min(...env.loadSamples), 2)}, median ${fmt(median(env.loadSamples), 2)}, max ${fmt(Math.max(...env.loadSamples), 2)}`

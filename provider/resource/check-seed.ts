@@ -8,6 +8,7 @@
  * field. Writing the ISO itself cannot fail for files `seedFiles` made (it
  * checks their sizes) and costs half a millisecond, so check skips it.
  */
+import type { ProxySetup } from "../kvm/proxy-setup";
 import { type SeedField, seedFiles } from "../kvm/seed";
 import { MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";
 import { type Failures, ValidationError } from "../kvm/validation";
@@ -97,8 +98,8 @@ export function readSeedInput(
 
 /**
  * Makes the seed's files create would write (kvm/seed.ts `seedFiles`, the
- * same function), so that input that cannot make them fails here, naming the
- * field it came from.
+ * same function, with the proxy's setup script create always adds), so that
+ * input that cannot make them fails here, naming the field it came from.
  * The name is also the guest hostname and cloud-init instance-id.
  */
 export function checkSeed(
@@ -111,9 +112,12 @@ export function checkSeed(
     vendorData: SeedInput;
     installGuestAgent: boolean;
     installGuestAgentKnown: boolean;
+    /** The proxy's setup script's inputs, as create makes them; "pending" while any is unknown. */
+    proxy: ProxySetup | "pending";
   },
 ): void {
   if (s.name === UNKNOWN || s.userData.pending || s.vendorData.pending || !s.installGuestAgentKnown) return;
+  if (s.proxy === "pending") return;
   const fieldOf = (part: "userData" | "vendorData", input: SeedInput) =>
     input.base64 !== undefined ? SEED_FIELD[`${part}Base64`] : SEED_FIELD[part];
   try {
@@ -123,6 +127,7 @@ export function checkSeed(
       installGuestAgent: s.installGuestAgent,
       ...(s.vendorData.data !== undefined ? { vendorData: s.vendorData.data } : {}),
       ...(s.networkConfig !== undefined ? { networkConfig: s.networkConfig } : {}),
+      proxy: s.proxy,
     });
   } catch (err) {
     if (!(err instanceof ValidationError)) throw err;

@@ -29,6 +29,7 @@ import { readNicFields } from "../kvm/nic";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
   type CheckedInputs,
+  type CheckedNic,
   DEFAULTS,
   MAX_DISK_GIB,
   MAX_TIMEOUT_SECONDS,
@@ -50,6 +51,7 @@ import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import type { StackConfig } from "./config";
+import { proxySetupOf } from "./mapping";
 import { defaultUserData } from "./squid";
 
 /**
@@ -400,6 +402,18 @@ export function checkInputs(
     if (problem !== undefined) f.fail("proxy.outgoingAddress", problem);
   }
 
+  // The proxy's setup script as create adds it (mapping.ts proxySetupOf), once everything it is made of is known.
+  const proxyKnown =
+    checkedProxy.port !== undefined && news.proxy !== UNKNOWN && !isUnknown(checkedProxy.proxy ?? null);
+  const nicsKnown = networking.nics !== UNKNOWN;
+  const proxy =
+    proxyKnown && nicsKnown
+      ? proxySetupOf({
+          proxyPort: checkedProxy.port ?? DEFAULTS.proxyPort,
+          ...(checkedProxy.proxy !== undefined ? { proxy: checkedProxy.proxy } : {}),
+          ...(networking.nics !== undefined ? { nics: networking.nics as CheckedNic[] } : {}),
+        })
+      : ("pending" as const);
   // A bug in the seed builder is named after user-data: a secret name, whatever caused it.
   guard(f, SEED_FIELD.userData, undefined, () =>
     checkSeed(f, {
@@ -409,6 +423,7 @@ export function checkInputs(
       vendorData,
       installGuestAgent,
       installGuestAgentKnown: news.installGuestAgent !== UNKNOWN,
+      proxy,
     }),
   );
 

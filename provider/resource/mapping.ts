@@ -81,7 +81,7 @@ export function publicProxy(c: Pick<CheckedInputs, "proxy" | "name">): KvmProxyO
 }
 
 /** What the guest's squid is set up with: the proxy block, or the defaults (3128 or proxyPort, private ranges, no auth). */
-export function proxySetupOf(c: CheckedInputs): ProxySetup {
+export function proxySetupOf(c: Pick<CheckedInputs, "proxyPort" | "proxy" | "nics">): ProxySetup {
   const { auth: _auth, ...conf } = squidConfOf(c);
   const auth = c.proxy?.auth;
   const passwordHash = proxyPasswordHashOf(c);

@@ -252,6 +252,14 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     /MIME multipart/,
   ],
   [
+    // Issue 23: preview builds the seed create builds, the proxy's setup script included.
+    "MIME vendorData without the guest agent (beside the proxy's script)",
+    { installGuestAgent: false, vendorData: "MIME-Version: 1.0\nContent-Type: multipart/mixed\n" },
+    "vendorData (secret)",
+    /multipart/,
+  ],
+
+  [
     "userDataBase64 not base64",
     { userDataBase64: "not base64!" },
     "userDataBase64 (secret)",

@@ -48,7 +48,7 @@ class Files(http.server.SimpleHTTPRequestHandler):
     def log_request(self, code="-", size="-"):
         if len(sys.argv) > 4:
             with open(sys.argv[4], "a") as log:
-                log.write("%s %s\n" % (getattr(code, "value", code), self.path))
+                log.write("%s %s\\n" % (getattr(code, "value", code), self.path))
 class Server(http.server.ThreadingHTTPServer):
     # "::" listens on every IPv6 and (v4-mapped) IPv4 address of the namespace.
     address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET

@@ -9,8 +9,8 @@
  * Facts (cloud-init 22.4 on Debian 12, 25.x on Debian 13): result.json is
  * `{"v1": {"datasource": ..., "errors": [...]}}` and is written after the
  * final stage (after the user's runcmd); an error names its module first,
- * e.g. `('scripts_user', RuntimeError('Runparts: 1 failures (runcmd) in 1
- * attempted commands'))`; recoverable errors (warnings, deprecations) are
+ * e.g. `('scripts-user', RuntimeError('Runparts: 1 failures (runcmd) in 1
+ * attempted commands'))` (22.4 writes hyphens); recoverable errors (warnings, deprecations) are
  * listed apart (`recoverable_errors`, 23.4 and later) and are no failure.
  */
 
@@ -44,9 +44,14 @@ export function parseResult(text: string): CloudInitResult | undefined {
   return { errors, failedModules };
 }
 
-/** The module an error names first: `('scripts_user', ...)` or `running module scripts_user`. */
+/**
+ * The module an error names first (`('scripts-user', ...)`, `running module
+ * scripts_user`), as cloud-init's documentation names it: with underscores
+ * (its errors write `scripts-user` or `scripts_user` by version).
+ */
 function moduleOf(error: string): string | undefined {
-  return /^\(\s*'([A-Za-z0-9_]+)'/.exec(error)?.[1] ?? /\bmodule\s+([A-Za-z0-9_]+)/.exec(error)?.[1];
+  const name = /^\(\s*'([A-Za-z0-9_-]+)'/.exec(error)?.[1] ?? /\bmodule\s+([A-Za-z0-9_-]+)/.exec(error)?.[1];
+  return name?.replaceAll("-", "_");
 }
 
 /** The stage status.json says runs now (`init-local`, `init`, `modules-config`, `modules-final`), if any. */

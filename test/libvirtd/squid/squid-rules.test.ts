@@ -17,8 +17,15 @@ import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_pr
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { guestProbeArgs, parseGuestProbe } from "../../../provider/kvm/guest-probe";
 import { squidPasswordHash } from "../../../provider/kvm/password-hash";
-import { buildSquidConf, type ProxySetup, passwordFileLine } from "../../../provider/kvm/proxy-setup";
+import {
+  buildSquidConf,
+  type ProxySetup,
+  passwordFileLine,
+  squidName,
+} from "../../../provider/kvm/proxy-setup";
+import { judgeStatus } from "../../../provider/resource/health-check";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";
 
@@ -237,5 +244,22 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
   it("admits the VM's own processes (loopback) without credentials: the in-guest health probe", () => {
     expect(request(AUTH_PORT, "127.0.0.1", http(A.outward))).toBe("204");
     expect(request(AUTH_PORT, "127.0.0.1", http(A.inward))).toBe("403");
+  });
+
+  it("the in-guest health probe's own program gets the target's 204 through it, named by this squid", () => {
+    const out = inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.outward))]);
+    const reply = parseGuestProbe(out, 0);
+    expect(reply).toMatchObject({ status: 204 });
+    const name = squidName({ ...WITH_AUTH, port: AUTH_PORT });
+    expect(
+      judgeStatus(
+        204,
+        { via: (reply as { via: string }).via },
+        { ip: "127.0.0.1", proxyPort: AUTH_PORT, squidName: name, url: http(A.outward), expectStatus: 204 },
+      ),
+    ).toEqual({ ok: true, status: 204 });
+    expect(parseGuestProbe(inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.inward))]), 0)).toMatchObject(
+      { status: 403 },
+    );
   });
 });

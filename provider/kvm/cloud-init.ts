@@ -21,6 +21,7 @@ import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../errors";
 import { PROXY_SETUP_SCRIPT_FILENAME } from "./proxy-setup";
+import { RETRY_FUNCTION } from "./vendor-shell";
 
 /**
  * The vendor-data script that installs, enables and starts qemu-guest-agent,
@@ -74,15 +75,7 @@ agent_present() {
 }
 
 # A failed install (a mirror that stumbles) is tried three times, 10 and 20 s apart.
-retry() {
-	n=1
-	until "$@"; do
-		[ "$n" -ge 3 ] && return 1
-		log "attempt $n of $* failed; trying again in $((n * 10)) s"
-		sleep $((n * 10))
-		n=$((n + 1))
-	done
-}
+${RETRY_FUNCTION}
 
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q update ||

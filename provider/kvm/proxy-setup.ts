@@ -21,6 +21,7 @@
  */
 import { createHash } from "node:crypto";
 import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./proxy-access";
+import { RETRY_FUNCTION } from "./vendor-shell";
 
 /** Where the script writes the password file (AppArmor lets squid's helpers read /etc/squid only). */
 export const PASSWORD_FILE = "/etc/squid/kvm-proxy.passwd";
@@ -150,15 +151,7 @@ fail() { log "$*"; exit 1; }
 # A package manager busy with first-boot jobs (apt-daily, unattended-upgrades)
 # is waited for (5 minutes); a failed install (a mirror that stumbles) is
 # tried three times, 10 and 20 s apart.
-retry() {
-	n=1
-	until "$@"; do
-		[ "$n" -ge 3 ] && return 1
-		log "attempt $n of $* failed; trying again in $((n * 10)) s"
-		sleep $((n * 10))
-		n=$((n + 1))
-	done
-}
+${RETRY_FUNCTION}
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q -y install squid ||
 		{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install squid; }

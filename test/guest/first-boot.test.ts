@@ -21,8 +21,7 @@
 
 import type { ChildProcess } from "node:child_process";
 import { execFile, execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { createReadStream, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -30,6 +29,7 @@ import { parseConfig } from "../../provider/kvm/config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { allDomains, poolVolumes, removeByHand, Workspace } from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";
+import { sha256File } from "../support/sha256-file";
 import {
   refreshPoolByHand,
   repoRoot,
@@ -90,16 +90,6 @@ function buildMirror(suite: string, image: string): string {
     .trim()
     .split("\n")
     .pop() as string;
-}
-
-function sha256File(file: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const h = createHash("sha256");
-    createReadStream(file)
-      .on("data", (c) => h.update(c))
-      .on("error", reject)
-      .on("end", () => resolve(h.digest("hex")));
-  });
 }
 
 /** The python3 program that holds dpkg's frontend lock for 30 s once cloud-init's final stage starts. */

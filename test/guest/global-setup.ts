@@ -1,11 +1,11 @@
 import { type ChildProcess, execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { createReadStream, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import type { TestProject } from "vitest/node";
 import { startServer, stopServer } from "../support/netns-http";
 import { preparePulumi } from "../support/prepare-pulumi";
+import { sha256File } from "../support/sha256-file";
 import { repoRoot, targetsOf, testHost } from "../support/test-host";
 import type { GuestEnv } from "./support";
 
@@ -109,16 +109,6 @@ function buildImage(): string {
     throw new Error(`scripts/guest-image build printed ${JSON.stringify(out)}, not an image path`);
   }
   return image;
-}
-
-function sha256File(file: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const h = createHash("sha256");
-    createReadStream(file)
-      .on("data", (c) => h.update(c))
-      .on("error", reject)
-      .on("end", () => resolve(h.digest("hex")));
-  });
 }
 
 function expectImageServed(url: string): Promise<void> {

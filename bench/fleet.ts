@@ -27,8 +27,8 @@
 import { execFileSync } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { buildDomainXml } from "../provider/kvm/domain-xml";
-import type { ProxyMetadata } from "../provider/kvm/metadata";
+import { buildDomainXml } from "../provider/kvm/domain/domain-xml";
+import type { ProxyMetadata } from "../provider/kvm/domain/metadata";
 import { benchDir, config, cpuTicks, libvirtdPid, log, host as mainHost, TICKS_PER_SECOND } from "./common";
 import {
   cleanHost,

@@ -8,9 +8,7 @@
  * transports): that happens only inside the dynamic provider process.
  */
 
-export { buildVendorData, GUEST_AGENT_SCRIPT, type VendorDataOptions } from "./kvm/cloud-init";
-export { type DomainType, type HostConfig, parseConfig, validateConfig } from "./kvm/config";
-export { buildDomainXml, type DomainSpec, macAddressProblem, parseDomainXml } from "./kvm/domain-xml";
+export { type DomainType, type HostConfig, parseConfig, validateConfig } from "./kvm/config/host-config";
 export {
   type Firmware,
   type ImageConfig,
@@ -18,14 +16,21 @@ export {
   type ImageIdentity,
   imageSourceOf,
   resolveImage,
-} from "./kvm/image";
-export { buildMetadataXml, METADATA_NAMESPACE, type ProxyMetadata, parseMetadata } from "./kvm/metadata";
-export { autoDomainName, domainNameProblem, overlayVolumeName, seedVolumeName } from "./kvm/names";
-export { formatProviderId, parseProviderId } from "./kvm/provider-id";
-export { buildSeed, type SeedSpec } from "./kvm/seed";
-export { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./kvm/seed-iso";
+} from "./kvm/config/image";
+export { buildDomainXml, type DomainSpec, macAddressProblem, parseDomainXml } from "./kvm/domain/domain-xml";
+export {
+  buildMetadataXml,
+  METADATA_NAMESPACE,
+  type ProxyMetadata,
+  parseMetadata,
+} from "./kvm/domain/metadata";
+export { autoDomainName, domainNameProblem, overlayVolumeName, seedVolumeName } from "./kvm/domain/names";
+export { formatProviderId, parseProviderId } from "./kvm/domain/provider-id";
+export { buildOverlayVolumeXml, buildSeedVolumeXml } from "./kvm/domain/volume-xml";
+export { buildSeed, type SeedSpec } from "./kvm/guest/seed";
+export { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./kvm/guest/seed-iso";
+export { buildVendorData, GUEST_AGENT_SCRIPT, type VendorDataOptions } from "./kvm/guest/vendor-data";
 export { ValidationError, type ValidationFailure } from "./kvm/validation";
-export { buildOverlayVolumeXml, buildSeedVolumeXml } from "./kvm/volume-xml";
 export {
   DEFAULTS,
   type HealthCheck,
@@ -37,6 +42,6 @@ export {
   type Timeouts,
   UPDATE_PROPERTIES,
 } from "./resource/args";
+export { defaultUserData } from "./resource/default-user-data";
 export { KvmProxy, PROVIDER_MODULE } from "./resource/kvm-proxy";
 export { PROXY_FLEET_TYPE, ProxyFleet, type ProxyFleetArgs } from "./resource/proxy-fleet";
-export { defaultUserData } from "./resource/squid";

@@ -4,7 +4,7 @@
  * far: `gc`, the orphan sweep. Exit codes: 0 done, 1 something could not be
  * read or done, 2 bad usage.
  */
-import { GC_USAGE, parseGcArgs, UsageError } from "../gc/args";
+import { GC_USAGE, parseGcArgs, UsageError } from "../gc/command-line";
 import { formatJson, formatProblems, formatText } from "../gc/report";
 import { exitCodeOf, runGc } from "../gc/sweep";
 

@@ -6,8 +6,8 @@
  * another project. Deletion follows only from "orphan"; every doubt ends in
  * "unknown".
  */
-import type { ProxyMetadata } from "../kvm/metadata";
-import { parseProviderId } from "../kvm/provider-id";
+import type { ProxyMetadata } from "../kvm/domain/metadata";
+import { parseProviderId } from "../kvm/domain/provider-id";
 
 /** A managed domain as listed on a host. */
 export interface ManagedDomain {

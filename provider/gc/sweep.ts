@@ -11,8 +11,7 @@ import YAML from "yaml";
 import { HostPool } from "../kvm/host/hosts";
 import { KvmOperations } from "../kvm/host/operations";
 import { backendIdentity } from "../resource/backend";
-import { readStackConfig } from "../resource/config";
-import type { GcOptions } from "./args";
+import { readStackConfig } from "../resource/stack-config";
 import {
   type Classified,
   classify,
@@ -22,6 +21,7 @@ import {
   stackKey,
   stacksToRead,
 } from "./classify";
+import type { GcOptions } from "./command-line";
 import { type PulumiRunner, pulumiRunner } from "./pulumi-cli";
 import { configReader, currentStack, parseStackExport, parseStackList } from "./pulumi-json";
 

@@ -6,10 +6,10 @@
  * with static addresses the guest has not reported shows its configured
  * ones, which are what it will have. Pure.
  */
-import { bare } from "../kvm/ip";
+import { bare } from "../kvm/network/ip";
 import type { CheckedInputs, CheckedNic } from "./args";
 
-/** What the VM reports: the first NIC's IPv4 (as before), and every address per MAC when read. */
+/** What the VM reports: the first NIC's IPv4, and every address per MAC when read. */
 export interface ReportedAddresses {
   mac?: string | undefined;
   ipv4?: string | undefined;

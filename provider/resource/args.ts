@@ -4,8 +4,8 @@
  * state holds. Types only, plus the defaults and limits `check` enforces.
  */
 import type * as pulumi from "@pulumi/pulumi";
-import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/image";
-import type { ProxyState } from "../kvm/states";
+import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
+import type { ProxyState } from "../kvm/domain/states";
 
 /** The value Pulumi sends for an input not known yet (during preview). */
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
@@ -62,7 +62,7 @@ export interface ProxyAuth {
 /** Basic authentication after check: the password as the hash the class made of it. */
 export interface CheckedProxyAuth {
   username: string;
-  /** SHA-512-crypt of the password (kvm/password-hash.ts). */
+  /** SHA-512-crypt of the password (kvm/squid/password-hash.ts). */
   passwordHash: string;
 }
 
@@ -162,7 +162,7 @@ export interface KvmProxyArgs {
     outgoingAddress?: pulumi.Input<string>;
     publicClientsWithoutAuth?: pulumi.Input<boolean>;
   }>;
-  /** Shorthand for `proxy.port` (kept from earlier versions; not both). */
+  /** Shorthand for `proxy.port` (not both). */
   proxyPort?: pulumi.Input<number>;
   /** What must succeed before create returns; false to skip. Default `{}`: the proxy port accepts TCP connections. */
   healthCheck?: pulumi.Input<HealthCheck | false>;
@@ -307,7 +307,7 @@ export interface ProxyHealth {
 }
 
 /**
- * The resource's state: the VM's (kvm/states.ts), or `degraded` when the VM
+ * The resource's state: the VM's (kvm/domain/states.ts), or `degraded` when the VM
  * runs but its proxy failed the last probe.
  */
 export type KvmProxyState = ProxyState | "degraded";

@@ -1,6 +1,6 @@
 /**
  * `check` for a proxy's networking: `nics` (several NICs, static addresses,
- * macvtap, rate limits, nwfilters; the rules are kvm/nic.ts's), the raw
+ * macvtap, rate limits, nwfilters; the rules are kvm/network/nic.ts's), the raw
  * `networkConfig`, and `waitForIp`. Each NIC without a MAC gets a stable one
  * derived from the owner, the domain name and its position, so the seed's
  * network-config can match it on first boot and a replacement (a new
@@ -8,9 +8,8 @@
  * claims on the same host fails here, naming both.
  */
 import { given } from "../kvm/fields";
-import { bare, family, parseCidr, sameAddress } from "../kvm/ip";
-import { buildNetworkConfig, needsNetworkConfig } from "../kvm/network-config";
-import { deriveMac, type NicSpec, readNics } from "../kvm/nic";
+import { bare, family, parseCidr, sameAddress } from "../kvm/network/ip";
+import { deriveMac, type NicSpec, readNics } from "../kvm/network/nic";
 import type { Failures } from "../kvm/validation";
 import { quote } from "../kvm/validation";
 import { type CheckedNic, UNKNOWN, type WaitForIp } from "./args";
@@ -179,17 +178,6 @@ export function checkNetworking(
   }
   out.nics = nics;
   return out;
-}
-
-/**
- * The network-config the seed gets: the raw one as given, else one built from
- * the typed NICs when they need it (several NICs, static addresses), else none.
- */
-export function seedNetworkConfig(n: CheckedNetworking): string | undefined {
-  if (typeof n.networkConfig === "string") return n.networkConfig;
-  if (!Array.isArray(n.nics)) return undefined;
-  const specs = n.nics.map(nicSpecOf);
-  return needsNetworkConfig(specs) ? buildNetworkConfig(specs) : undefined;
 }
 
 /**

@@ -4,12 +4,12 @@
  * room at create) and `rotation` (`{maxAge, batch}`: replaced once older than
  * maxAge, at most `batch` of a fleet per `up`).
  */
-import type { HostConfig } from "../kvm/config";
+import type { HostConfig } from "../kvm/config/host-config";
 import { parseDuration } from "../kvm/duration";
 import { isObject } from "../kvm/fields";
 import { type Failures, quote } from "../kvm/validation";
 import { UNKNOWN } from "./args";
-import type { StackConfig } from "./config";
+import type { StackConfig } from "./stack-config";
 
 /** One host key of the stack config, checked; failures at `property`. */
 function hostKey(f: Failures, property: string, v: unknown, config: StackConfig): HostConfig | undefined {

@@ -6,13 +6,14 @@
  * `proxy.auth.password (secret)` and never quote anything of it.
  *
  * The password never reaches the provider: the KvmProxy class hashes it in
- * the program (kvm/password-hash.ts) and sends `{username, passwordHash}`,
+ * the program (kvm/squid/password-hash.ts) and sends `{username, passwordHash}`,
  * or `{username, passwordProblem}` when the password breaks a rule, which
  * check reports here (the class cannot fail a preview itself).
  */
-import { ipProblem, unicastProblem } from "../kvm/ip";
-import { isPasswordHash } from "../kvm/password-hash";
-import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-access";
+import { given, isObject } from "../kvm/fields";
+import { ipProblem, unicastProblem } from "../kvm/network/ip";
+import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
+import { isPasswordHash } from "../kvm/squid/password-hash";
 import { type CheckedProxy, type CheckedProxyAuth, DEFAULTS, UNKNOWN } from "./args";
 
 type Obj = Record<string, unknown>;
@@ -41,12 +42,6 @@ const PROXY_FIELDS = [
 ];
 /** What the class sends in `proxy.auth` (the user writes username and password). */
 const AUTH_FIELDS = ["username", "passwordHash", "passwordProblem"];
-
-function isObject(v: unknown): v is Obj {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-const given = (v: unknown) => v !== undefined && v !== null;
 
 /** Why `port` cannot be the proxy's, or undefined. */
 export function proxyPortProblem(port: unknown): string | undefined {

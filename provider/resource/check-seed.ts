@@ -3,14 +3,16 @@
  * as text (`userData`, written as UTF-8) or as bytes (`userDataBase64`, for
  * gzip-compressed or other binary cloud-init data, the convention of other
  * Pulumi providers), never both; then the seed's files are made once with the
- * same function create uses (kvm/seed.ts `seedFiles`, which `buildSeed` writes
+ * same function create uses (kvm/guest/seed.ts `seedFiles`, which `buildSeed` writes
  * into the ISO), so what cannot make a seed fails at preview naming its
  * field. Writing the ISO itself cannot fail for files `seedFiles` made (it
  * checks their sizes) and costs half a millisecond, so check skips it.
  */
-import type { ProxySetup } from "../kvm/proxy-setup";
-import { type SeedField, seedFiles } from "../kvm/seed";
-import { MAX_SEED_FILE_BYTES } from "../kvm/seed-iso";
+
+import { type SeedField, seedFiles } from "../kvm/guest/seed";
+import { MAX_SEED_FILE_BYTES } from "../kvm/guest/seed-iso";
+import type { NicSpec } from "../kvm/network/nic";
+import type { ProxySetup } from "../kvm/squid/setup";
 import { type Failures, ValidationError } from "../kvm/validation";
 import { UNKNOWN } from "./args";
 
@@ -97,7 +99,7 @@ export function readSeedInput(
 }
 
 /**
- * Makes the seed's files create would write (kvm/seed.ts `seedFiles`, the
+ * Makes the seed's files create would write (kvm/guest/seed.ts `seedFiles`, the
  * same function, with the proxy's setup script create always adds), so that
  * input that cannot make them fails here, naming the field it came from.
  * The name is also the guest hostname and cloud-init instance-id.
@@ -106,8 +108,10 @@ export function checkSeed(
   f: Failures,
   s: {
     name: string | undefined;
-    /** The seed's network-config (raw or built from the NICs), when it has one. */
+    /** The user's own network-config, when given. */
     networkConfig?: string | undefined;
+    /** The NICs, from which the seed builds a network-config when they need one. */
+    nics?: NicSpec[] | undefined;
     userData: SeedInput;
     vendorData: SeedInput;
     installGuestAgent: boolean;
@@ -127,6 +131,7 @@ export function checkSeed(
       installGuestAgent: s.installGuestAgent,
       ...(s.vendorData.data !== undefined ? { vendorData: s.vendorData.data } : {}),
       ...(s.networkConfig !== undefined ? { networkConfig: s.networkConfig } : {}),
+      ...(s.nics !== undefined ? { nics: s.nics } : {}),
       proxy: s.proxy,
     });
   } catch (err) {

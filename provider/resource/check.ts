@@ -9,9 +9,6 @@
  * which the caller supplies.
  */
 
-import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain-xml";
-import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
-import { given } from "../kvm/fields";
 import {
   couldBeImageKey,
   FIRMWARES,
@@ -22,10 +19,13 @@ import {
   parseImage,
   resolveImage,
   secretName,
-} from "../kvm/image";
-import { MAX_TAGS, tagProblem } from "../kvm/metadata";
-import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/names";
-import { readNicFields } from "../kvm/nic";
+} from "../kvm/config/image";
+import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain/domain-xml";
+import { MAX_TAGS, tagProblem } from "../kvm/domain/metadata";
+import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/domain/names";
+import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
+import { given, isObject } from "../kvm/fields";
+import { readNicFields } from "../kvm/network/nic";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
   type CheckedInputs,
@@ -44,15 +44,15 @@ import {
   checkNetworking,
   checkWaitForIp,
   macClaimProblem,
+  nicSpecOf,
   outgoingAddressProblem,
-  seedNetworkConfig,
 } from "./check-nics";
 import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
-import type { StackConfig } from "./config";
+import { defaultUserData } from "./default-user-data";
 import { proxySetupOf } from "./mapping";
-import { defaultUserData } from "./squid";
+import type { StackConfig } from "./stack-config";
 
 /**
  * Every input property a KvmProxy accepts: those that rebuild the VM and those
@@ -99,10 +99,6 @@ function guard<T>(f: Failures, property: string, fallback: T, run: () => T): T {
     f.fail(property, internalFailure(err));
     return fallback;
   }
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 function intIn(f: Failures, property: string, v: unknown, min: number, max: number, def: number): number {
@@ -418,7 +414,8 @@ export function checkInputs(
   guard(f, SEED_FIELD.userData, undefined, () =>
     checkSeed(f, {
       name,
-      networkConfig: seedNetworkConfig(networking),
+      networkConfig: typeof networking.networkConfig === "string" ? networking.networkConfig : undefined,
+      nics: Array.isArray(networking.nics) ? networking.nics.map(nicSpecOf) : undefined,
       userData,
       vendorData,
       installGuestAgent,

@@ -6,8 +6,8 @@
  * (`__provider`) and the owner record are never compared, so upgrading the
  * provider code or renaming the stack does not show as a change.
  */
-import { canonicalJson } from "../kvm/metadata";
-import type { NicBandwidth } from "../kvm/nic";
+import { canonicalJson } from "../kvm/domain/metadata";
+import type { NicBandwidth } from "../kvm/network/nic";
 import {
   type CheckedInputs,
   type CheckedNic,
@@ -18,8 +18,8 @@ import {
 } from "./args";
 import { isUnknown } from "./check";
 import { decodeBase64 } from "./check-seed";
+import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
 import { nicsWithoutBandwidth, proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
-import { defaultUserData, legacyDefaultUserData } from "./squid";
 
 /** What diff decided. */
 export interface DiffOutcome {
@@ -34,7 +34,8 @@ export interface DiffOutcome {
 
 type Props = Record<string, unknown>;
 
-function same(a: unknown, b: unknown): boolean {
+/** Whether two input values are the same, key order aside (canonical JSON); an unknown new value never is. */
+export function same(a: unknown, b: unknown): boolean {
   if (isUnknown(b)) return false;
   if (a === undefined || b === undefined) return a === b;
   try {

@@ -15,7 +15,7 @@
  *   squid's name (plain HTTP), or come through a tunnel squid opened (HTTPS:
  *   CONNECT answered 200, which carries no header to tell whose squid).
  * - Proxies with auth: the provider never learns the password, so `url` is
- *   requested inside the guest through its agent (kvm/guest-probe.ts) and
+ *   requested inside the guest through its agent (kvm/guest/guest-probe.ts) and
  *   judged by {@link judgeStatus} like a reply from here.
  */
 import http from "node:http";

@@ -4,22 +4,23 @@
  * VM's metadata → inputs (adoption with KvmProxy.get). Pure.
  */
 import { createHash } from "node:crypto";
+import type { ImageIdentity } from "../kvm/config/image";
+import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
-import type { ImageIdentity } from "../kvm/image";
-import { bare, subnetOf } from "../kvm/ip";
-import { hashSpec, type ProxyMetadata } from "../kvm/metadata";
-import type { NicAttachment } from "../kvm/nic";
-import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-access";
-import type { ProxySetup, SquidConfInputs } from "../kvm/proxy-setup";
+import { bare, subnetOf } from "../kvm/network/ip";
+import type { NicAttachment } from "../kvm/network/nic";
+import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
+import type { ProxySetup, SquidConfInputs } from "../kvm/squid/setup";
 import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
   type CheckedNic,
+  DEFAULTS,
   type KvmProxyOutputs,
   type ProxyHealth,
   REPLACE_PROPERTIES,
 } from "./args";
-import { nicSpecOf, seedNetworkConfig } from "./check-nics";
+import { nicSpecOf } from "./check-nics";
 import { decodeBase64 } from "./check-seed";
 
 type Props = Record<string, unknown>;
@@ -178,8 +179,8 @@ export function createSpec(
   const nic = nicOf(c);
   if (nic !== undefined) spec.nic = nic;
   if (c.nics !== undefined) spec.nics = c.nics.map(nicSpecOf);
-  const networkConfig = seedNetworkConfig(c);
-  if (networkConfig !== undefined) spec.networkConfig = networkConfig;
+  // A raw network-config of the user's; otherwise the seed builds one from the NICs (kvm/guest/seed.ts).
+  if (c.networkConfig !== undefined) spec.networkConfig = c.networkConfig;
   const vendorData = seedDataOf(c, "vendorData");
   if (vendorData !== undefined) spec.vendorData = vendorData;
   if (c.macAddress !== undefined) spec.mac = c.macAddress;
@@ -189,7 +190,9 @@ export function createSpec(
 /** What libvirt says now, as output properties. */
 export function liveOutputs(props: Props, status: VmStatus): Props {
   const proxyPort =
-    typeof props.proxyPort === "number" ? props.proxyPort : (status.metadata?.proxyPort ?? 3128);
+    typeof props.proxyPort === "number"
+      ? props.proxyPort
+      : (status.metadata?.proxyPort ?? DEFAULTS.proxyPort);
   const out: Props = {
     host: status.host,
     name: status.name,

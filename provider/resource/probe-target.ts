@@ -6,9 +6,9 @@
  * (the provider has no credentials: the password never leaves the
  * program). Pure.
  */
-import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy-access";
-import { squidName } from "../kvm/proxy-setup";
-import type { CheckedInputs, CheckedNic, KvmProxyOutputs } from "./args";
+import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
+import { squidName } from "../kvm/squid/setup";
+import { type CheckedInputs, type CheckedNic, DEFAULTS, type KvmProxyOutputs } from "./args";
 import type { ProbeTarget } from "./health-check";
 import { squidConfOf } from "./mapping";
 
@@ -57,7 +57,7 @@ export function guestProbeOf(c: ProbeInputs): { url: string; expectStatus?: numb
  */
 export function probeInputsOf(props: Props): ProbeInputs {
   const healthCheck = (props.healthCheck ?? {}) as CheckedInputs["healthCheck"];
-  const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : 3128;
+  const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : DEFAULTS.proxyPort;
   const shown = (props.proxy ?? undefined) as KvmProxyOutputs["proxy"];
   const nics = Array.isArray(props.nics) ? (props.nics as CheckedNic[]) : undefined;
   return {

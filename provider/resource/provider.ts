@@ -11,26 +11,26 @@
  */
 import { randomBytes } from "node:crypto";
 import { ProviderError } from "../errors";
-import { guestLinesText } from "../kvm/cloud-init-result";
+import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
+import { guestLinesText } from "../kvm/guest/cloud-init-result";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
 import type { Progress, ProgressListener } from "../kvm/progress";
-import { formatProviderId, parseProviderId } from "../kvm/provider-id";
 import { ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
 import { type CheckedNic, DEFAULTS, type ProxyHealth } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
-import { emptyStackConfig, readStackConfig, type StackConfig } from "./config";
-import { bandwidthChanges, diffProxy } from "./diff";
+import { bandwidthChanges, diffProxy, same } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
 import { probeInputsOf } from "./probe-target";
-import { progressText } from "./progress";
+import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
 import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
+import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
 
 type Props = Record<string, unknown>;
 
@@ -332,7 +332,7 @@ export class KvmProxyRuntime {
     for (const [mac, bandwidth] of bandwidthChanges(olds.nics, c.nics)) {
       await o.setBandwidth(host, name, mac, bandwidth);
     }
-    if (!same(olds.tags, c.tags) && status.metadata !== undefined) {
+    if (!same(olds.tags ?? {}, c.tags) && status.metadata !== undefined) {
       await o.setTags(host, name, c.tags, status.uuid === undefined ? {} : { uuid: status.uuid });
       status = await o.get(host, name, status.uuid === undefined ? {} : { uuid: status.uuid });
     }
@@ -398,10 +398,6 @@ function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
     add(h.ssh?.passphrase);
   }
   return [...out].filter((v) => v.length >= 4).sort((a, b) => b.length - a.length);
-}
-
-function same(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a ?? {}) === JSON.stringify(b ?? {});
 }
 
 // ---------------------------------------------------------------------------

@@ -5,13 +5,11 @@
  * password never leaves the program (docs/decisions.md, "The password stays
  * in the program").
  */
-import { passwordProblem, squidPasswordHash } from "../kvm/password-hash";
+import { isObject } from "../kvm/fields";
+import { passwordProblem, squidPasswordHash } from "../kvm/squid/password-hash";
 
-type Plain = Record<string, unknown>;
-
-export function isPlain(v: unknown): v is Plain {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
+/** An object (not an array): the program's values as the class resolves them. */
+export const isPlain = isObject;
 
 /**
  * The proxy block the provider gets for `block` (resolved) of the proxy

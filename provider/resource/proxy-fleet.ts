@@ -1,7 +1,7 @@
 /**
  * ProxyFleet: `size` proxies sharing one set of arguments, placed over a
  * pool of hosts by capacity (placement happens in the provider at create,
- * see kvm/placement.ts) and rotated in batches.
+ * see kvm/placement/placement.ts) and rotated in batches.
  *
  * Member `i` is the KvmProxy `<fleet>-<i>`: identities are stable, so growing
  * the fleet adds members at the end, adding a host to the pool moves no

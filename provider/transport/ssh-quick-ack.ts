@@ -18,7 +18,7 @@
  * TCP_NODELAY goes off again with the first bytes that arrive after the reply
  * (the next call, sent meanwhile, is not held behind our unacknowledged
  * IGNORE either). Neither alone removed the wait (bench/notes.md); RPC calls
- * never use it, so their rates are those of Nagle as before.
+ * never use it, so their rates are those of Nagle.
  *
  * ssh2 has no public way to send SSH_MSG_IGNORE or to see WINDOW_ADJUST
  * messages: this reaches into ssh2 1.17's Protocol object (pinned in

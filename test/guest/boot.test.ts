@@ -20,8 +20,10 @@
  */
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/cloud-init";
-import { parseConfig } from "../../provider/kvm/config";
+import { parseConfig } from "../../provider/kvm/config/host-config";
+import { type ImageConfig, parseImage } from "../../provider/kvm/config/image";
+import { perVmVolumeNames } from "../../provider/kvm/domain/names";
+import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/guest/vendor-data";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
 import {
@@ -30,8 +32,6 @@ import {
   KvmOperations,
   type VmStatus,
 } from "../../provider/kvm/host/operations";
-import { type ImageConfig, parseImage } from "../../provider/kvm/image";
-import { perVmVolumeNames } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";

@@ -25,7 +25,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { parseConfig } from "../../provider/kvm/config";
+import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { allDomains, poolVolumes, removeByHand, Workspace } from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";

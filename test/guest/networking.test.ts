@@ -26,7 +26,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { parseConfig } from "../../provider/kvm/config";
+import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { allDomains, removeByHand, virsh, vmVolumeNames, Workspace } from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";

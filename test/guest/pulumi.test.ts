@@ -20,11 +20,11 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { parseConfig } from "../../provider/kvm/config";
+import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
-import { squidPasswordHash } from "../../provider/kvm/password-hash";
-import { buildProxySetupScript, type ProxySetup } from "../../provider/kvm/proxy-setup";
+import { squidPasswordHash } from "../../provider/kvm/squid/password-hash";
+import { buildProxySetupScript, type ProxySetup } from "../../provider/kvm/squid/setup";
 import {
   allDomains,
   poolVolumes,

@@ -16,7 +16,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { partialMarkerVolumeName } from "../../provider/kvm/names";
+import { partialMarkerVolumeName } from "../../provider/kvm/domain/names";
 import { testHost } from "../support/test-host";
 import { WireRelay } from "../support/wire-relay";
 import {

@@ -11,7 +11,7 @@ import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { METADATA_NAMESPACE } from "../../provider/kvm/metadata";
+import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
 import { type TestHost, testHost, virshUri } from "../support/test-host";
 import { cacheVolumeOf, TEST_IMAGE, TEST_PROXY_ARGS, virsh, virshQuiet, Workspace } from "./harness";
 

@@ -2,10 +2,10 @@ import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
+import { parseImage } from "../../provider/kvm/config/image";
+import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
+import { perVmVolumeNames } from "../../provider/kvm/domain/names";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
-import { parseImage } from "../../provider/kvm/image";
-import { METADATA_NAMESPACE } from "../../provider/kvm/metadata";
-import { perVmVolumeNames } from "../../provider/kvm/names";
 import { Failures } from "../../provider/kvm/validation";
 import { repoRoot, type TestHost, virshUri } from "../support/test-host";
 

@@ -15,13 +15,13 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseImage } from "../../provider/kvm/image";
-import { parseMetadata } from "../../provider/kvm/metadata";
-import { cachedImageVolumeName } from "../../provider/kvm/names";
+import { parseImage } from "../../provider/kvm/config/image";
+import { parseMetadata } from "../../provider/kvm/domain/metadata";
+import { cachedImageVolumeName } from "../../provider/kvm/domain/names";
 import { Failures } from "../../provider/kvm/validation";
 import { checkInputs } from "../../provider/resource/check";
-import { readStackConfig } from "../../provider/resource/config";
 import { hashedProxyBlock } from "../../provider/resource/proxy-auth";
+import { readStackConfig } from "../../provider/resource/stack-config";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, UNIT_ONLY } from "../support/bad-inputs";
 import { type TestHost, testHost } from "../support/test-host";
 import {

@@ -1,9 +1,11 @@
 /**
  * The layout docs/architecture.md describes, held against the code: which
- * files are pure, which layer may import which, where retry lives, and the
- * size of modules. Reads the sources as text (imports and calls), nothing runs.
+ * files are pure, which layer may import which (and none skips one), that no
+ * modules import each other in a circle, that the KVM core's pure modules
+ * live in folders named by concept, where retry lives, and the size of
+ * modules. Reads the sources as text (imports and calls), nothing runs.
  */
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 
@@ -23,83 +25,168 @@ const sources = filesUnder(providerDir).map((file) => ({
 }));
 
 interface Import {
+  /** As written. */
   from: string;
+  /** A repo path (`provider/kvm/squid/access.ts`) for a relative import, the package's name otherwise. */
+  target: string;
   typeOnly: boolean;
 }
 
-/** The imports of a module: `import ... from "x"` and `export ... from "x"`, and whether type-only. */
-function importsOf(text: string): Import[] {
+/** The imports of a module: `import ... from "x"` and `export ... from "x"`, resolved, and whether type-only. */
+function importsOf(file: string, text: string): Import[] {
   const out: Import[] = [];
   const re = /^(import|export)(\s+type)?\s[^;]*?\sfrom\s+"([^"]+)";/gms;
-  for (const m of text.matchAll(re)) out.push({ from: m[3] as string, typeOnly: m[2] !== undefined });
+  for (const m of text.matchAll(re)) {
+    const from = m[3] as string;
+    let target = from;
+    if (from.startsWith(".")) {
+      const base = path.join(path.dirname(file), from);
+      target =
+        [`${base}.ts`, path.join(base, "index.ts")].find((p) => existsSync(path.join(root, p))) ?? base;
+    }
+    out.push({ from, target, typeOnly: m[2] !== undefined });
+  }
   return out;
 }
 
-/** Files directly in a folder (not in its subfolders). */
-function filesIn(folder: string): typeof sources {
-  return sources.filter((s) => path.dirname(s.file) === folder);
-}
+const graph = new Map(sources.map((s) => [s.file, importsOf(s.file, s.text)]));
+const edges = (file: string) => graph.get(file) ?? [];
 
+const under = (folder: string) => sources.filter((s) => s.file.startsWith(`${folder}/`));
+
+/** The KVM core's pure modules: everything in provider/kvm but its host I/O. */
+const PURE = under("provider/kvm").filter((s) => !s.file.startsWith("provider/kvm/host/"));
+
+/** What a pure module may import besides other pure modules of the core. */
 const PURE_ALLOWED = [
-  /^\.\/[a-z0-9-]+$/, // another pure module of provider/kvm/
-  /^\.\.\/errors$/,
-  /^\.\.\/libvirt\/(constants|error-codes)$/, // numbers only
-  /^\.\.\/transport\/defaults$/, // constants only
-  /^\.\.\/transport\/private-key$/, // key text, node:crypto only
+  /^provider\/errors\.ts$/,
+  /^provider\/libvirt\/(constants|error-codes)\.ts$/, // numbers only
+  /^provider\/transport\/defaults\.ts$/, // constants only
+  /^provider\/transport\/(private-key|known-hosts)\.ts$/, // key text and known_hosts lines, node:crypto only
   /^node:(crypto|zlib|url)$/,
   /^fast-xml-parser$/,
+  /^yaml$/,
 ];
+
+/** The shared helpers the core keeps beside its concept folders. */
+const KVM_TOP_LEVEL = ["duration.ts", "fields.ts", "progress.ts", "validation.ts"];
+/** File names that repeat across provider/ where the folder tells them apart at a glance. */
+const SHARED_NAMES = ["errors.ts", "index.ts", "types.ts"];
 
 /** The size past which a module is an outlier to look at (see the test). */
 const OUTLIER_LINES = 700;
 
+/** Strongly connected groups of more than one module (Tarjan), each sorted: the circles of imports. */
+function circles(): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const on = new Set<string>();
+  const out: string[][] = [];
+  let n = 0;
+  const visit = (v: string): void => {
+    index.set(v, n);
+    low.set(v, n);
+    n++;
+    stack.push(v);
+    on.add(v);
+    for (const { target: w } of edges(v)) {
+      if (!graph.has(w)) continue;
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v) as number, low.get(w) as number));
+      } else if (on.has(w)) low.set(v, Math.min(low.get(v) as number, index.get(w) as number));
+    }
+    if (low.get(v) === index.get(v)) {
+      const group: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop() as string;
+        on.delete(w);
+        group.push(w);
+      } while (w !== v);
+      if (group.length > 1) out.push(group.sort());
+    }
+  };
+  for (const s of sources) if (!index.has(s.file)) visit(s.file);
+  return out;
+}
+
 describe("architecture", () => {
   it("finds the modules it checks", () => {
-    expect(filesIn("provider/kvm").length).toBeGreaterThan(10);
-    expect(filesIn("provider/kvm/host").length).toBeGreaterThan(5);
-    expect(filesIn("provider/resource").length).toBeGreaterThan(5);
+    expect(PURE.length).toBeGreaterThan(25);
+    expect(under("provider/kvm/host").length).toBeGreaterThan(5);
+    expect(under("provider/resource").length).toBeGreaterThan(5);
+    expect(
+      edges("provider/resource/provider.ts").some((i) => i.target === "provider/kvm/host/operations.ts"),
+    ).toBe(true);
   });
 
-  it.each(filesIn("provider/kvm").map((s) => [s.file, s.text] as const))(
+  it.each(PURE.map((s) => [s.file] as const))(
     "%s is pure: no I/O, no host operation, no libvirt client or transport",
-    (_file, text) => {
-      const bad = importsOf(text).filter(
+    (file) => {
+      const bad = edges(file).filter(
         (i) =>
-          !(i.typeOnly && i.from.startsWith("../libvirt/types")) && !PURE_ALLOWED.some((r) => r.test(i.from)),
+          !(i.typeOnly && i.target === "provider/libvirt/types.ts") &&
+          !(i.target.startsWith("provider/kvm/") && !i.target.startsWith("provider/kvm/host/")) &&
+          !PURE_ALLOWED.some((r) => r.test(i.target)),
       );
-      expect(bad).toEqual([]);
+      expect(bad.map((i) => i.from)).toEqual([]);
     },
   );
 
-  it.each(filesIn("provider/resource").map((s) => [s.file, s.text] as const))(
-    "%s uses the KVM core's operations and types, never a libvirt procedure, constant or host helper",
-    (_file, text) => {
-      const bad = importsOf(text).filter(
+  it("keeps the core's pure modules in folders named by concept: guest, squid, domain, network, config, placement", () => {
+    const top = PURE.filter((s) => path.dirname(s.file) === "provider/kvm").map((s) => path.basename(s.file));
+    expect(top.sort()).toEqual(KVM_TOP_LEVEL);
+    const folders = new Set(PURE.map((s) => path.dirname(s.file)).filter((d) => d !== "provider/kvm"));
+    expect([...folders].sort()).toEqual(
+      ["config", "domain", "guest", "network", "placement", "squid"].map((f) => `provider/kvm/${f}`),
+    );
+  });
+
+  it("uses no file name twice in provider/ but those the folder tells apart (errors, index, types)", () => {
+    const byName = new Map<string, string[]>();
+    for (const s of sources)
+      byName.set(path.basename(s.file), [...(byName.get(path.basename(s.file)) ?? []), s.file]);
+    const twice = [...byName].filter(([name, files]) => files.length > 1 && !SHARED_NAMES.includes(name));
+    expect(twice).toEqual([]);
+  });
+
+  it("has no modules that import each other in a circle", () => {
+    expect(circles()).toEqual([]);
+  });
+
+  it.each(under("provider/resource").map((s) => [s.file] as const))(
+    "%s uses the KVM core's operations and types, never a libvirt procedure, constant, host helper or transport",
+    (file) => {
+      const bad = edges(file).filter(
         (i) =>
-          (i.from.includes("/libvirt/") && !i.typeOnly) ||
-          (i.from.includes("/kvm/host/") &&
-            !/\/kvm\/host\/(operations|provision|hosts|image-cache)$/.test(i.from)),
+          (i.target.startsWith("provider/libvirt/") && !i.typeOnly) ||
+          i.target.startsWith("provider/transport/") ||
+          (i.target.startsWith("provider/kvm/host/") &&
+            !/^provider\/kvm\/host\/(operations|provision|hosts|image-cache)\.ts$/.test(i.target)),
       );
-      expect(bad).toEqual([]);
+      expect(bad.map((i) => i.from)).toEqual([]);
     },
   );
 
   it("the resource layer calls no operation that takes a hint from another read (readStatus, waitForIpFrom: the core's own)", () => {
-    const bad = filesIn("provider/resource").filter((s) => /\.(readStatus|waitForIpFrom)\(/.test(s.text));
+    const bad = under("provider/resource").filter((s) => /\.(readStatus|waitForIpFrom)\(/.test(s.text));
     expect(bad.map((s) => s.file)).toEqual([]);
   });
 
   const LAYERS: [string, RegExp][] = [
-    ["provider/transport", /\/(libvirt|kvm|resource|gc|cli)\//],
-    ["provider/libvirt", /\/(kvm|resource|gc|cli)\//],
-    ["provider/kvm", /\/(resource|gc|cli)\//],
-    ["provider/resource", /\/(gc|cli)\//],
+    ["provider/transport", /^provider\/(libvirt|kvm|resource|gc|cli)\//],
+    ["provider/libvirt", /^provider\/(kvm|resource|gc|cli)\//],
+    ["provider/kvm", /^provider\/(resource|gc|cli)\//],
+    ["provider/resource", /^provider\/(gc|cli)\//],
   ];
   it.each(LAYERS)("nothing in %s imports a layer above it", (folder, above) => {
-    const bad = sources
-      .filter((s) => s.file.startsWith(`${folder}/`))
-      .flatMap((s) => importsOf(s.text).map((i) => `${s.file} -> ${i.from}`))
-      .filter((edge) => above.test(`${edge.split(" -> ")[1]}/`));
+    const bad = under(folder).flatMap((s) =>
+      edges(s.file)
+        .filter((i) => above.test(i.target))
+        .map((i) => `${s.file} -> ${i.from}`),
+    );
     expect(bad).toEqual([]);
   });
 

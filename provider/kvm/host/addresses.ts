@@ -25,19 +25,21 @@ import { InterfaceAddressSource } from "../../libvirt/constants";
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain, DomainInterface } from "../../libvirt/types";
-import type { ParsedDomain } from "../domain-xml";
-import { bare } from "../ip";
-import { type ProgressListener, report } from "../progress";
+import type { ParsedDomain } from "../domain/domain-xml";
 import {
   addressesByMac,
   firstGlobalIpv6,
   firstRoutableIpv4,
   type NicAddresses,
   type ProxyState,
-} from "../states";
+} from "../domain/states";
+import { bare } from "../network/ip";
+import { type ProgressListener, report } from "../progress";
 import { domainByUuid } from "./domains";
-import type { KvmOperations, VmStatus } from "./operations";
-import { type OperationContext, sleep } from "./retry";
+import type { HostPool } from "./hosts";
+import type { OperationContext, RetryEnv } from "./retry";
+import { sleep } from "./retry";
+import type { VmStatus } from "./vm";
 import { hasCode } from "./volumes";
 
 type Source = "agent" | "lease";
@@ -236,7 +238,7 @@ export function settledStatus(
   return hasFamily(filled, family) ? filled : undefined;
 }
 
-/** Options of {@link KvmOperations.waitForIp}. */
+/** Options of KvmOperations.waitForIp. */
 export interface WaitForIpOptions {
   /** Overall deadline (default 5 min). */
   deadlineMs?: number;
@@ -255,7 +257,7 @@ export interface WaitForIpOptions {
 const FULL_READ_MS = 5_000;
 
 /**
- * {@link KvmOperations.waitForIpFrom}'s loop: from a status just read, waits
+ * KvmOperations.waitForIpFrom's loop: from a status just read, waits
  * until {@link settledStatus} has an answer. Between full reads (get: state,
  * XML and addresses, 3-4 calls) it polls only the addresses: the guest
  * agent, then the DHCP lease (2 calls), so a short poll interval stays
@@ -265,8 +267,17 @@ const FULL_READ_MS = 5_000;
  * crashed guest answers probes like a booting one). At the default 1 s
  * interval a wait costs about 2.2-2.4 calls per second.
  */
+/** What {@link waitForAddress} needs of the operations (KvmOperations is one). */
+export interface AddressWaitHost {
+  readonly env: RetryEnv;
+  readonly hosts: HostPool;
+  now(): number;
+  retrying<T>(ctx: OperationContext, fn: (attempt: number) => Promise<T>, signal?: AbortSignal): Promise<T>;
+  get(hostKey: string, name: string, known?: { uuid?: string }): Promise<VmStatus>;
+}
+
 export async function waitForAddress(
-  ops: KvmOperations,
+  ops: AddressWaitHost,
   from: VmStatus,
   options: WaitForIpOptions,
 ): Promise<VmStatus> {

@@ -9,15 +9,15 @@ import { Readable } from "node:stream";
 import { ProviderError } from "../../errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
-import { buildDomainXml, type ParsedDomain, parseDomainXml } from "../domain-xml";
-import type { ImageIdentity } from "../image";
-import type { MetadataOwner, ProxyMetadata } from "../metadata";
-import { overlayVolumeName, seedVolumeName } from "../names";
-import type { NicAttachment, NicSpec } from "../nic";
+import type { ImageIdentity } from "../config/image";
+import { buildDomainXml, type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
+import type { MetadataOwner, ProxyMetadata } from "../domain/metadata";
+import { overlayVolumeName, seedVolumeName } from "../domain/names";
+import { formatProviderId } from "../domain/provider-id";
+import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../domain/volume-xml";
+import { buildSeed, type SeedSpec } from "../guest/seed";
+import type { NicAttachment, } from "../network/nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
-import { formatProviderId } from "../provider-id";
-import { buildSeed, type SeedSpec } from "../seed";
-import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../volume-xml";
 import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
 import type { HostPool } from "./hosts";
@@ -41,8 +41,6 @@ export interface CreateSpec extends SeedSpec {
   /** Where the NIC attaches (default: the host's configured network or bridge). */
   nic?: NicAttachment;
   mac?: string;
-  /** Several NICs, or one described in full (static addresses, macvtap, limits, filter); replaces nic/mac. */
-  nics?: NicSpec[];
   owner: MetadataOwner;
   /** The hash of everything that, changed, rebuilds the VM; recorded and compared when converging. */
   specHash: string;

@@ -10,12 +10,12 @@
  */
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
-import { ownerTag, perVmVolumeNames } from "../names";
-import { reservationName } from "../placement";
+import { ownerTag, perVmVolumeNames } from "../domain/names";
+import { reservationName } from "../placement/placement";
 import { domainHoldings, lookupDomain, removeDomain } from "./domains";
 import type { HostPool } from "./hosts";
-import type { DeleteOptions, DeleteResult } from "./operations";
 import type { RetryEnv } from "./retry";
+import type { DeleteOptions, DeleteResult } from "./vm";
 import { deleteVolume, lookupVolume, refreshPool } from "./volumes";
 
 export async function deleteOnce(

@@ -16,15 +16,15 @@ import { DomainMetadataType, DomainModificationImpact, DomainUndefineFlags } fro
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain } from "../../libvirt/types";
-import { parseDomainXml } from "../domain-xml";
+import { parseDomainXml } from "../domain/domain-xml";
 import {
   METADATA_NAMESPACE,
   METADATA_PREFIX,
   metadataForSet,
   type ProxyMetadata,
   parseMetadata,
-} from "../metadata";
-import { isActiveState } from "../states";
+} from "../domain/metadata";
+import { isActiveState } from "../domain/states";
 import { hasCode } from "./volumes";
 
 /** A domain of the name exists and is not the creator's (another owner, or unmanaged). Permanent. */

@@ -14,7 +14,7 @@ import http from "node:http";
 import https from "node:https";
 import { Readable, Transform, type TransformCallback } from "node:stream";
 import { ProviderError, TimeoutError } from "../../errors";
-import type { ImageFormat, ImageSource } from "../image";
+import type { ImageFormat, ImageSource } from "../config/image";
 
 /** qcow2 magic: 'Q' 'F' 'I' 0xfb. */
 export const QCOW2_MAGIC = Buffer.from([0x51, 0x46, 0x49, 0xfb]);

@@ -20,7 +20,7 @@ import {
   redactGuestLines,
   runningStage,
   STATUS_FILE,
-} from "../cloud-init-result";
+} from "../guest/cloud-init-result";
 import { type ProgressListener, report } from "../progress";
 import { agentAnswers, readGuestFile } from "./guest-agent";
 import { sleep } from "./retry";

@@ -6,7 +6,7 @@
  * diff cannot wait for the others' to learn who is oldest.
  */
 import { ErrorCode } from "../../libvirt/error-codes";
-import { formatProviderId } from "../provider-id";
+import { formatProviderId } from "../domain/provider-id";
 import { managedMetadata } from "./domains";
 import type { HostPool } from "./hosts";
 import { hasCode } from "./volumes";

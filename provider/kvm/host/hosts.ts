@@ -18,9 +18,9 @@ import { OpenSshTransport } from "../../transport/openssh";
 import { SshTransport } from "../../transport/ssh";
 import type { Transport } from "../../transport/types";
 import { UnixSocketTransport } from "../../transport/unix";
-import type { HostConfig, SshAuthConfig } from "../config";
+import type { HostConfig, SshAuthConfig } from "../config/host-config";
+import { CallTracer } from "./call-tracer";
 import { PoolHandles } from "./pools";
-import { CallTracer } from "./trace";
 
 /** The host key is not in the provider configuration. Permanent: only a config change helps. */
 export class HostNotConfiguredError extends ProviderError {

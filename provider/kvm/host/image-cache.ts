@@ -25,16 +25,16 @@ import { pipeline, type Readable, Transform } from "node:stream";
 import { ProviderError } from "../../errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool, StorageVol } from "../../libvirt/types";
-import { type ImageIdentity, imageSourceOf } from "../image";
+import { type ImageIdentity, imageSourceOf } from "../config/image";
 import {
   type CachedImageIdentity,
   cachedImageState,
   cachedImageVolumeName,
   parseCachedImageVolumeName,
   partialMarkerVolumeName,
-} from "../names";
+} from "../domain/names";
+import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import { type ProgressListener, report } from "../progress";
-import { buildCachedImageVolumeXml } from "../volume-xml";
 import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
 import { type HeldLease, LeaseLostError, type LeaseTiming, takeLease } from "./image-lease";
 import type { RetryEnv } from "./retry";

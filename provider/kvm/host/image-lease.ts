@@ -26,7 +26,7 @@ import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool, StorageVol } from "../../libvirt/types";
-import { buildCachedImageVolumeXml } from "../volume-xml";
+import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import { type RetryEnv, sleep } from "./retry";
 import { deleteVolume, hasCode, lookupVolume, refreshPool, volumeInfo } from "./volumes";
 

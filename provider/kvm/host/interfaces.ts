@@ -39,9 +39,7 @@ import { ErrorCode } from "../../libvirt/error-codes";
 import { isLibvirtError } from "../../libvirt/errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain } from "../../libvirt/types";
-import { bandwidthElement } from "../interface-xml";
-import type { NicBandwidth, NicSpec } from "../nic";
-import { quote, type ValidationFailure } from "../validation";
+import { bandwidthElement } from "../domain/interface-xml";
 import {
   attribute,
   childElement,
@@ -52,7 +50,9 @@ import {
   textContent,
   type XmlElement,
   type XmlNode,
-} from "../xml";
+} from "../domain/xml";
+import type { NicBandwidth, NicSpec } from "../network/nic";
+import { quote, type ValidationFailure } from "../validation";
 import { hasCode } from "./volumes";
 
 /** True when the host has the nwfilter `name`; false when it has none of that name (NO_NWFILTER). */

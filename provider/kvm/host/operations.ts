@@ -12,22 +12,22 @@
  */
 import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
-import { type ParsedDomain, parseDomainXml } from "../domain-xml";
+import { type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
+import type { ProxyMetadata } from "../domain/metadata";
+import { formatProviderId } from "../domain/provider-id";
+import { isActiveState, mapDomainState } from "../domain/states";
 import {
   GUEST_PROBE_INTERPRETER,
   type GuestProbeReply,
   guestProbeArgs,
   parseGuestProbe,
-} from "../guest-probe";
-import type { ProxyMetadata } from "../metadata";
-import type { NicBandwidth } from "../nic";
-import { formatProviderId } from "../provider-id";
-import { isActiveState, mapDomainState, type NicAddresses, type ProxyState } from "../states";
+} from "../guest/guest-probe";
+import type { NicBandwidth } from "../network/nic";
 import { addressFields, guestAddresses, type WaitForIpOptions, waitForAddress } from "./addresses";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
-import { type LibvirtState, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
+import { lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
 import { type FirstBootOptions, outputTail, waitFirstBoot } from "./first-boot";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import { runInGuest } from "./guest-agent";
@@ -38,62 +38,8 @@ import { Placer } from "./placer";
 import { type ProvisionOptions, provision } from "./provision";
 import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationError, withRetry } from "./retry";
 import { Semaphore } from "./semaphore";
+import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
 import { hasCode } from "./volumes";
-
-/** What get reports. */
-export interface VmStatus {
-  host: string;
-  name: string;
-  state: ProxyState;
-  uuid?: string;
-  /** libvirt's virDomainState and reason. */
-  libvirtState?: LibvirtState;
-  /** First routable IPv4 of the guest. */
-  ipv4?: string;
-  /** Where `ipv4` came from; `static`: the configuration, while no guest agent answers (waitForIp). */
-  ipSource?: "agent" | "lease" | "static";
-  /** First global IPv6 of the guest. */
-  ipv6Address?: string;
-  /** Every address per NIC, v4 and v6, CIDR (addresses.ts); set when asked, of a running domain. */
-  ipAddresses?: NicAddresses[];
-  /** Whether the guest agent answered when the addresses were asked. */
-  guestAgentAnswered?: boolean;
-  mac?: string;
-  metadata?: ProxyMetadata;
-  /** The parsed domain XML. */
-  domain?: ParsedDomain;
-}
-
-/** What delete did. */
-export interface DeleteResult {
-  /** True when a domain was destroyed/undefined. */
-  domainRemoved: boolean;
-  /** Per-VM volumes removed. */
-  volumesRemoved: string[];
-  /** Why nothing could be done, when that was the case (still a success). */
-  noop?: "host-not-configured" | "pool-missing" | "not-ours";
-  /** With noop "not-ours": the owner the domain's metadata names, or "unmanaged". */
-  foreignOwner?: string;
-}
-
-/** Options of {@link KvmOperations.delete}. */
-export interface DeleteOptions {
-  /**
-   * Delete only what belongs to this owner URN: a domain of the name whose
-   * metadata names another owner, or none, is left alone with its volumes
-   * (they back it). A create's rollback passes its own: two creates of one
-   * name at once must not roll back each other's VM.
-   */
-  owner?: string;
-  /** How long transient failures are retried, ms (the resource's `timeouts.delete`; default the retry policy's). */
-  deadlineMs?: number;
-  /**
-   * The owner whose create chose the volumes' names (tagged with it, see
-   * names.ts): found even when the domain is already gone. Without it, a
-   * domain's volumes are the ones its disks name.
-   */
-  volumeOwner?: string;
-}
 
 /** A managed VM found by list. */
 export interface ManagedVm {
@@ -519,3 +465,4 @@ export { KvmStateError } from "./addresses";
 export type { CreateOptions, CreateResult, CreateSpec, CreateStep } from "./create";
 export { CREATE_STEPS } from "./create";
 export { DomainTakenError } from "./domains";
+export type { DeleteOptions, DeleteResult, VmStatus } from "./vm";

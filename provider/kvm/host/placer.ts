@@ -22,8 +22,9 @@ import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
-import { parseDomainXml } from "../domain-xml";
-import { ownerTag } from "../names";
+import { parseDomainXml } from "../domain/domain-xml";
+import { ownerTag } from "../domain/names";
+import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import {
   choosePlacement,
   type HostUsage,
@@ -34,8 +35,7 @@ import {
   reservationName,
   reservationRequest,
   roomLeft,
-} from "../placement";
-import { buildCachedImageVolumeXml } from "../volume-xml";
+} from "../placement/placement";
 import { managedMetadata } from "./domains";
 import type { HostPool } from "./hosts";
 import { takeLease } from "./image-lease";

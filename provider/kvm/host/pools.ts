@@ -10,7 +10,7 @@
  * looks the name up again and, when it now names another pool, re-issues
  * the call with the new handle (the call failed before it did anything: the
  * pool is resolved first), and later calls that still carry the old handle
- * are given the new one. A pool that is gone stays an error, as before.
+ * are given the new one. A pool that is gone stays an error.
  */
 
 import type { CallOptions, RpcCaller } from "../../libvirt/connection";

@@ -19,12 +19,14 @@
  * lookup before it makes anything.
  */
 import { ProviderError, TimeoutError } from "../../errors";
+import type { ParsedDomain } from "../domain/domain-xml";
+import { formatProviderId } from "../domain/provider-id";
 import { report } from "../progress";
-import { formatProviderId } from "../provider-id";
-import type { CreateOptions, CreateSpec } from "./create";
+import type { WaitForIpOptions } from "./addresses";
+import type { CreateOptions, CreateResult, CreateSpec } from "./create";
 import { FirstBootError } from "./first-boot";
-import type { DeleteResult, KvmOperations, VmStatus, WaitForIpOptions } from "./operations";
-import type { Placed } from "./placer";
+import type { Placed, Placer } from "./placer";
+import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
 
 /** Options of {@link provision}. */
 export interface ProvisionOptions
@@ -127,9 +129,26 @@ export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** What a provision needs of the operations (KvmOperations is one). */
+export interface ProvisionHost {
+  readonly placer: Pick<Placer, "place" | "release">;
+  /** Provisions in flight in this process, by host and name. */
+  readonly provisioning: Map<string, Promise<unknown>>;
+  now(): number;
+  createSlot(hostKey: string, onWait?: (ahead: number) => void): Promise<() => void>;
+  create(spec: CreateSpec, options?: CreateOptions): Promise<CreateResult>;
+  readStatus(
+    hostKey: string,
+    name: string,
+    known: { uuid?: string; domain?: ParsedDomain },
+  ): Promise<VmStatus>;
+  waitForIpFrom(from: VmStatus, options?: WaitForIpOptions): Promise<VmStatus>;
+  delete(hostKey: string, name: string, options?: DeleteOptions): Promise<DeleteResult>;
+}
+
 /** See the module header. */
 export async function provision(
-  ops: KvmOperations,
+  ops: ProvisionHost,
   given: CreateSpec,
   options: ProvisionOptions,
 ): Promise<VmStatus> {
@@ -158,7 +177,7 @@ export async function provision(
 }
 
 async function provisionNow(
-  ops: KvmOperations,
+  ops: ProvisionHost,
   spec: CreateSpec,
   options: ProvisionOptions,
   placed: Placed | undefined,
@@ -185,7 +204,7 @@ async function provisionNow(
     const slot = await ops.createSlot(spec.host, (ahead) =>
       report(options.onProgress, { kind: "waiting-host", host: spec.host, ahead }),
     );
-    let made: Awaited<ReturnType<KvmOperations["create"]>>;
+    let made: CreateResult;
     try {
       made = await ops.create(spec, {
         signal,

@@ -12,10 +12,16 @@
  */
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ImageConfig } from "../../../provider/kvm/config/image";
+import {
+  attribute,
+  childElement,
+  childElements,
+  parseXml,
+  type XmlNode,
+} from "../../../provider/kvm/domain/xml";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations, type WaitForIpOptions } from "../../../provider/kvm/host/operations";
-import type { ImageConfig } from "../../../provider/kvm/image";
-import { attribute, childElement, childElements, parseXml, type XmlNode } from "../../../provider/kvm/xml";
 import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import { type TestHost, testHost } from "../../support/test-host";
 import {

@@ -4,16 +4,16 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildDomainXml, type DomainSpec, parseDomainXml } from "../../../provider/kvm/domain-xml";
-import { METADATA_NAMESPACE, parseMetadata } from "../../../provider/kvm/metadata";
-import { cachedImageVolumeName, overlayVolumeName, seedVolumeName } from "../../../provider/kvm/names";
+import { buildDomainXml, type DomainSpec, parseDomainXml } from "../../../provider/kvm/domain/domain-xml";
+import { METADATA_NAMESPACE, parseMetadata } from "../../../provider/kvm/domain/metadata";
+import { cachedImageVolumeName, overlayVolumeName, seedVolumeName } from "../../../provider/kvm/domain/names";
 import {
   buildCachedImageVolumeXml,
   buildOverlayVolumeXml,
   buildSeedVolumeXml,
   GIB,
-} from "../../../provider/kvm/volume-xml";
-import { attribute, childElement, descend, parseXml, textContent } from "../../../provider/kvm/xml";
+} from "../../../provider/kvm/domain/volume-xml";
+import { attribute, childElement, descend, parseXml, textContent } from "../../../provider/kvm/domain/xml";
 import { type TestHost, testHost, virshUri } from "../../support/test-host";
 import { sampleMetadata } from "../../unit/kvm/fixtures";
 

@@ -7,10 +7,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ImageConfig } from "../../../provider/kvm/config/image";
+import { partialMarkerVolumeName } from "../../../provider/kvm/domain/names";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
-import type { ImageConfig } from "../../../provider/kvm/image";
-import { partialMarkerVolumeName } from "../../../provider/kvm/names";
 import { refreshPoolByHand, type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,

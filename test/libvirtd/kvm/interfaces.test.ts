@@ -16,6 +16,13 @@
  */
 import { execFileSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  attribute,
+  childElement,
+  childElements,
+  parseXml,
+  type XmlNode,
+} from "../../../provider/kvm/domain/xml";
 import type { HostPool } from "../../../provider/kvm/host/hosts";
 import {
   checkNicsOnHost,
@@ -27,8 +34,7 @@ import {
   setInterfaceBandwidth,
 } from "../../../provider/kvm/host/interfaces";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
-import type { NicSpec } from "../../../provider/kvm/nic";
-import { attribute, childElement, childElements, parseXml, type XmlNode } from "../../../provider/kvm/xml";
+import type { NicSpec } from "../../../provider/kvm/network/nic";
 import { DomainXmlFlags } from "../../../provider/libvirt/constants";
 import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Domain } from "../../../provider/libvirt/types";

@@ -3,14 +3,14 @@ import { chmodSync, createReadStream, mkdtempSync, rmSync, statSync, writeFileSy
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ProviderError, TimeoutError } from "../../../provider/errors";
-import { buildDomainXml } from "../../../provider/kvm/domain-xml";
+import type { ImageConfig } from "../../../provider/kvm/config/image";
+import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
+import { METADATA_NAMESPACE } from "../../../provider/kvm/domain/metadata";
+import { partialMarkerVolumeName } from "../../../provider/kvm/domain/names";
 import { HostPool } from "../../../provider/kvm/host/hosts";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/host/operations";
 import { KvmOperationError } from "../../../provider/kvm/host/retry";
-import type { ImageConfig } from "../../../provider/kvm/image";
-import { METADATA_NAMESPACE } from "../../../provider/kvm/metadata";
-import { partialMarkerVolumeName } from "../../../provider/kvm/names";
 import { DomainMetadataType } from "../../../provider/libvirt/constants";
 import { type TestHost, testHost } from "../../support/test-host";
 import {

@@ -8,7 +8,7 @@
 import { chmodSync, mkdirSync } from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { parseConfig } from "../../../provider/kvm/config";
+import { parseConfig } from "../../../provider/kvm/config/host-config";
 import { HostPool } from "../../../provider/kvm/host/hosts";
 import { ErrorCode } from "../../../provider/libvirt/error-codes";
 import { LibvirtError } from "../../../provider/libvirt/errors";

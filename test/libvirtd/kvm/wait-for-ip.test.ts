@@ -13,9 +13,9 @@
 import { chmodSync, rmSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ImageConfig } from "../../../provider/kvm/config/image";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
-import type { ImageConfig } from "../../../provider/kvm/image";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,

@@ -9,7 +9,7 @@
  * only after 30 s (5 s × 5 + 5 s), and the blackhole hides that close anyway.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { CallTracer, type TraceRecord } from "../../../provider/kvm/host/trace";
+import { CallTracer, type TraceRecord } from "../../../provider/kvm/host/call-tracer";
 import { ConnectionClosedError, type LibvirtConnectionOptions } from "../../../provider/libvirt";
 import { KEEPALIVE_DEFAULTS, keepaliveBoundMs } from "../../../provider/libvirt/keepalive";
 import { UnixSocketTransport } from "../../../provider/transport/unix";

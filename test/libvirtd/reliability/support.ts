@@ -7,13 +7,13 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { ProviderError } from "../../../provider/errors";
-import { parseConfig } from "../../../provider/kvm/config";
+import { parseConfig } from "../../../provider/kvm/config/host-config";
+import { partialMarkerVolumeName } from "../../../provider/kvm/domain/names";
+import type { CallTracer } from "../../../provider/kvm/host/call-tracer";
 import { HostPool } from "../../../provider/kvm/host/hosts";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations, type KvmOperationsOptions } from "../../../provider/kvm/host/operations";
 import type { RetryPolicy } from "../../../provider/kvm/host/retry";
-import type { CallTracer } from "../../../provider/kvm/host/trace";
-import { partialMarkerVolumeName } from "../../../provider/kvm/names";
 import { repoRoot, type TestHost, virshUri } from "../../support/test-host";
 import { sha256File, virsh, virshQuiet } from "../kvm/ops-helpers";
 

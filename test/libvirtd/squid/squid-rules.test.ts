@@ -17,14 +17,14 @@ import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_pr
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { guestProbeArgs, parseGuestProbe } from "../../../provider/kvm/guest-probe";
-import { squidPasswordHash } from "../../../provider/kvm/password-hash";
+import { guestProbeArgs, parseGuestProbe } from "../../../provider/kvm/guest/guest-probe";
+import { squidPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   buildSquidConf,
   type ProxySetup,
   passwordFileLine,
   squidName,
-} from "../../../provider/kvm/proxy-setup";
+} from "../../../provider/kvm/squid/setup";
 import { judgeStatus } from "../../../provider/resource/health-check";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";

@@ -10,10 +10,10 @@ import { chmodSync, existsSync, readdirSync, readFileSync, rmSync, statSync, wri
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProviderError } from "../../../provider/errors";
-import { type HostConfig, parseConfig } from "../../../provider/kvm/config";
+import { type HostConfig, parseConfig } from "../../../provider/kvm/config/host-config";
+import type { ImageConfig } from "../../../provider/kvm/config/image";
 import { buildTransport, HostPool } from "../../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
-import type { ImageConfig } from "../../../provider/kvm/image";
 import { OpenSshTransport } from "../../../provider/transport/openssh";
 import { repoRoot, type TestHost, testHost } from "../../support/test-host";
 import { baseSpec, imageConfig, makeQcow2, ownedBy, uniqueName, virshQuiet } from "../kvm/ops-helpers";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_MIN_AGE, parseGcArgs, UsageError } from "../../../provider/gc/args";
+import { DEFAULT_MIN_AGE, parseGcArgs, UsageError } from "../../../provider/gc/command-line";
 
 describe("parseGcArgs", () => {
   it("defaults: dry run, this project, 15 minutes, the current stack", () => {

@@ -7,7 +7,7 @@ import {
   parseStackExport,
   parseStackList,
 } from "../../../provider/gc/pulumi-json";
-import { readStackConfig } from "../../../provider/resource/config";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 
 // Shapes as printed by the Pulumi CLI 3.248 (file:// backend), trimmed.
 const STACK_LS_ALL = JSON.stringify([

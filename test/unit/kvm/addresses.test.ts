@@ -4,9 +4,14 @@
  * settled, by the guest or by the static configuration.
  */
 import { describe, expect, it } from "vitest";
+import {
+  addressesByMac,
+  firstGlobalIpv6,
+  isGlobalIpv6,
+  mapDomainState,
+} from "../../../provider/kvm/domain/states";
 import { settledStatus, withStaticAddresses } from "../../../provider/kvm/host/addresses";
 import type { VmStatus } from "../../../provider/kvm/host/operations";
-import { addressesByMac, firstGlobalIpv6, isGlobalIpv6, mapDomainState } from "../../../provider/kvm/states";
 import { DomainState } from "../../../provider/libvirt/constants";
 import type { DomainInterface } from "../../../provider/libvirt/types";
 

@@ -1,7 +1,7 @@
 /**
  * cloud-init's outcome as the provider reads it from a guest
- * (provider/kvm/cloud-init-result.ts), and the in-guest health probe's
- * output (provider/kvm/guest-probe.ts). The errors are as cloud-init 22.4
+ * (provider/kvm/guest/cloud-init-result.ts), and the in-guest health probe's
+ * output (provider/kvm/guest/guest-probe.ts). The errors are as cloud-init 22.4
  * (Debian 12) and 25.1 (Debian 13) wrote them on the test guests.
  */
 import { execFileSync } from "node:child_process";
@@ -12,8 +12,12 @@ import {
   parseResult,
   redactGuestLines,
   runningStage,
-} from "../../../provider/kvm/cloud-init-result";
-import { GUEST_PROBE_PROGRAM, guestProbeArgs, parseGuestProbe } from "../../../provider/kvm/guest-probe";
+} from "../../../provider/kvm/guest/cloud-init-result";
+import {
+  GUEST_PROBE_PROGRAM,
+  guestProbeArgs,
+  parseGuestProbe,
+} from "../../../provider/kvm/guest/guest-probe";
 
 describe("cloud-init's result", () => {
   it("is a success without errors", () => {

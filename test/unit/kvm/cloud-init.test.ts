@@ -10,7 +10,7 @@ import {
   GUEST_AGENT_SCRIPT,
   GUEST_AGENT_SCRIPT_FILENAME,
   USER_VENDOR_DATA_FILENAME,
-} from "../../../provider/kvm/cloud-init";
+} from "../../../provider/kvm/guest/vendor-data";
 
 const workDir = mkdtempSync(path.join(tmpdir(), "cloud-init-test-"));
 afterAll(() => rmSync(workDir, { recursive: true, force: true }));

@@ -7,8 +7,8 @@ import {
   parseConfig,
   parseHostUri,
   validateConfig,
-} from "../../../provider/kvm/config";
-import { imageSourceOf, resolveImage } from "../../../provider/kvm/image";
+} from "../../../provider/kvm/config/host-config";
+import { imageSourceOf, resolveImage } from "../../../provider/kvm/config/image";
 import { Failures, ValidationError } from "../../../provider/kvm/validation";
 
 const KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n";
@@ -23,6 +23,9 @@ function failures(input: unknown) {
   if (result.ok) throw new Error("expected failures");
   return result.failures;
 }
+
+/** A known_hosts line the transport's parser takes (a real ed25519 key). */
+const KNOWN = "h ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
 
 describe("host configuration", () => {
   it("applies every default to a minimal ssh host", () => {
@@ -231,8 +234,8 @@ describe("host configuration", () => {
   });
 
   it("keeps known_hosts content and key content as given", () => {
-    const h = host({ uri: "ssh://h", privateKey: KEY, passphrase: "pw", knownHosts: "h ssh-ed25519 AAAA" });
-    expect(h.ssh).toEqual({ privateKey: KEY, passphrase: "pw", knownHosts: "h ssh-ed25519 AAAA" });
+    const h = host({ uri: "ssh://h", privateKey: KEY, passphrase: "pw", knownHosts: KNOWN });
+    expect(h.ssh).toEqual({ privateKey: KEY, passphrase: "pw", knownHosts: KNOWN });
   });
 
   // History: a missing kvm-ssh Secret aborted the whole provider set at

@@ -6,10 +6,8 @@ import {
   macAddressProblem,
   parseDomainXml,
   scaledToBytes,
-} from "../../../provider/kvm/domain-xml";
-import { parseMetadata } from "../../../provider/kvm/metadata";
-import type { NicAttachment, NicSpec } from "../../../provider/kvm/nic";
-import { ValidationError } from "../../../provider/kvm/validation";
+} from "../../../provider/kvm/domain/domain-xml";
+import { parseMetadata } from "../../../provider/kvm/domain/metadata";
 import {
   attribute,
   childElement,
@@ -18,7 +16,9 @@ import {
   parseXml,
   textContent,
   type XmlNode,
-} from "../../../provider/kvm/xml";
+} from "../../../provider/kvm/domain/xml";
+import type { NicAttachment, NicSpec } from "../../../provider/kvm/network/nic";
+import { ValidationError } from "../../../provider/kvm/validation";
 import { sampleMetadata, sampleSpec } from "./fixtures";
 
 const VARIANTS: [string, Partial<DomainSpec>][] = [

@@ -1,5 +1,5 @@
-import type { DomainSpec } from "../../../provider/kvm/domain-xml";
-import type { ProxyMetadata } from "../../../provider/kvm/metadata";
+import type { DomainSpec } from "../../../provider/kvm/domain/domain-xml";
+import type { ProxyMetadata } from "../../../provider/kvm/domain/metadata";
 
 export const SHA = "a".repeat(64);
 

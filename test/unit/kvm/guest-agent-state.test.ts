@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { GUEST_AGENT_CHANNEL, parseDomainXml } from "../../../provider/kvm/domain-xml";
+import { GUEST_AGENT_CHANNEL, parseDomainXml } from "../../../provider/kvm/domain/domain-xml";
 
 const domain = (channels: string): string =>
   `<domain type='qemu'><name>web-1</name><memory unit='KiB'>131072</memory><vcpu>1</vcpu>` +

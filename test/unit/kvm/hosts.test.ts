@@ -2,14 +2,14 @@ import os from "node:os";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import { describe, expect, it } from "vitest";
-import { parseConfig } from "../../../provider/kvm/config";
+import { parseConfig } from "../../../provider/kvm/config/host-config";
+import { CallTracer } from "../../../provider/kvm/host/call-tracer";
 import {
   buildTransport,
   expandHome,
   HostNotConfiguredError,
   HostPool,
 } from "../../../provider/kvm/host/hosts";
-import { CallTracer } from "../../../provider/kvm/host/trace";
 import { SshTransport } from "../../../provider/transport/ssh";
 import type { Transport } from "../../../provider/transport/types";
 import { UnixSocketTransport } from "../../../provider/transport/unix";

@@ -5,8 +5,14 @@
  * real daemon (test/libvirtd/kvm/interfaces.test.ts).
  */
 import { describe, expect, it } from "vitest";
+import {
+  childElement,
+  childElements,
+  parseXml,
+  serializeXml,
+  type XmlNode,
+} from "../../../provider/kvm/domain/xml";
 import { interfaceWithBandwidth } from "../../../provider/kvm/host/interfaces";
-import { childElement, childElements, parseXml, serializeXml, type XmlNode } from "../../../provider/kvm/xml";
 
 const DOMAIN = `<domain type='qemu'><name>vm</name><devices>
 <interface type='network'><mac address='52:54:00:aa:00:01'/><source network='kvmp-nat'/>

@@ -10,7 +10,7 @@ import {
   rangeProblem,
   sameAddress,
   subnetsOverlap,
-} from "../../../provider/kvm/ip";
+} from "../../../provider/kvm/network/ip";
 
 describe("parseCidr", () => {
   it.each<[string, 4 | 6, string, number]>([

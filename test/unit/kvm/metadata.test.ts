@@ -8,9 +8,9 @@ import {
   METADATA_NAMESPACE,
   MetadataError,
   parseMetadata,
-} from "../../../provider/kvm/metadata";
+} from "../../../provider/kvm/domain/metadata";
+import { XmlError } from "../../../provider/kvm/domain/xml";
 import { ValidationError } from "../../../provider/kvm/validation";
-import { XmlError } from "../../../provider/kvm/xml";
 import { SHA, sampleMetadata } from "./fixtures";
 
 const NS = METADATA_NAMESPACE;

@@ -14,7 +14,7 @@ import {
   partialMarkerVolumeName,
   perVmVolumeNames,
   seedVolumeName,
-} from "../../../provider/kvm/names";
+} from "../../../provider/kvm/domain/names";
 
 const RANDOM = Uint8Array.from([0x3f, 0x9a, 0x01, 0xbc]);
 const SHA = "c".repeat(64);

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
-import { buildNetworkConfig, needsNetworkConfig } from "../../../provider/kvm/network-config";
-import type { NicSpec } from "../../../provider/kvm/nic";
+import { buildNetworkConfig, needsNetworkConfig } from "../../../provider/kvm/guest/network-config";
+import type { NicSpec } from "../../../provider/kvm/network/nic";
 import { ValidationError } from "../../../provider/kvm/validation";
 
 function nic(over: Partial<NicSpec> = {}): NicSpec {

@@ -11,7 +11,7 @@ import {
   macAddressProblem,
   type NicSpec,
   readNics,
-} from "../../../provider/kvm/nic";
+} from "../../../provider/kvm/network/nic";
 import { Failures, type ValidationFailure } from "../../../provider/kvm/validation";
 
 /** Stands for a Pulumi unknown at preview. */

@@ -1,5 +1,5 @@
 /**
- * The proxy password's hash (provider/kvm/password-hash.ts): SHA-512-crypt
+ * The proxy password's hash (provider/kvm/squid/password-hash.ts): SHA-512-crypt
  * checked against two real readers (OpenSSL's `passwd -6` and this
  * machine's libcrypt through Python's crypt, the crypt(3) squid's
  * basic_ncsa_auth calls), a salt that owes nothing to the password, and the
@@ -15,7 +15,7 @@ import {
   ROUNDS,
   sha512Crypt,
   squidPasswordHash,
-} from "../../../provider/kvm/password-hash";
+} from "../../../provider/kvm/squid/password-hash";
 
 /** crypt(3) of this machine's libc (libxcrypt on Debian 12), as squid's helper calls it. */
 function libcCrypt(password: string, setting: string): string {

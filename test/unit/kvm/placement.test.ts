@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { HostCapacity } from "../../../provider/kvm/capacity";
+import type { HostCapacity } from "../../../provider/kvm/placement/capacity";
 import {
   choosePlacement,
   type HostUsage,
@@ -8,7 +8,7 @@ import {
   reservationName,
   reservationRequest,
   roomLeft,
-} from "../../../provider/kvm/placement";
+} from "../../../provider/kvm/placement/placement";
 
 const REQ = { memoryMiB: 512, vcpus: 1 };
 

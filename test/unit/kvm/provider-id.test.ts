@@ -1,6 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { isTransient } from "../../../provider/errors";
-import { formatProviderId, InvalidProviderIdError, parseProviderId } from "../../../provider/kvm/provider-id";
+import {
+  formatProviderId,
+  InvalidProviderIdError,
+  parseProviderId,
+} from "../../../provider/kvm/domain/provider-id";
 
 describe("provider IDs", () => {
   it("formats kvm://<host>/<domain-name>", () => {

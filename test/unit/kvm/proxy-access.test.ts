@@ -1,5 +1,5 @@
 /**
- * Who may use a proxy and where it may go (provider/kvm/proxy-access.ts):
+ * Who may use a proxy and where it may go (provider/kvm/squid/access.ts):
  * the rules on allowedClients and allowedDestinations, and squid's ordered
  * access list, read as a table. What squid itself makes of the list is
  * shown with a real squid in test/libvirtd/squid/squid-rules.test.ts.
@@ -12,7 +12,7 @@ import {
   ONLINK_ACL_FILE,
   OWN_ACL_FILE,
   squidAccess,
-} from "../../../provider/kvm/proxy-access";
+} from "../../../provider/kvm/squid/access";
 
 function failures(run: (f: { fail(p: string | undefined, r: string): void }) => unknown) {
   const list: { property: string | undefined; reason: string }[] = [];

@@ -1,5 +1,5 @@
 /**
- * The guest's proxy setup (provider/kvm/proxy-setup.ts): squid.conf as
+ * The guest's proxy setup (provider/kvm/squid/setup.ts): squid.conf as
  * built from a setup (its access list is proxy-access.ts, tested apart),
  * read by the real squid with `squid -k parse`, and the vendor-data script
  * (parsed by dash, the POSIX shell of Debian's /bin/sh).
@@ -9,15 +9,15 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { squidPasswordHash } from "../../../provider/kvm/password-hash";
-import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy-access";
+import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/squid/access";
+import { squidPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   buildProxySetupScript,
   buildSquidConf,
   PASSWORD_FILE,
   type ProxySetup,
   squidName,
-} from "../../../provider/kvm/proxy-setup";
+} from "../../../provider/kvm/squid/setup";
 
 const AUTH: ProxySetup = {
   port: 3128,

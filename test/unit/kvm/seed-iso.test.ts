@@ -12,7 +12,7 @@ import {
   ISO_SECTOR_BYTES,
   MAX_SEED_FILE_BYTES,
   type SeedIsoFiles,
-} from "../../../provider/kvm/seed-iso";
+} from "../../../provider/kvm/guest/seed-iso";
 
 // Independent readers check the image: genisoimage's isoinfo (Rock Ridge,
 // Joliet and plain ISO 9660 views), xorriso (libisofs), util-linux blkid (how

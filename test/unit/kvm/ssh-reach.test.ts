@@ -1,5 +1,5 @@
 /**
- * kvm:hosts.<key>.transport, .jump and .sshConfig (kvm/ssh-reach.ts) through
+ * kvm:hosts.<key>.transport, .jump and .sshConfig (kvm/config/ssh-reach.ts) through
  * the host parser: defaults taken from the host, failures naming the hop,
  * and no failure quoting a key, a passphrase or a URL's password.
  */
@@ -9,8 +9,8 @@ import {
   type HostConfig,
   parseConfig,
   validateConfig,
-} from "../../../provider/kvm/config";
-import { MAX_JUMP_HOPS } from "../../../provider/kvm/ssh-reach";
+} from "../../../provider/kvm/config/host-config";
+import { MAX_JUMP_HOPS } from "../../../provider/kvm/config/ssh-reach";
 
 const KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nsecretkeymaterial\n-----END OPENSSH PRIVATE KEY-----\n";
 const HOP_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nhopsecretmaterial\n-----END OPENSSH PRIVATE KEY-----\n";
@@ -47,7 +47,8 @@ describe("jump hosts", () => {
   it("takes a chain, first hop first, each hop with what it gives and the host's for the rest", () => {
     const h = host({
       ...base,
-      knownHosts: "hv1.internal ssh-ed25519 AAAA\n",
+      knownHosts:
+        "hv1.internal ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
       jump: [
         { uri: "ssh://jump@bastion:2222", knownHostsPath: "/etc/kvmp/bastion_known_hosts" },
         { uri: "ssh://[fd00::7]", agentSocket: "/run/agent.sock" },
@@ -72,7 +73,11 @@ describe("jump hosts", () => {
         host: "fd00::7",
         port: 22,
         // Own credentials (the agent alone: the host's key and passphrase go together); the host's known_hosts.
-        ssh: { agentSocket: "/run/agent.sock", knownHosts: "hv1.internal ssh-ed25519 AAAA\n" },
+        ssh: {
+          agentSocket: "/run/agent.sock",
+          knownHosts:
+            "hv1.internal ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
+        },
       },
     ]);
   });

@@ -4,7 +4,7 @@ import {
   isRoutableIpv4,
   mapDomainState,
   ShutoffReason,
-} from "../../../provider/kvm/states";
+} from "../../../provider/kvm/domain/states";
 import { DomainState } from "../../../provider/libvirt/constants";
 import type { DomainInterface } from "../../../provider/libvirt/types";
 

@@ -8,7 +8,7 @@ import {
   sinkFromEnv,
   stderrSink,
   traceLevelFromEnv,
-} from "../../../provider/kvm/host/trace";
+} from "../../../provider/kvm/host/call-tracer";
 import type { CallOptions, RpcCaller } from "../../../provider/libvirt/connection";
 import { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Procedure } from "../../../provider/libvirt/procedures";

@@ -1,12 +1,12 @@
 import { Readable } from "node:stream";
 import { describe, expect, it } from "vitest";
+import { buildSeedIso } from "../../../provider/kvm/guest/seed-iso";
 import {
   CallTracer,
   type TraceLevel,
   type TraceRecord,
   traceLevelFromEnv,
-} from "../../../provider/kvm/host/trace";
-import { buildSeedIso } from "../../../provider/kvm/seed-iso";
+} from "../../../provider/kvm/host/call-tracer";
 import type { CallOptions, RpcCaller } from "../../../provider/libvirt/connection";
 import { LibvirtError } from "../../../provider/libvirt/errors";
 import { Libvirt } from "../../../provider/libvirt/libvirt";

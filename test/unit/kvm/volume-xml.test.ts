@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { ValidationError } from "../../../provider/kvm/validation";
 import {
   buildCachedImageVolumeXml,
   buildOverlayVolumeXml,
@@ -7,7 +6,7 @@ import {
   GIB,
   type OverlayVolumeSpec,
   overlayCapacityBytes,
-} from "../../../provider/kvm/volume-xml";
+} from "../../../provider/kvm/domain/volume-xml";
 import {
   attribute,
   childElement,
@@ -15,7 +14,8 @@ import {
   parseXml,
   textContent,
   type XmlNode,
-} from "../../../provider/kvm/xml";
+} from "../../../provider/kvm/domain/xml";
+import { ValidationError } from "../../../provider/kvm/validation";
 
 const OVERLAY: OverlayVolumeSpec = {
   name: "web-1-root.qcow2",

@@ -13,7 +13,7 @@ import {
   serializeXml,
   textContent,
   XmlError,
-} from "../../../provider/kvm/xml";
+} from "../../../provider/kvm/domain/xml";
 
 const HOSTILE = [
   "plain",

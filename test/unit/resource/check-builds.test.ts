@@ -11,13 +11,13 @@
 import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { buildDomainXml } from "../../../provider/kvm/domain-xml";
-import { buildSeed, seedFiles } from "../../../provider/kvm/seed";
-import { MAX_SEED_FILE_BYTES } from "../../../provider/kvm/seed-iso";
+import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
+import { buildSeed, seedFiles } from "../../../provider/kvm/guest/seed";
+import { MAX_SEED_FILE_BYTES } from "../../../provider/kvm/guest/seed-iso";
 import { asChecked, checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
 import { createSpec } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const FIXED_SEED = 230_001;
 const RUNS = Number(process.env.KVMP_PROPERTY_RUNS ?? 200);

@@ -1,8 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { checkInputs } from "../../../provider/resource/check";
-import { outgoingAddressProblem, seedNetworkConfig } from "../../../provider/resource/check-nics";
-import { readStackConfig } from "../../../provider/resource/config";
+import { seedFiles } from "../../../provider/kvm/guest/seed";
+import { asChecked, checkInputs } from "../../../provider/resource/check";
+import { outgoingAddressProblem } from "../../../provider/resource/check-nics";
+import { createSpec } from "../../../provider/resource/mapping";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
 
 const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
@@ -103,11 +105,17 @@ describe("nics at check", () => {
   });
 });
 
+/** The network-config file of the seed create builds for `inputs` (checked), as text, or undefined. */
+function seedNetworkConfig(inputs: Record<string, unknown>): string | undefined {
+  const file = seedFiles(createSpec(asChecked(inputs))).networkConfig;
+  return file === undefined ? undefined : file.toString();
+}
+
 describe("the seed's network-config", () => {
   it("is built from typed static addresses and matches each NIC by its MAC", () => {
     const r = check({ nics: [STATIC, { network: "default" }] });
     const nics = r.inputs.nics as { mac: string }[];
-    const doc = parse(seedNetworkConfig({ nics: r.inputs.nics as never }) as string);
+    const doc = parse(seedNetworkConfig(r.inputs) as string);
     expect(doc.version).toBe(2);
     const ethernets = Object.values(doc.ethernets) as {
       match: { macaddress: string };
@@ -121,11 +129,11 @@ describe("the seed's network-config", () => {
 
   it("is the raw networkConfig byte for byte when given", () => {
     const raw = "version: 2\nethernets:\n  x: {match: {name: 'e*'}, dhcp4: true}\n";
-    expect(seedNetworkConfig(check({ networkConfig: raw }).inputs as never)).toBe(raw);
+    expect(seedNetworkConfig(check({ networkConfig: raw }).inputs)).toBe(raw);
   });
 
-  it("is absent for one plain DHCP NIC (seeds of proxies made before nics existed do not change)", () => {
-    expect(seedNetworkConfig(check({ nics: [{ network: "default" }] }).inputs as never)).toBeUndefined();
+  it("is absent for one plain DHCP NIC (the image's own configuration serves it)", () => {
+    expect(seedNetworkConfig(check({ nics: [{ network: "default" }] }).inputs)).toBeUndefined();
   });
 });
 

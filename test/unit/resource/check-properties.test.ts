@@ -26,7 +26,7 @@ import { describe, it } from "vitest";
 import type { ValidationFailure } from "../../../provider/kvm/validation";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs, INPUT_PROPERTIES } from "../../../provider/resource/check";
-import { decodeConfigValue, readStackConfig } from "../../../provider/resource/config";
+import { decodeConfigValue, readStackConfig } from "../../../provider/resource/stack-config";
 
 const FIXED_SEED = 160_016;
 const SEED_ENV = "KVMP_PROPERTY_SEED";

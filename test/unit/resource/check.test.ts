@@ -2,8 +2,8 @@ import { describe, expect, it } from "vitest";
 import { parseDuration } from "../../../provider/kvm/duration";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, KEY } from "../../support/bad-inputs";
 
 const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);

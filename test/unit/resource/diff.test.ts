@@ -3,11 +3,11 @@ import { describe, expect, it } from "vitest";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
+import { legacyDefaultUserData } from "../../../provider/resource/default-user-data";
 import { diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom, seedDigest } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
-import { legacyDefaultUserData } from "../../../provider/resource/squid";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(
   (k) =>

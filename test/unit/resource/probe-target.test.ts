@@ -5,13 +5,13 @@
  * guest (the provider has no credentials).
  */
 import { describe, expect, it } from "vitest";
-import { squidName } from "../../../provider/kvm/proxy-setup";
+import { squidName } from "../../../provider/kvm/squid/setup";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
 import { guestProbeOf, probeInputsOf, probeTargetOf } from "../../../provider/resource/probe-target";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(
   (k) =>

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { CREATE_STEPS, type Progress } from "../../../provider/kvm/progress";
-import { progressText } from "../../../provider/resource/progress";
+import { progressText } from "../../../provider/resource/progress-text";
 
 describe("progress text", () => {
   it.each<[Progress, string]>([

@@ -1,16 +1,16 @@
 /**
  * The pure mappings of the resource (provider/resource/mapping.ts): createSpec
  * (and through it the image the VM boots from), specHashOf; and the metadata
- * fragment setTags writes (metadataForSet, provider/kvm/metadata.ts).
+ * fragment setTags writes (metadataForSet, provider/kvm/domain/metadata.ts).
  */
 import { describe, expect, it } from "vitest";
-import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/image";
-import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/metadata";
-import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy-access";
+import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/config/image";
+import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/domain/metadata";
+import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/squid/access";
 import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
 import { createSpec, specHashOf } from "../../../provider/resource/mapping";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 import { sampleMetadata } from "../kvm/fixtures";
 
 const SHA = "c".repeat(64);

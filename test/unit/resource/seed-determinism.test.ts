@@ -6,12 +6,12 @@
  * byte of it.
  */
 import { describe, expect, it } from "vitest";
-import { buildSeed } from "../../../provider/kvm/seed";
+import { buildSeed } from "../../../provider/kvm/guest/seed";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
 import { createSpec } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(
   (k) =>

@@ -5,10 +5,10 @@
  */
 import { generateKeyPairSync } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { parseKeyedEntries } from "../../../provider/kvm/config";
+import { parseKeyedEntries } from "../../../provider/kvm/config/host-config";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { readStackConfig } from "../../../provider/resource/config";
+import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQ";
 const KEY = `-----BEGIN OPENSSH PRIVATE KEY-----\n${KEY_BODY}\n-----END OPENSSH PRIVATE KEY-----\n`;

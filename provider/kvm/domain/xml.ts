@@ -15,7 +15,7 @@
  * URI and local name whatever prefix the document used.
  */
 import { XMLParser, XMLValidator } from "fast-xml-parser";
-import { ProviderError } from "../errors";
+import { ProviderError } from "../../errors";
 
 /** Raised for XML that cannot be built (bad name, forbidden character) or parsed. Always permanent. */
 export class XmlError extends ProviderError {

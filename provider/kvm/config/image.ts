@@ -7,8 +7,8 @@
  * is derived from the canonical URL ({@link imageSourceOf}). Pure.
  */
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { given, isObject, optEnum, optString, rejectUnknown } from "./fields";
-import { Failures, quote } from "./validation";
+import { given, isObject, optEnum, optString, rejectUnknown } from "../fields";
+import { Failures, quote } from "../validation";
 
 /** Disk image formats the provider handles. */
 export type ImageFormat = "qcow2" | "raw";

@@ -34,7 +34,7 @@ import {
   rangeSize,
   rangesOverlap,
   rangeText,
-} from "./ip";
+} from "../network/ip";
 
 /** A named set of ranges: what a failure or a comment calls it. */
 interface RangeSet {

@@ -5,9 +5,9 @@
  * them together as one ValidationError.
  */
 
-import { LIBVIRT_DEFAULTS } from "../transport/defaults";
-import { type HostCapacity, parseCapacity } from "./capacity";
-import { MIN_DEADLINE_SECONDS, parseDuration } from "./duration";
+import { LIBVIRT_DEFAULTS } from "../../transport/defaults";
+import { knownHostsContentProblems } from "../../transport/known-hosts";
+import { MIN_DEADLINE_SECONDS, parseDuration } from "../duration";
 import {
   decodeOrUndefined,
   given,
@@ -17,9 +17,11 @@ import {
   optEnum,
   optString,
   rejectUnknown,
-} from "./fields";
+} from "../fields";
+import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "../network/nic";
+import { type HostCapacity, parseCapacity } from "../placement/capacity";
+import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../validation";
 import { type ImageConfig, parseImage } from "./image";
-import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "./nic";
 import {
   checkSshPairs,
   hostProblem,
@@ -30,7 +32,6 @@ import {
   type SshMaterial,
   type SshReach,
 } from "./ssh-reach";
-import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "./validation";
 
 /** Libvirt domain type: `kvm` needs hardware virtualisation; `qemu` is TCG emulation for hosts without it. */
 export type DomainType = "kvm" | "qemu";
@@ -229,6 +230,28 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
  * Validates one host entry, applying defaults. Failures are recorded under
  * `f` (already positioned at `hosts.<key>`); returns undefined when any were found.
  */
+const MAX_KNOWN_HOSTS_PROBLEMS = 5;
+
+/**
+ * Parses inline known_hosts content with the transport's own parser, so a
+ * line it would skip at connect (no key, a corrupt key, an unknown marker)
+ * fails the host at preview. Failures name `knownHosts` and line numbers,
+ * never the lines. Only for ssh:// hosts whose content passed the shape
+ * check of kvm/config/host-config.ts (it holds whitespace, so it is not a path).
+ */
+export function checkKnownHostsContent(value: unknown, f: Failures): void {
+  if (!isObject(value) || typeof value.uri !== "string" || !/^\s*ssh:/i.test(value.uri)) return;
+  const content = value.knownHosts;
+  if (typeof content !== "string" || !/\s/.test(content.trim()) || content.includes("\0")) return;
+  const problems = knownHostsContentProblems(content);
+  for (const p of problems.slice(0, MAX_KNOWN_HOSTS_PROBLEMS)) {
+    f.fail("knownHosts", p.line === 0 ? p.reason : `line ${p.line}: ${p.reason}`);
+  }
+  if (problems.length > MAX_KNOWN_HOSTS_PROBLEMS) {
+    f.fail("knownHosts", `and ${problems.length - MAX_KNOWN_HOSTS_PROBLEMS} more lines the parser skips`);
+  }
+}
+
 export function parseHost(key: string, input: unknown, f: Failures): HostConfig | undefined {
   const before = f.list.length;
   if (!isObject(input)) {
@@ -283,6 +306,7 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   }
 
   const capacity = parseCapacity(input.capacity, f);
+  checkKnownHostsContent(input, f);
 
   if (f.list.length > before || endpoint === undefined) return undefined;
   const host: HostConfig = { key, uri: uri as string, endpoint, driverUri, domainType, pool, nic, capacity };

@@ -14,10 +14,10 @@
  * quote a key, passphrase or a URL's password.
  */
 
-import { isPublicKey, privateKeyTextProblem } from "../transport/private-key";
-import { decodeOrUndefined, given, isObject, type Obj, optEnum, optString, rejectUnknown } from "./fields";
-import { ipProblem } from "./ip";
-import { type Failures, quote } from "./validation";
+import { isPublicKey, privateKeyTextProblem } from "../../transport/private-key";
+import { decodeOrUndefined, given, isObject, type Obj, optEnum, optString, rejectUnknown } from "../fields";
+import { ipProblem } from "../network/ip";
+import { type Failures, quote } from "../validation";
 
 const HOST_LABEL = "[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?";
 const HOST_NAME = new RegExp(`^(?=.{1,253}$)${HOST_LABEL}(?:\\.${HOST_LABEL})*\\.?$`);

@@ -3,7 +3,7 @@
  *
  * - `kvm:hosts`: object, host key → `{uri, driverUri, domainType, pool,
  *   network | bridge, knownHosts | knownHostsPath, privateKey |
- *   privateKeyPath | agentSocket, passphrase}` (see provider/kvm/config.ts);
+ *   privateKeyPath | agentSocket, passphrase}` (see provider/kvm/config/host-config.ts);
  * - `kvm:images`: object, image key → `{url, format, firmware, sha256}`;
  * - `kvm:sshPrivateKey` (set it with `--secret`): the private key for every
  *   ssh:// host that names no privateKey, privateKeyPath or agentSocket.
@@ -13,12 +13,11 @@
  * only fails the resources that use it. Connection settings are never
  * resource inputs: changing them never replaces a VM.
  */
-import { type HostConfig, parseHost, parseKeyedEntries } from "../kvm/config";
-import { given } from "../kvm/fields";
-import { type ImageConfig, parseImage } from "../kvm/image";
-import { privateKeyContentProblem } from "../kvm/ssh-reach";
-import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
-import { knownHostsContentProblems } from "../transport/known-hosts";
+import { type HostConfig, parseHost, parseKeyedEntries } from "../kvm/config/host-config";
+import { type ImageConfig, parseImage } from "../kvm/config/image";
+import { privateKeyContentProblem } from "../kvm/config/ssh-reach";
+import { given, isObject } from "../kvm/fields";
+import { internalFailure, type ValidationFailure } from "../kvm/validation";
 
 /** Stack config keys read. */
 export const CONFIG_KEYS = {
@@ -60,35 +59,9 @@ export function decodeConfigValue(v: unknown): unknown {
   return v;
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
 const SSH_AUTH_FIELDS = ["privateKey", "privateKeyPath", "agentSocket"];
 
 /** Lines reported per host before the rest are counted only. */
-const MAX_KNOWN_HOSTS_PROBLEMS = 5;
-
-/**
- * Parses inline known_hosts content with the transport's own parser, so a
- * line it would skip at connect (no key, a corrupt key, an unknown marker)
- * fails the host at preview. Failures name `knownHosts` and line numbers,
- * never the lines. Only for ssh:// hosts whose content passed the shape
- * check of kvm/config.ts (it holds whitespace, so it is not a path).
- */
-function checkKnownHostsContent(value: unknown, f: Failures): void {
-  if (!isObject(value) || typeof value.uri !== "string" || !/^\s*ssh:/i.test(value.uri)) return;
-  const content = value.knownHosts;
-  if (typeof content !== "string" || !/\s/.test(content.trim()) || content.includes("\0")) return;
-  const problems = knownHostsContentProblems(content);
-  for (const p of problems.slice(0, MAX_KNOWN_HOSTS_PROBLEMS)) {
-    f.fail("knownHosts", p.line === 0 ? p.reason : `line ${p.line}: ${p.reason}`);
-  }
-  if (problems.length > MAX_KNOWN_HOSTS_PROBLEMS) {
-    f.fail("knownHosts", `and ${problems.length - MAX_KNOWN_HOSTS_PROBLEMS} more lines the parser skips`);
-  }
-}
-
 /**
  * Parses the `kvm:*` values read through `get` (a function of the full key,
  * e.g. `get("kvm:hosts")`). Never throws: whatever the values, each problem
@@ -130,7 +103,6 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
       : value;
   const hosts = parseKeyedEntries(rawHosts, CONFIG_KEYS.hosts, (key, value, f) => {
     const host = parseHost(key, withSharedKey(value), f);
-    checkKnownHostsContent(value, f);
     return f.empty ? host : undefined;
   });
   const images = parseKeyedEntries(rawImages, CONFIG_KEYS.images, parseImage);

@@ -24,7 +24,7 @@ import { LibvirtError } from "../../libvirt/errors";
 import type { Procedure } from "../../libvirt/procedures";
 import type { CallTrace, TraceHook } from "../../libvirt/trace";
 import type { UploadOptions, UploadSource } from "../../libvirt/upload";
-import { domainStateName } from "../states";
+import { domainStateName } from "../domain/states";
 
 /** 0 off, 1 calls, 2 calls with XML. */
 export type TraceLevel = 0 | 1 | 2;

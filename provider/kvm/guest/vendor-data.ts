@@ -19,8 +19,8 @@
  */
 import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
-import { ProviderError } from "../errors";
-import { PROXY_SETUP_SCRIPT_FILENAME } from "./proxy-setup";
+import { ProviderError } from "../../errors";
+import { PROXY_SETUP_SCRIPT_FILENAME } from "../squid/setup";
 import { RETRY_FUNCTION } from "./vendor-shell";
 
 /**
@@ -228,7 +228,7 @@ export function buildVendorData(opts: VendorDataOptions): Buffer | undefined {
   }));
   if (userGiven)
     parts.push(userVendorDataPart(user, opts.installGuestAgent || opts.proxySetup !== undefined));
-  // The boundary's seed: the guest-agent script alone keeps the bytes earlier versions wrote.
+  // The boundary's seed is fixed: the same parts make the same bytes (a deterministic seed).
   return multipart(parts, Buffer.concat(scripts.map((x) => x.body)));
 }
 

@@ -2,9 +2,9 @@
  * Provider states: what a VM looks like to the Pulumi resource, derived from
  * libvirt's domain state and whether the guest has reported an address yet.
  */
-import { DomainState, IpAddrType } from "../libvirt/constants";
-import type { DomainInterface, DomainIpAddress } from "../libvirt/types";
-import { inSubnet, parseIp, unicastProblem } from "./ip";
+import { DomainState, IpAddrType } from "../../libvirt/constants";
+import type { DomainInterface, DomainIpAddress } from "../../libvirt/types";
+import { inSubnet, parseIp, unicastProblem } from "../network/ip";
 
 /**
  * - `provisioning`: running (or starting), no address yet;

@@ -38,7 +38,7 @@
  *
  * Pure: no I/O. The caller uploads the returned buffer.
  */
-import { ProviderError } from "../errors";
+import { ProviderError } from "../../errors";
 import {
   asciiField,
   both16,

@@ -20,8 +20,8 @@
  *   image's own squid.
  */
 import { createHash } from "node:crypto";
-import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./proxy-access";
-import { RETRY_FUNCTION } from "./vendor-shell";
+import { RETRY_FUNCTION } from "../guest/vendor-shell";
+import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./access";
 
 /** Where the script writes the password file (AppArmor lets squid's helpers read /etc/squid only). */
 export const PASSWORD_FILE = "/etc/squid/kvm-proxy.passwd";

@@ -24,15 +24,14 @@
  * - No `network:` wrapper: the NoCloud file form cloud-init's docs show
  *   (22.4 strips a wrapper when present, so both would work).
  *
- * Written by a small emitter (the document's shape is fixed; the pure
- * modules' imports, held by test/unit/architecture.test.ts, do not include
- * the yaml package): block style, every string double-quoted, so YAML 1.1
- * readers (PyYAML) never take a MAC such as 52:54:00:12:34:56 for a base-60
- * number.
+ * Written by the yaml package in block style with every string value
+ * double-quoted, so YAML 1.1 readers (PyYAML) never take a MAC such as
+ * 52:54:00:12:34:56 for a base-60 number.
  */
-import { family } from "./ip";
-import { checkNicSpecs, type NicSpec } from "./nic";
-import { Failures } from "./validation";
+import { stringify } from "yaml";
+import { family } from "../network/ip";
+import { checkNicSpecs, type NicSpec } from "../network/nic";
+import { Failures } from "../validation";
 
 /** One `ethernets` entry of the document. */
 export interface EthernetConfig {
@@ -55,7 +54,7 @@ export interface NetworkConfig {
 /**
  * Whether the VM needs a network-config: more than one NIC, or a NIC with
  * static addresses or nameservers. A single DHCP NIC keeps the image's own
- * configuration (and a seed without the file, as before `nics` existed).
+ * configuration (and a seed without the file).
  */
 export function needsNetworkConfig(nics: readonly NicSpec[]): boolean {
   return nics.length > 1 || nics.some((n) => n.addresses.length > 0 || n.nameservers.length > 0);
@@ -97,30 +96,9 @@ export function networkConfigOf(nics: readonly NicSpec[]): NetworkConfig {
 
 /** The NoCloud `network-config` file (version 2 YAML) of `nics`. Throws as {@link networkConfigOf}. */
 export function buildNetworkConfig(nics: readonly NicSpec[]): string {
-  return `${emit(networkConfigOf(nics) as unknown as YamlValue, 0).join("\n")}\n`;
-}
-
-type YamlValue = string | number | boolean | YamlValue[] | { [key: string]: YamlValue };
-
-function scalar(v: string | number | boolean): string {
-  // JSON's string escapes are YAML's double-quoted ones.
-  return typeof v === "string" ? JSON.stringify(v) : String(v);
-}
-
-function emit(v: YamlValue, indent: number): string[] {
-  const pad = " ".repeat(indent);
-  if (Array.isArray(v)) {
-    return v.flatMap((item) => {
-      if (typeof item !== "object") return [`${pad}- ${scalar(item)}`];
-      const [first = "", ...rest] = emit(item, indent + 2);
-      return [`${pad}- ${first.slice(indent + 2)}`, ...rest];
-    });
-  }
-  if (typeof v !== "object") return [`${pad}${scalar(v)}`];
-  return Object.entries(v).flatMap(([key, value]) => {
-    if (!/^[A-Za-z0-9_-]+$/.test(key))
-      throw new Error(`network-config key ${JSON.stringify(key)} needs quoting`);
-    if (typeof value !== "object") return [`${pad}${key}: ${scalar(value)}`];
-    return [`${pad}${key}:`, ...emit(value, indent + 2)];
+  return stringify(networkConfigOf(nics), {
+    defaultStringType: "QUOTE_DOUBLE",
+    defaultKeyType: "PLAIN",
+    lineWidth: 0,
   });
 }

@@ -4,8 +4,8 @@
  * partial-upload marker. All pure.
  */
 import { createHash } from "node:crypto";
-import { ProviderError } from "../errors";
-import type { ImageFormat, ImageIdentity } from "./image";
+import { ProviderError } from "../../errors";
+import type { ImageFormat, ImageIdentity } from "../config/image";
 
 /** Longest domain name accepted: a DNS label, so the name can double as the guest's hostname. */
 export const DOMAIN_NAME_MAX = 63;

@@ -3,8 +3,8 @@
  * over a cached image, the raw NoCloud seed, and the cached image itself.
  * Sizes are always given in bytes.
  */
-import { IMAGE_FORMATS, type ImageFormat } from "./image";
-import { Failures } from "./validation";
+import { IMAGE_FORMATS, type ImageFormat } from "../config/image";
+import { Failures } from "../validation";
 import { el, forbiddenXmlCharacter, serializeXml } from "./xml";
 
 /** Bytes in one GiB. */

@@ -8,11 +8,8 @@
  * a path, so pool/volume references fail with "Could not open base image:
  * Permission denied" on every stock Debian/Ubuntu host.
  */
-import { DOMAIN_TYPES, type DomainType } from "./config";
-import { FIRMWARES, type Firmware } from "./image";
-import { attachmentOf, buildInterfaceElement, type ParsedInterface, parseInterface } from "./interface-xml";
-import { buildMetadataElement, checkMetadata, findMetadata, type ProxyMetadata } from "./metadata";
-import { domainNameProblem } from "./names";
+import { DOMAIN_TYPES, type DomainType } from "../config/host-config";
+import { FIRMWARES, type Firmware } from "../config/image";
 import {
   bridgeNameProblem,
   checkNicSpecs,
@@ -21,8 +18,11 @@ import {
   type NicAttachment,
   type NicSpec,
   networkNameProblem,
-} from "./nic";
-import { Failures } from "./validation";
+} from "../network/nic";
+import { Failures } from "../validation";
+import { attachmentOf, buildInterfaceElement, type ParsedInterface, parseInterface } from "./interface-xml";
+import { buildMetadataElement, checkMetadata, findMetadata, type ProxyMetadata } from "./metadata";
+import { domainNameProblem } from "./names";
 import {
   attribute,
   childElement,
@@ -38,9 +38,9 @@ import {
   type XmlNode,
 } from "./xml";
 
+/** The MAC rules live with the NICs (network/nic.ts); exported here too for the domain's own MAC. */
+export { macAddressProblem, normaliseMac } from "../network/nic";
 export type { ParsedInterface } from "./interface-xml";
-/** The MAC rules live with the NICs (nic.ts); exported here too, as before. */
-export { macAddressProblem, normaliseMac } from "./nic";
 
 /** The name of the virtio-serial channel qemu-guest-agent listens on. */
 export const GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0";
@@ -91,7 +91,7 @@ function pathProblem(path: unknown): string | undefined {
 /**
  * Checks a spec, recording every failure under `f` (paths `name`,
  * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `mac`, `nic.network`,
- * `nics[i].<field>` by the rules of `nics` (kvm/nic.ts), metadata fields
+ * `nics[i].<field>` by the rules of `nics` (kvm/network/nic.ts), metadata fields
  * such as `proxyPort` and `tags.<key>`).
  */
 export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()): Failures {

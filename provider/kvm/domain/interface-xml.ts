@@ -18,7 +18,7 @@ import {
   type NicBandwidth,
   type NicSpec,
   normaliseMac,
-} from "./nic";
+} from "../network/nic";
 import { attribute, childElement, childElements, el, type XmlElement, type XmlNode } from "./xml";
 
 /** What an `<interface>` is built from: a NIC's attachment, and the rest of a {@link NicSpec} when known. */

@@ -4,8 +4,8 @@
  * Both parts are restricted to URL-safe characters, so the ID needs no
  * escaping and parses without a URL library.
  */
-import { ProviderError } from "../errors";
-import { configKeyProblem } from "./config";
+import { ProviderError } from "../../errors";
+import { configKeyProblem } from "../config/host-config";
 import { domainNameProblem } from "./names";
 
 /** Scheme prefix of every provider ID. */

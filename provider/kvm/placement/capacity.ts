@@ -2,8 +2,8 @@
  * What a host can take: the limits a host entry of `kvm:hosts` may declare,
  * which placement counts against and which bound creates in flight. Pure.
  */
-import { isObject, rejectUnknown } from "./fields";
-import type { Failures } from "./validation";
+import { isObject, rejectUnknown } from "../fields";
+import type { Failures } from "../validation";
 
 /** A host's declared capacity. Every limit is optional; `concurrentCreates` has a default. */
 export interface HostCapacity {

@@ -21,9 +21,9 @@
  * itself; the host and name from the provider ID.
  */
 import { createHash } from "node:crypto";
-import { ProviderError } from "../errors";
-import { IMAGE_FORMATS, type ImageFormat, type ImageIdentity } from "./image";
-import { Failures } from "./validation";
+import { ProviderError } from "../../errors";
+import { IMAGE_FORMATS, type ImageFormat, type ImageIdentity } from "../config/image";
+import { Failures } from "../validation";
 import {
   attribute,
   childElements,

@@ -1,16 +1,20 @@
 /**
  * The NoCloud seed of one VM, assembled in one place: meta-data from the
  * name, the user's user-data byte for byte, vendor-data (the guest-agent
- * bootstrap and the proxy setup beside the user's own, see cloud-init.ts
- * and proxy-setup.ts) and network-config.
+ * bootstrap and the proxy setup beside the user's own, see vendor-data.ts
+ * and squid/setup.ts) and network-config (the user's own, or built from the
+ * NICs: network-config.ts).
  * `create` writes what {@link buildSeed} returns; `check` calls the same
  * function at preview, so input that cannot make a seed fails there, naming
  * the field, and never half-way through a create. Pure.
  */
-import { buildVendorData } from "./cloud-init";
-import { buildProxySetupScript, type ProxySetup } from "./proxy-setup";
+
+import type { NicSpec } from "../network/nic";
+import { buildProxySetupScript, type ProxySetup } from "../squid/setup";
+import { Failures } from "../validation";
+import { buildNetworkConfig, needsNetworkConfig } from "./network-config";
 import { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./seed-iso";
-import { Failures } from "./validation";
+import { buildVendorData } from "./vendor-data";
 
 /** What a VM's seed is made of. */
 export interface SeedSpec {
@@ -26,8 +30,10 @@ export interface SeedSpec {
   vendorData?: string | Buffer;
   /** Add the guest-agent bootstrap to vendor-data (default true). */
   installGuestAgent?: boolean;
-  /** NoCloud network-config, when given. */
+  /** A NoCloud network-config of the user's own, byte for byte; otherwise built from `nics` when they need one. */
   networkConfig?: string | Buffer;
+  /** Several NICs, or one described in full (static addresses, macvtap, limits, filter); replaces the host's NIC. */
+  nics?: NicSpec[];
   /** The guest's proxy, set up by a vendor-data script (proxy-setup.ts). */
   proxy?: ProxySetup;
 }
@@ -63,10 +69,15 @@ export function seedFiles(spec: SeedSpec): SeedIsoFiles {
       ...(spec.proxy !== undefined ? { proxySetup: buildProxySetupScript(spec.proxy) } : {}),
     }),
   );
+  const networkConfig =
+    spec.networkConfig ??
+    (spec.nics !== undefined && needsNetworkConfig(spec.nics)
+      ? attempt("networkConfig", () => buildNetworkConfig(spec.nics as NicSpec[]))
+      : undefined);
   const sized: [SeedField, string | Buffer | undefined, string][] = [
     ["userData", spec.userData, ""],
     ["vendorData", vendorData, spec.installGuestAgent === false ? "" : "with the guest-agent script "],
-    ["networkConfig", spec.networkConfig, ""],
+    ["networkConfig", networkConfig, ""],
   ];
   for (const [field, value, what] of sized) {
     if (value !== undefined && bytes(value) > MAX_SEED_FILE_BYTES) {
@@ -76,7 +87,7 @@ export function seedFiles(spec: SeedSpec): SeedIsoFiles {
   f.throwIfAny("invalid seed");
   const files: SeedIsoFiles = { metaData: metaData as string, userData: spec.userData };
   if (vendorData !== undefined) files.vendorData = vendorData;
-  if (spec.networkConfig !== undefined) files.networkConfig = spec.networkConfig;
+  if (networkConfig !== undefined) files.networkConfig = networkConfig;
   return files;
 }
 

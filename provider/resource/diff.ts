@@ -7,6 +7,7 @@
  * provider code or renaming the stack does not show as a change.
  */
 import { canonicalJson } from "../kvm/domain/metadata";
+import { bare } from "../kvm/network/ip";
 import type { NicBandwidth } from "../kvm/network/nic";
 import {
   type CheckedInputs,
@@ -129,8 +130,10 @@ function isPool(v: unknown): v is { pool: unknown } {
  * - Update in place: tags, healthCheck, waitForIp, timeouts; also a VM found
  *   stopped by a refresh (update starts it again).
  * - deleteBeforeReplace only when the replacement would collide with the old
- *   VM on the same host: the same user-fixed name, or the same fixed MAC.
- *   Autonamed proxies get a fresh name and are created before the old one is deleted.
+ *   VM on the same host ({@link collisions}): the same user-fixed name, a
+ *   fixed MAC or a static address kept. Otherwise (an autoname, derived
+ *   MACs, addresses by DHCP) the replacement is created before the old one
+ *   is deleted.
  */
 export function diffProxy(olds: Props, news: Props): DiffOutcome {
   const replaces: string[] = [];
@@ -183,21 +186,48 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   // A VM found stopped is started again, a degraded proxy probed again (update): `up` shows both.
   const stopped = olds.state === "stopped" || olds.state === "failed" || olds.state === "degraded";
   const replacing = replaces.length > 0;
-  // A pooled replacement may land on the same host: a fixed name must go first, as on one host.
-  const sameHost = isPool(news.host) || same(olds.host, news.host);
-  const fixedNameKept = news.autoname !== true && sameHost && same(olds.name, news.name);
-  const fixedMacKept =
-    sameHost &&
-    ((typeof news.macAddress === "string" &&
-      typeof olds.macAddress === "string" &&
-      olds.macAddress.toLowerCase() === news.macAddress.toLowerCase()) ||
-      givenMacs(news.nics).some((m) => givenMacs(olds.nics).includes(m)));
   return {
     changes: replacing || updates.length > 0 || stopped,
     replaces,
     updates,
-    deleteBeforeReplace: replacing && (fixedNameKept || fixedMacKept),
+    deleteBeforeReplace: replacing && collisions(olds, news).length > 0,
   };
+}
+
+/**
+ * What a replacement would share with the VM it replaces, so that the old
+ * one must go first: the same fixed name, a fixed MAC kept, or a static
+ * address kept (two VMs answering ARP/ND for one address, and the old one
+ * possibly answering the new one's health check). On one host only; a pooled
+ * replacement may land on the same host, so it counts as one. Each item says
+ * what is kept, for preview.
+ */
+export function collisions(olds: Props, news: Props): string[] {
+  const sameHost = isPool(news.host) || same(olds.host, news.host);
+  if (!sameHost) return [];
+  const out: string[] = [];
+  if (news.autoname !== true && same(olds.name, news.name)) out.push(`name ${String(news.name)} kept`);
+  const oldMacs = [
+    ...givenMacs(olds.nics),
+    ...(typeof olds.macAddress === "string" ? [olds.macAddress.toLowerCase()] : []),
+  ];
+  const newMacs = [
+    ...givenMacs(news.nics),
+    ...(typeof news.macAddress === "string" ? [news.macAddress.toLowerCase()] : []),
+  ];
+  for (const m of newMacs) if (oldMacs.includes(m)) out.push(`MAC ${m} kept`);
+  const oldAddresses = staticAddresses(olds.nics);
+  for (const a of staticAddresses(news.nics)) if (oldAddresses.includes(a)) out.push(`static address ${a} kept`);
+  return out;
+}
+
+/** The static addresses (without prefix) of a NIC list as the state or the checked inputs hold it. */
+function staticAddresses(nics: unknown): string[] {
+  if (!Array.isArray(nics)) return [];
+  return nics.flatMap((n) => {
+    const addresses = typeof n === "object" && n !== null ? (n as Props).addresses : undefined;
+    return Array.isArray(addresses) ? addresses.filter((a): a is string => typeof a === "string").map(bare) : [];
+  });
 }
 
 /** The MACs the user fixed in `nics` (derived ones change with the name, so they never collide). */

@@ -23,7 +23,7 @@ import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
 import { type CheckedNic, DEFAULTS, type ProxyHealth } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
-import { bandwidthChanges, diffProxy, same } from "./diff";
+import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
 import { probeInputsOf } from "./probe-target";
@@ -169,6 +169,7 @@ export class KvmProxyRuntime {
 
   async diff(id: string, olds: Props, news: Props) {
     const d = diffProxy(olds, news);
+    const urn = (news.owner as { urn?: string } | undefined)?.urn;
     const rotation = news.rotation as RotationSettings | undefined;
     if (d.replaces.length === 0 && typeof rotation === "object" && rotation !== null) {
       // Due for rotation and this member's turn in this up: replaced (created first, then its predecessor deleted).
@@ -177,15 +178,20 @@ export class KvmProxyRuntime {
           this.membersOf(rotation, olds, news),
         )
       ) {
-        const urn = (news.owner as { urn?: string } | undefined)?.urn;
         const age = ageSeconds(olds.createdAt) ?? 0;
         this.engineLog().info(
           urn,
           `rotating: ${formatAge(age)} old, over its maxAge of ${formatAge(rotation.maxAge)} (at most ${rotation.batch} per up)`,
         );
+        const kept = collisions(olds, news);
+        if (kept.length > 0) this.engineLog().info(urn, `replace (delete first: ${kept.join(", ")})`);
         await this.engineLog().flush();
-        return { changes: true, replaces: ["rotation"], deleteBeforeReplace: news.autoname !== true };
+        return { changes: true, replaces: ["rotation"], deleteBeforeReplace: kept.length > 0 };
       }
+    }
+    if (d.deleteBeforeReplace) {
+      this.engineLog().info(urn, `replace (delete first: ${collisions(olds, news).join(", ")})`);
+      await this.engineLog().flush();
     }
     return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
   }

@@ -4,7 +4,7 @@ import type { CheckedInputs } from "../../../provider/resource/args";
 import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { legacyDefaultUserData } from "../../../provider/resource/default-user-data";
-import { diffProxy } from "../../../provider/resource/diff";
+import { collisions, diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom, seedDigest } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
@@ -173,6 +173,52 @@ describe("diff", () => {
       { ...base, nics: [{ bridge: "br0", macAddress: "52:54:00:00:00:42", addresses: ["203.0.113.8/24"] }] },
     );
     expect(fixed.deleteBeforeReplace).toBe(true);
+  });
+
+  it.each<[string, Record<string, unknown>, Record<string, unknown>, boolean]>([
+    [
+      "a static address kept (the memory grows)",
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] },
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }], memoryMiB: 1024 },
+      true,
+    ],
+    [
+      "a static IPv6 address kept beside a changed IPv4",
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24", "2001:db8::7/64"] }] },
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.8/24", "2001:db8::7/64"] }] },
+      true,
+    ],
+    [
+      "the static addresses changed",
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] },
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.8/24"] }] },
+      false,
+    ],
+    [
+      "addresses by DHCP",
+      { nics: [{ network: "default" }] },
+      { nics: [{ network: "default" }], memoryMiB: 1024 },
+      false,
+    ],
+    [
+      "a static address kept, on another host",
+      { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] },
+      { host: "lab2", nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] },
+      false,
+    ],
+  ])("an autonamed proxy replaced with %s: deleted first %s", (_what, before, after, first) => {
+    const d = diff({ ...base, ...before }, { ...base, ...after });
+    expect(d.replaces.length).toBeGreaterThan(0);
+    expect(d.deleteBeforeReplace).toBe(first);
+  });
+
+  it("says what is kept when a replacement must delete first", () => {
+    const olds = created({ ...base, nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] });
+    const news = checked(
+      { ...base, nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }], memoryMiB: 1024 },
+      olds,
+    );
+    expect(collisions(olds, news)).toEqual(["static address 203.0.113.7 kept"]);
   });
 
   it("covers every replace and update property", () => {

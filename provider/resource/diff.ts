@@ -217,7 +217,8 @@ export function collisions(olds: Props, news: Props): string[] {
   ];
   for (const m of newMacs) if (oldMacs.includes(m)) out.push(`MAC ${m} kept`);
   const oldAddresses = staticAddresses(olds.nics);
-  for (const a of staticAddresses(news.nics)) if (oldAddresses.includes(a)) out.push(`static address ${a} kept`);
+  for (const a of staticAddresses(news.nics))
+    if (oldAddresses.includes(a)) out.push(`static address ${a} kept`);
   return out;
 }
 
@@ -226,7 +227,9 @@ function staticAddresses(nics: unknown): string[] {
   if (!Array.isArray(nics)) return [];
   return nics.flatMap((n) => {
     const addresses = typeof n === "object" && n !== null ? (n as Props).addresses : undefined;
-    return Array.isArray(addresses) ? addresses.filter((a): a is string => typeof a === "string").map(bare) : [];
+    return Array.isArray(addresses)
+      ? addresses.filter((a): a is string => typeof a === "string").map(bare)
+      : [];
   });
 }
 

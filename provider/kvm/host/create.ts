@@ -16,7 +16,7 @@ import { overlayVolumeName, seedVolumeName } from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
 import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../domain/volume-xml";
 import { buildSeed, type SeedSpec } from "../guest/seed";
-import type { NicAttachment, } from "../network/nic";
+import type { NicAttachment } from "../network/nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
 import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";

@@ -126,6 +126,17 @@ export class RpcClient {
     return stream;
   }
 
+  /**
+   * Starts a call that opens a read stream (e.g. domain_open_console): sends
+   * the CALL, waits for its REPLY; the server's data packets then go to
+   * `onData`. The stream's end (or failure) is {@link OutgoingStream.whenEnded}.
+   */
+  async startRead(req: CallRequest, onData: (chunk: Buffer) => void): Promise<OutgoingStream> {
+    const stream = new OutgoingStream(this, req, onData);
+    await this.send(req, stream);
+    return stream;
+  }
+
   /** Destroys the stream; pending calls reject with `reason` (a ConnectionClosedError by default). Sends nothing. */
   close(reason?: Error): void {
     this.fail(reason ?? new ConnectionClosedError("connection to libvirtd closed by the client"));
@@ -356,9 +367,10 @@ function abortError(signal: AbortSignal, call: string): Error {
 }
 
 /**
- * The client→server direction of a libvirt stream (STREAM packets carrying
- * the call's serial). Data packets have status CONTINUE; finish() sends OK and
- * waits for the server's confirmation; abort() sends ERROR.
+ * A libvirt stream (STREAM packets carrying the call's serial). Upload: data
+ * packets have status CONTINUE; finish() sends OK and waits for the server's
+ * confirmation; abort() sends ERROR. Read (with `onData`): the server's data
+ * packets go to it until the server ends the stream or abort() ends it here.
  *
  * libvirtd reports a failed write either as a STREAM ERROR or as a REPLY
  * ERROR for the serial (remote_daemon_stream.c uses both); either fails the
@@ -371,11 +383,21 @@ export class OutgoingStream {
   private error: Error | null = null;
   private ended = false;
   private waiter: { resolve: () => void; reject: (e: Error) => void } | null = null;
+  private endWaiters: ((err: Error | null) => void)[] = [];
+  private done: { err: Error | null } | undefined;
 
   constructor(
     private readonly client: RpcClient,
     private readonly req: CallRequest,
+    /** For a read stream: receives the server's data. */
+    private readonly onData?: (chunk: Buffer) => void,
   ) {}
+
+  /** Resolves when the stream has ended (the server's end, an abort, a lost connection), with its failure if any. */
+  whenEnded(): Promise<Error | null> {
+    if (this.done !== undefined) return Promise.resolve(this.done.err);
+    return new Promise((resolve) => this.endWaiters.push(resolve));
+  }
 
   /** @internal */
   attach(serial: number): void {
@@ -416,9 +438,12 @@ export class OutgoingStream {
     // After a server-side error the server has already dropped the stream.
     if (this.ended || this.error || this.client.closed) {
       this.client.release(this.serial);
+      this.markDone(this.error);
       return;
     }
     this.ended = true;
+    // Ended by us: the server's acknowledgement (an error reply, "stream aborted at client request") is no failure.
+    this.markDone(null);
     const acknowledged = this.waitForConfirmation(timeoutMs, `abort of ${this.req.call}`).catch(() => {});
     try {
       await this.client.writePacket(this.header(PacketStatus.ERROR), []);
@@ -427,19 +452,39 @@ export class OutgoingStream {
       // The connection is gone; there is nothing left to abort.
     } finally {
       this.client.release(this.serial);
+      this.markDone(null);
     }
+  }
+
+  private markDone(err: Error | null): void {
+    if (this.done !== undefined) return;
+    this.done = { err };
+    for (const w of this.endWaiters.splice(0)) w(err);
   }
 
   /** @internal */
   onPacket(p: Packet): void {
     const { type, status } = p.header;
+    if (
+      this.onData !== undefined &&
+      type === PacketType.STREAM &&
+      status === PacketStatus.CONTINUE &&
+      p.body.length > 0
+    ) {
+      try {
+        this.onData(p.body);
+      } catch {
+        // A reader that throws loses its data, not the stream.
+      }
+      return;
+    }
     if (status === PacketStatus.ERROR && (type === PacketType.STREAM || type === PacketType.REPLY)) {
       this.settle(decodeError(p.body, this.req.call));
       return;
     }
     // STREAM OK (or an empty CONTINUE) is the server closing its side.
     if (type === PacketType.STREAM && (status === PacketStatus.OK || p.body.length === 0)) {
-      if (this.ended) this.settle(null);
+      if (this.ended || this.onData !== undefined) this.settle(null);
       else
         this.settle(
           new ProtocolError(`${this.req.call}: server ended the stream before the upload finished`),
@@ -456,6 +501,7 @@ export class OutgoingStream {
   private settle(err: Error | null): void {
     this.client.release(this.serial);
     if (err && !this.error) this.error = err;
+    this.markDone(err);
     const w = this.waiter;
     this.waiter = null;
     if (!w) return;

@@ -25,6 +25,24 @@ export interface RpcCaller {
     source: UploadSource,
     options?: UploadOptions,
   ): Promise<number>;
+  /**
+   * Runs a procedure that opens a read stream; the server's data goes to
+   * `onData` until the stream ends or the returned handle closes it.
+   */
+  readStream?<A>(
+    proc: Procedure<A, void>,
+    args: A,
+    onData: (chunk: Buffer) => void,
+    options?: CallOptions,
+  ): Promise<ReadStream>;
+}
+
+/** A read stream in progress. */
+export interface ReadStream {
+  /** Resolves when the stream has ended, with its failure if any. */
+  ended(): Promise<Error | null>;
+  /** Ends it from this side (never throws). */
+  close(): Promise<void>;
 }
 
 export interface LibvirtConnectionOptions {
@@ -174,6 +192,18 @@ export class LibvirtConnection implements RpcCaller {
       },
       () => bytes,
     );
+  }
+
+  async readStream<A>(
+    proc: Procedure<A, void>,
+    args: A,
+    onData: (chunk: Buffer) => void,
+    options: CallOptions = {},
+  ): Promise<ReadStream> {
+    const client = await this.getClient();
+    const opts = { ...options, timeoutMs: options.timeoutMs ?? this.callTimeoutMs };
+    const stream = await this.traced(proc, args, () => client.startRead(request(proc, args, opts), onData));
+    return { ended: () => stream.whenEnded(), close: () => stream.abort() };
   }
 
   /**

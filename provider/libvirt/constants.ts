@@ -84,6 +84,7 @@ export const RemoteProcedure = {
   DOMAIN_UPDATE_DEVICE_FLAGS: 174,
   NWFILTER_LOOKUP_BY_NAME: 175,
   DOMAIN_CREATE_WITH_FLAGS: 196,
+  DOMAIN_OPEN_CONSOLE: 201,
   STORAGE_VOL_UPLOAD: 208,
   STORAGE_VOL_RESIZE: 260,
   DOMAIN_GET_STATE: 212,
@@ -267,4 +268,12 @@ export const QemuAgentCommandTimeout = {
   DEFAULT: -1,
   NOWAIT: 0,
   SHUTDOWN: 60,
+} as const;
+
+/** virDomainConsoleFlags. */
+export const DomainConsoleFlags = {
+  /** Take the console from another client holding it. */
+  FORCE: 1,
+  /** Refuse when the console driver cannot tell another client holds it. */
+  SAFE: 2,
 } as const;

@@ -1,4 +1,5 @@
-import type { CallOptions, RpcCaller } from "./connection";
+import { ProviderError } from "../errors";
+import type { CallOptions, ReadStream, RpcCaller } from "./connection";
 import { DomainMetadataType, type InterfaceAddressSource, QemuAgentCommandTimeout } from "./constants";
 import { Procedures } from "./procedures";
 import type {
@@ -240,6 +241,27 @@ export class Libvirt {
   /** virStorageVolResize: sets the volume's capacity (growing needs no flag; shrinking needs SHRINK). */
   storageVolResize(vol: StorageVol, capacity: number, flags = 0, opts?: CallOptions): Promise<void> {
     return this.rpc.call(Procedures.storageVolResize, { vol, capacity, flags }, opts);
+  }
+
+  /**
+   * virDomainOpenConsole: what the domain's first console (or `devName`)
+   * prints from now on goes to `onData`, until the stream ends or is closed.
+   */
+  domainOpenConsole(
+    dom: Domain,
+    onData: (chunk: Buffer) => void,
+    options: { devName?: string; flags?: number } & CallOptions = {},
+  ): Promise<ReadStream> {
+    if (this.rpc.readStream === undefined) {
+      return Promise.reject(new ProviderError("permanent", "this libvirt connection cannot read streams"));
+    }
+    const { devName, flags, ...call } = options;
+    return this.rpc.readStream(
+      Procedures.domainOpenConsole,
+      { dom, devName: devName ?? null, flags: flags ?? 0 },
+      onData,
+      call,
+    );
   }
 
   /** Streams `source` into the volume without buffering it whole; resolves with bytes sent. */

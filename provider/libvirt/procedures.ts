@@ -147,6 +147,14 @@ export interface StorageVolUploadArgs {
   length: bigint | number;
   flags: number;
 }
+export interface DomainOpenConsoleArgs {
+  dom: Domain;
+  /** The console device's alias; null for the domain's first console. */
+  devName: string | null;
+  /** DomainConsoleFlags. */
+  flags: number;
+}
+
 export interface DomainAgentCommandArgs {
   dom: Domain;
   /** A guest agent JSON command, e.g. '{"execute":"guest-ping"}'. */
@@ -457,6 +465,17 @@ export const Procedures = {
       writeStorageVol(w, a.vol);
       w.uhyper(a.offset);
       w.uhyper(a.length);
+      w.uint(a.flags);
+    },
+    noReply,
+  ),
+  /** Opens a stream of what the console prints (a read stream: the server sends its data). */
+  domainOpenConsole: remote<DomainOpenConsoleArgs, void>(
+    "domain_open_console",
+    RemoteProcedure.DOMAIN_OPEN_CONSOLE,
+    (w, a) => {
+      writeDomain(w, a.dom);
+      writeOptString(w, a.devName);
       w.uint(a.flags);
     },
     noReply,

@@ -13,6 +13,7 @@ import { randomBytes } from "node:crypto";
 import { ProviderError } from "../errors";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
+import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
@@ -239,8 +240,12 @@ export class KvmProxyRuntime {
         ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal) => {
           health = await this.readiness().gate(c, status, remainingMs, signal);
         },
-        explain: async (status: VmStatus) =>
-          guestLinesText(await this.ops().guestOutputTail(status.host, status.name, this.secrets)),
+        // The guest's cloud-init log through its agent; without an agent, what its serial console printed.
+        explain: async (status: VmStatus, consoleText: string | undefined) => {
+          const tail = await this.ops().guestOutputTail(status.host, status.name, this.secrets);
+          if (tail !== undefined && tail.length > 0) return guestLinesText(tail);
+          return consoleLinesText(consoleLines(consoleText ?? "", this.secrets));
+        },
       });
       return { id: formatProviderId(status.host, c.name), outs: outputsFrom(c, status, health) };
     } catch (err) {

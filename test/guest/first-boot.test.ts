@@ -51,6 +51,8 @@ const RELEASES = [
   { key: "d13", suite: "trixie", name: `kvmpt-stock13-${process.pid}`, n: 32 },
 ] as const;
 const FAILING = `kvmpt-failing-${process.pid}`;
+/** Has no agent to ask and takes its network down: its console is all that tells why. */
+const SILENT = `kvmpt-silent-${process.pid}`;
 
 let host: TestHost;
 let bridge: StaticBridge;
@@ -180,7 +182,7 @@ function hostsConfig(): Record<string, unknown> {
 beforeAll(async () => {
   host = testHost();
   bridge = staticBridgeOf(host);
-  for (const n of [...RELEASES.map((r) => r.name), FAILING]) removeByHand(host, n);
+  for (const n of [...RELEASES.map((r) => r.name), FAILING, SILENT]) removeByHand(host, n);
   dir = mkdtempSync(path.join(repoRoot, ".state/first-boot-"));
   agents = new HostPool(
     parseConfig({
@@ -239,6 +241,24 @@ beforeAll(async () => {
         ].join("\n"),
         timeouts: { create: "20m" },
       },
+      silent: {
+        host: "local",
+        image: "guest",
+        name: SILENT,
+        memoryMiB: 512,
+        diskGiB: 4,
+        installGuestAgent: false,
+        userData: [
+          "#cloud-config",
+          "bootcmd:",
+          "  - [systemctl, mask, --now, qemu-guest-agent]",
+          '  - [sh, -c, "for n in /sys/class/net/*; do [ $(basename $n) = lo ] || ip link set $(basename $n) down; done"]',
+          "runcmd:",
+          '  - [sh, -c, "echo kvmp-console-marker; echo password: console-hunter2"]',
+          "",
+        ].join("\n"),
+        timeouts: { create: "8m" },
+      },
     },
   });
   failingCli = new NetnsCli(env.netns, failing);
@@ -248,7 +268,8 @@ afterAll(async () => {
   console.log(`first boot: ${JSON.stringify({ up: up?.seconds, failedExit: failed?.code }, null, 2)}`);
   await Promise.all([cli?.stopAll(), failingCli?.stopAll()]);
   for (const w of [ws, failing]) w?.cleanup();
-  for (const n of [...RELEASES.map((r) => r.name), FAILING]) if (host !== undefined) removeByHand(host, n);
+  for (const n of [...RELEASES.map((r) => r.name), FAILING, SILENT])
+    if (host !== undefined) removeByHand(host, n);
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
@@ -384,6 +405,15 @@ describe("the first boot of stock images, and of user-data that fails", () => {
     expect(allDomains(host)).not.toContain(FAILING);
     await refreshPoolByHand(host);
     expect(poolVolumes(host).filter((v) => v.startsWith(`${FAILING}-`))).toEqual([]);
+  });
+
+  it("a guest without an agent that never got ready failed with its serial console's last lines, masked", async () => {
+    const out = failed?.output ?? "";
+    expect(out).toMatch(new RegExp(`${SILENT}[^]*last lines of the guest's serial console:`));
+    expect(out).toContain("kvmp-console-marker");
+    expect(out).toContain("password: ***");
+    expect(out).not.toContain("console-hunter2");
+    expect(allDomains(host)).not.toContain(SILENT);
   });
 
   it("pulumi destroy removes the stock proxies", async () => {

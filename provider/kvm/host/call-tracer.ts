@@ -19,7 +19,7 @@
  * {@link CallTracer.hook} logs, so every call appears exactly once.
  */
 import { appendFileSync } from "node:fs";
-import type { CallOptions, RpcCaller } from "../../libvirt/connection";
+import type { CallOptions, ReadStream, RpcCaller } from "../../libvirt/connection";
 import { LibvirtError } from "../../libvirt/errors";
 import type { Procedure } from "../../libvirt/procedures";
 import type { CallTrace, TraceHook } from "../../libvirt/trace";
@@ -267,6 +267,20 @@ export class CallTracer {
         // The source is never looked at: only its byte count reaches the line.
         return tracer.traced(host, proc, args, () => caller.upload(proc, args, source, options));
       },
+      ...(caller.readStream !== undefined
+        ? {
+            readStream<A>(
+              proc: Procedure<A, void>,
+              args: A,
+              onData: (chunk: Buffer) => void,
+              options?: CallOptions,
+            ): Promise<ReadStream> {
+              // The data is never looked at: only the opening call reaches the line.
+              const read = caller.readStream as NonNullable<RpcCaller["readStream"]>;
+              return tracer.traced(host, proc, args, () => read.call(caller, proc, args, onData, options));
+            },
+          }
+        : {}),
     };
   }
 

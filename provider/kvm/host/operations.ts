@@ -24,6 +24,7 @@ import {
 } from "../guest/guest-probe";
 import type { NicBandwidth } from "../network/nic";
 import { addressFields, guestAddresses, type WaitForIpOptions, waitForAddress } from "./addresses";
+import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
@@ -366,6 +367,16 @@ export class KvmOperations {
       },
       options.signal,
     );
+  }
+
+  /** VM `name`'s serial console from now on (console.ts); undefined when it cannot be had. */
+  async openConsole(hostKey: string, name: string): Promise<ConsoleTail | undefined> {
+    try {
+      const { lv, dom } = await this.domainOf(hostKey, name);
+      return await ConsoleTail.open(lv, dom);
+    } catch {
+      return undefined;
+    }
   }
 
   /** The last lines of cloud-init's output in VM `name`, redacted; undefined when the agent cannot give them. */

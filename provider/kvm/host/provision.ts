@@ -23,6 +23,7 @@ import type { ParsedDomain } from "../domain/domain-xml";
 import { formatProviderId } from "../domain/provider-id";
 import { report } from "../progress";
 import type { WaitForIpOptions } from "./addresses";
+import type { ConsoleTail } from "./console";
 import type { CreateOptions, CreateResult, CreateSpec } from "./create";
 import { FirstBootError } from "./first-boot";
 import type { Placed, Placer } from "./placer";
@@ -48,10 +49,12 @@ export interface ProvisionOptions
   ready?: (status: VmStatus, remainingMs: number, signal: AbortSignal) => Promise<void>;
   /**
    * Lines from inside the guest that say why a provision failed once the VM
-   * ran (its cloud-init output), asked before the rollback deletes it and
-   * added to the error. Failures of its own are ignored.
+   * ran (its cloud-init output through the agent, else what its serial
+   * console printed meanwhile: `console`, read from the start until the
+   * provision ends), asked before the rollback deletes it and added to the
+   * error. Failures of its own are ignored. Given, the console is read.
    */
-  explain?: (status: VmStatus) => Promise<string[] | undefined>;
+  explain?: (status: VmStatus, console: string | undefined) => Promise<string[] | undefined>;
   /**
    * Delete what this provision made when it fails (default true). false
    * leaves everything as it is: for restarting a VM the caller records.
@@ -116,10 +119,11 @@ async function explained(
   err: unknown,
   status: VmStatus | undefined,
   options: ProvisionOptions,
+  consoleText: string | undefined,
 ): Promise<unknown> {
   const active = status?.state === "running" || status?.state === "provisioning";
   if (options.explain === undefined || !active || err instanceof FirstBootError) return err;
-  const lines = await options.explain(status).catch(() => undefined);
+  const lines = await options.explain(status, consoleText).catch(() => undefined);
   if (lines === undefined || lines.length === 0) return err;
   const kind = err instanceof ProviderError ? err.kind : "permanent";
   return new ProviderError(kind, [messageOf(err), ...lines].join("\n"), { cause: err });
@@ -144,6 +148,7 @@ export interface ProvisionHost {
   ): Promise<VmStatus>;
   waitForIpFrom(from: VmStatus, options?: WaitForIpOptions): Promise<VmStatus>;
   delete(hostKey: string, name: string, options?: DeleteOptions): Promise<DeleteResult>;
+  openConsole(hostKey: string, name: string): Promise<ConsoleTail | undefined>;
 }
 
 /** See the module header. */
@@ -199,6 +204,7 @@ async function provisionNow(
   );
   const { signal } = deadline;
   let status: VmStatus | undefined;
+  let consoleTail: ConsoleTail | undefined;
   try {
     // At most the host's concurrentCreates creates in flight on it, whatever Pulumi's --parallel.
     const slot = await ops.createSlot(spec.host, (ahead) =>
@@ -215,6 +221,10 @@ async function provisionNow(
       });
     } finally {
       slot();
+    }
+    // What the guest prints, for a failure's message (only when someone will read it).
+    if (options.explain !== undefined && (options.waitForIp !== false || options.ready !== undefined)) {
+      consoleTail = await ops.openConsole(spec.host, spec.name).catch(() => undefined);
     }
     // Defined, the domain counts on its host: its reservation goes (best effort; a rollback removes it too).
     if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);
@@ -243,7 +253,7 @@ async function provisionNow(
     }
     return status;
   } catch (caught) {
-    const err = await explained(caught, status, options);
+    const err = await explained(caught, status, options, consoleTail?.text());
     if (options.rollback === false) throw err;
     // Only what is ours: a domain of another owner (taken before us, or winning the define) stays with
     // its volumes; this create's own volumes carry its owner's tag and go (names.ts).
@@ -256,5 +266,6 @@ async function provisionNow(
     throw new ProvisionError(id, err, { rollback }, status);
   } finally {
     clearTimeout(timer);
+    await consoleTail?.stop();
   }
 }

@@ -397,3 +397,99 @@ describe("upload streams", () => {
     expect(pulled).toBe(0);
   });
 });
+
+/** A domain_open_console call of a made-up domain, as the client would send it. */
+function consoleRequest(): CallRequest {
+  const w = new XdrWriter();
+  Procedures.domainOpenConsole.encodeArgs(w, {
+    dom: { name: "d", uuid: "00000000-0000-0000-0000-000000000001", id: 1 },
+    devName: null,
+    flags: 0,
+  });
+  return { program: REMOTE_PROGRAM, version: 1, proc: 201, body: w.finish(), call: "virDomainOpenConsole" };
+}
+
+describe("read streams", () => {
+  it("hands the server's data packets to onData in order, and ends when the server sends STREAM OK", async () => {
+    const { client, daemon } = setup();
+    const got: string[] = [];
+    const opening = client.startRead(consoleRequest(), (chunk) => got.push(chunk.toString()));
+    const call = await daemon.next();
+    expect(call.header).toMatchObject({ type: PacketType.CALL, proc: 201 });
+    daemon.reply(call);
+    const stream = await opening;
+    for (const text of ["Debian GNU/Linux 12 ", "kvmp ttyS0\r\n", "login: "]) {
+      daemon.stream(call, PacketStatus.CONTINUE, Buffer.from(text));
+    }
+    daemon.stream(call, PacketStatus.OK);
+    expect(await stream.whenEnded()).toBeNull();
+    expect(got.join("")).toBe("Debian GNU/Linux 12 kvmp ttyS0\r\nlogin: ");
+    expect(client.inFlight).toBe(0);
+  });
+
+  it("data sent in the same chunk as the REPLY is not lost", async () => {
+    const { client, daemon } = setup();
+    const got: Buffer[] = [];
+    const opening = client.startRead(consoleRequest(), (chunk) => got.push(chunk));
+    const call = await daemon.next();
+    daemon.reply(call);
+    daemon.stream(call, PacketStatus.CONTINUE, Buffer.from("early"));
+    await opening;
+    await new Promise((r) => setImmediate(r));
+    expect(Buffer.concat(got).toString()).toBe("early");
+  });
+
+  it("ends with the server's LibvirtError when it sends STREAM ERROR", async () => {
+    const { client, daemon } = setup();
+    const opening = client.startRead(consoleRequest(), () => undefined);
+    const call = await daemon.next();
+    daemon.reply(call);
+    const stream = await opening;
+    daemon.stream(call, PacketStatus.ERROR, errorBody({ code: 1, message: "console went away" }));
+    expect(await stream.whenEnded()).toMatchObject({ codeName: "VIR_ERR_INTERNAL_ERROR" });
+  });
+
+  it("abort() sends STREAM ERROR for the serial, ends the stream, and drops later data", async () => {
+    const { client, daemon } = setup();
+    const got: Buffer[] = [];
+    const opening = client.startRead(consoleRequest(), (chunk) => got.push(chunk));
+    const call = await daemon.next();
+    daemon.reply(call);
+    const stream = await opening;
+    const aborting = stream.abort();
+    const sent = await daemon.next();
+    expect(sent.header).toMatchObject({
+      type: PacketType.STREAM,
+      status: PacketStatus.ERROR,
+      serial: call.header.serial,
+    });
+    // libvirtd acknowledges an abort with an error reply for the serial.
+    daemon.replyError(call, { code: 7, message: "stream aborted at client request" });
+    await aborting;
+    expect(await stream.whenEnded()).toBeNull();
+    daemon.stream(call, PacketStatus.CONTINUE, Buffer.from("late"));
+    await new Promise((r) => setImmediate(r));
+    expect(got).toEqual([]);
+    expect(client.inFlight).toBe(0);
+  });
+
+  it("a lost connection ends the stream with a transient error", async () => {
+    const { client, daemon } = setup();
+    const opening = client.startRead(consoleRequest(), () => undefined);
+    const call = await daemon.next();
+    daemon.reply(call);
+    const stream = await opening;
+    daemon.drop();
+    const err = await stream.whenEnded();
+    expect(err).toBeInstanceOf(ConnectionClosedError);
+    expect(isTransient(err)).toBe(true);
+  });
+
+  it("a refused open (another client holds the console) rejects and keeps nothing in flight", async () => {
+    const { client, daemon } = setup();
+    const opening = client.startRead(consoleRequest(), () => undefined).catch((e: unknown) => e);
+    daemon.replyError(await daemon.next(), { code: 9, message: "Active console session exists for this domain" });
+    expect(await opening).toMatchObject({ codeName: "VIR_ERR_OPERATION_FAILED" });
+    expect(client.inFlight).toBe(0);
+  });
+});

@@ -20,6 +20,7 @@ describe("public call names", () => {
     ["connect_list_all_domains", REMOTE_PROGRAM, "virConnectListAllDomains"],
     ["connect_get_lib_version", REMOTE_PROGRAM, "virConnectGetLibVersion"],
     ["storage_vol_upload", REMOTE_PROGRAM, "virStorageVolUpload"],
+    ["domain_open_console", REMOTE_PROGRAM, "virDomainOpenConsole"],
     ["domain_agent_command", QEMU_PROGRAM, "virDomainQemuAgentCommand"],
     ["domain_update_device_flags", REMOTE_PROGRAM, "virDomainUpdateDeviceFlags"],
     ["nwfilter_lookup_by_name", REMOTE_PROGRAM, "virNWFilterLookupByName"],
@@ -71,6 +72,7 @@ describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
     ["domain_update_device_flags", 174],
     ["nwfilter_lookup_by_name", 175],
     ["domain_create_with_flags", 196],
+    ["domain_open_console", 201],
     ["storage_vol_upload", 208],
     ["storage_vol_resize", 260],
     ["domain_get_state", 212],
@@ -128,6 +130,15 @@ describe("argument and reply layouts", () => {
     const w = new XdrWriter();
     Procedures.domainUpdateDeviceFlags.encodeArgs(w, { dom, xml: "<i/>", flags: 3 });
     expect(w.finish().toString("hex")).toBe(`${domHex}000000043c692f3e00000003`);
+  });
+
+  it.each([
+    [null, 0, `${"00000000"}00000000`],
+    ["serial0", 2, `${"00000001"}${"00000007"}73657269616c3000${"00000002"}`],
+  ])("domain_open_console args: dom, optional device name %s, flags %i", (devName, flags, rest) => {
+    const w = new XdrWriter();
+    Procedures.domainOpenConsole.encodeArgs(w, { dom, devName, flags });
+    expect(w.finish().toString("hex")).toBe(`${domHex}${rest}`);
   });
 
   it("nwfilter_lookup_by_name reply: name then the 16-byte UUID", () => {

@@ -1,0 +1,105 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { consoleLines } from "../../../provider/kvm/guest/console-text";
+import { ConsoleTail } from "../../../provider/kvm/host/console";
+import type { Libvirt, LibvirtConnection } from "../../../provider/libvirt";
+import { connect, removeDomain, transports, uniqueName } from "./support";
+
+/** A UEFI guest with a serial console and no disk: the firmware prints to it, then finds nothing to boot. */
+function consoleDomainXml(name: string): string {
+  return `<domain type='qemu'>
+  <name>${name}</name>
+  <memory unit='MiB'>128</memory>
+  <vcpu>1</vcpu>
+  <features><acpi/></features>
+  <os firmware='efi'>
+    <type arch='x86_64' machine='q35'>hvm</type>
+    <firmware><feature enabled='no' name='secure-boot'/></firmware>
+  </os>
+  <devices>
+    <serial type='pty'><target port='0'/></serial>
+    <console type='pty'><target type='serial' port='0'/></console>
+  </devices>
+</domain>`;
+}
+
+async function until(what: string, test: () => boolean, ms = 60_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!test()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+describe.each(transports)("the serial console over $name", ({ make }) => {
+  let conn: LibvirtConnection;
+  let lv: Libvirt;
+  const created: string[] = [];
+
+  beforeEach(() => {
+    ({ conn, lv } = connect(make));
+  });
+
+  afterEach(async () => {
+    for (const name of created.splice(0)) await removeDomain(lv, name);
+    await conn.close();
+  });
+
+  async function running() {
+    const name = uniqueName("console");
+    created.push(name);
+    const dom = await lv.domainDefineXmlFlags(consoleDomainXml(name), 0);
+    return lv.domainCreateWithFlags(dom, 0);
+  }
+
+  it("reads what the firmware prints, which reads as plain lines for an error", async () => {
+    const dom = await running();
+    const tail = await ConsoleTail.open(lv, dom);
+    expect(tail).toBeDefined();
+    // With no disk OVMF starts its shell, drawing on the serial console with terminal escapes.
+    await until("the firmware's shell prompt", () => (tail?.text() ?? "").includes("Shell>"));
+    await tail?.stop();
+    const text = tail?.text() ?? "";
+    expect(text).toContain("\u001b[");
+    const lines = consoleLines(text);
+    expect(lines.some((l) => l.startsWith("UEFI Interactive Shell"))).toBe(true);
+    const controls = [...lines.join("\n")].filter((c) => c < " " && c !== "\n" && c !== "\t");
+    expect(controls).toEqual([]);
+  });
+
+  it("stops reading when stopped: nothing more arrives", async () => {
+    const dom = await running();
+    const tail = await ConsoleTail.open(lv, dom);
+    await until("console output", () => (tail?.text() ?? "").length > 0);
+    await tail?.stop();
+    const seen = tail?.text();
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(tail?.text()).toBe(seen);
+    // Released: another client can open it now.
+    const next = await ConsoleTail.open(lv, dom);
+    expect(next).toBeDefined();
+    await next?.stop();
+  });
+
+  it("is refused while another client holds it: undefined, and the holder keeps it", async () => {
+    const dom = await running();
+    const first = await ConsoleTail.open(lv, dom);
+    expect(first).toBeDefined();
+    expect(await ConsoleTail.open(lv, dom)).toBeUndefined();
+    await first?.stop();
+  });
+
+  it("is undefined for a domain that does not run", async () => {
+    const name = uniqueName("console-off");
+    created.push(name);
+    const dom = await lv.domainDefineXmlFlags(consoleDomainXml(name), 0);
+    expect(await ConsoleTail.open(lv, dom)).toBeUndefined();
+  });
+
+  it("keeps only the last bytes of a long output", async () => {
+    const dom = await running();
+    const tail = await ConsoleTail.open(lv, dom, 16);
+    await until("console output", () => (tail?.text() ?? "").length >= 16);
+    await tail?.stop();
+    expect(Buffer.byteLength(tail?.text() ?? "")).toBeLessThanOrEqual(16 * 3);
+  });
+});

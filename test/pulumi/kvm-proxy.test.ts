@@ -63,6 +63,8 @@ describe("the quickstart over SSH", () => {
     });
     const key = readFileSync(host.sshKeyPath, "utf8");
     ws.setSecret("kvm:sshPrivateKey", key);
+    const password = `quickstart-${process.pid}-P4ssw0rd`;
+    ws.setSecret("quickstart:password", password);
 
     ws.up();
     const ids = ws.outputs().ids as string[];
@@ -88,6 +90,7 @@ describe("the quickstart over SSH", () => {
     const keyBody = key.split("\n")[1] ?? "";
     expect(keyBody.length).toBeGreaterThan(20);
     expect(text).not.toContain(keyBody);
+    expect(text).not.toContain(password);
     const proxies = ws.proxies();
     expect(proxies).toHaveLength(2);
     for (const p of proxies) {

@@ -1,8 +1,8 @@
 /**
- * libvirtd restarted in the middle of a four-proxy `pulumi up`: the provider's
+ * libvirtd restarted in the middle of a six-proxy `pulumi up`: the provider's
  * connection drops with calls in flight and the daemon is gone for a few
  * seconds. The run must complete or fail with a transient error, the rerun
- * must converge (four domains, no extra volumes), and destroy must leave
+ * must converge (six domains, no extra volumes), and destroy must leave
  * nothing.
  *
  * It runs on a private test host of its own (scripts/test-host with another
@@ -41,7 +41,8 @@ function testHostScript(...args: string[]): void {
 
 let host: TestHost;
 let ws: Workspace | undefined;
-const PROXIES = 4;
+// Six proxies created one at a time: once the first is defined, five creates still need the daemon.
+const PROXIES = 6;
 const prefix = `kvmpt-rst-${process.pid}-`;
 const names = Array.from({ length: PROXIES }, (_, i) => `${prefix}${i + 1}`);
 
@@ -67,7 +68,7 @@ afterAll(async () => {
   }
 });
 
-describe("libvirtd restarted during a four-proxy pulumi up", () => {
+describe("libvirtd restarted during a six-proxy pulumi up", () => {
   it("completes or fails transiently; the rerun converges; destroy leaves nothing", async () => {
     const w = new Workspace("libvirtd-restart", { name: "kvmpt-pair", main: "test/pulumi/programs/pair" });
     ws = w;
@@ -78,6 +79,7 @@ describe("libvirtd restarted during a four-proxy pulumi up", () => {
           domainType: "qemu",
           pool: host.poolName,
           network: host.network,
+          capacity: { concurrentCreates: 1 },
         },
       },
       "kvm:images": { tiny: { url: TEST_IMAGE, firmware: "bios" } },

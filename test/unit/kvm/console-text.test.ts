@@ -7,7 +7,11 @@ describe("serial console text for an error message", () => {
   it.each([
     ["carriage returns", "one\r\ntwo\rthree", ["one", "two", "three"]],
     ["colours and modes", `${ESC}[1m${ESC}[33m${ESC}[40mMapping table${ESC}[0m${ESC}[=3h`, ["Mapping table"]],
-    ["cursor placement starts a line", `Press ESC in 2${ESC}[05;01HPress ESC in 1`, ["Press ESC in 2", "Press ESC in 1"]],
+    [
+      "cursor placement starts a line",
+      `Press ESC in 2${ESC}[05;01HPress ESC in 1`,
+      ["Press ESC in 2", "Press ESC in 1"],
+    ],
     ["screen clearing", `${ESC}[2J${ESC}[01;01HBdsDxe: loading Boot0001`, ["BdsDxe: loading Boot0001"]],
     ["an OSC title", `${ESC}]0;root@kvmp: ~\u0007$ ls`, ["$ ls"]],
     ["other control characters", "a\u0000b\u0008c\u007fd\u009be", ["abcde"]],
@@ -18,7 +22,9 @@ describe("serial console text for an error message", () => {
   });
 
   it("masks the given secrets and credential-like pairs", () => {
-    const lines = consoleLines("proxy hunter2-secret up\nhttp://u:pw@host/ password=abc\n", ["hunter2-secret"]);
+    const lines = consoleLines("proxy hunter2-secret up\nhttp://u:pw@host/ password=abc\n", [
+      "hunter2-secret",
+    ]);
     expect(lines).toEqual(["proxy *** up", "http://***:***@host/ password=***"]);
   });
 

@@ -488,7 +488,10 @@ describe("read streams", () => {
   it("a refused open (another client holds the console) rejects and keeps nothing in flight", async () => {
     const { client, daemon } = setup();
     const opening = client.startRead(consoleRequest(), () => undefined).catch((e: unknown) => e);
-    daemon.replyError(await daemon.next(), { code: 9, message: "Active console session exists for this domain" });
+    daemon.replyError(await daemon.next(), {
+      code: 9,
+      message: "Active console session exists for this domain",
+    });
     expect(await opening).toMatchObject({ codeName: "VIR_ERR_OPERATION_FAILED" });
     expect(client.inFlight).toBe(0);
   });

@@ -42,6 +42,10 @@ export interface TestHost {
   socketPath: string;
   poolName: string;
   poolPath: string;
+  /** The host's network namespace, where guests may be reached. */
+  netns: string;
+  network: string;
+  networkAddress: string;
 }
 
 export function testHost(): TestHost {
@@ -193,6 +197,29 @@ export function runWithInput(cmd: string, args: string[], inputFile: string): Pr
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       if (code === 0) resolve({ seconds, stdout: "" });
       else reject(new Error(`${cmd} exited with ${code}: ${stderr.trim()}`));
+    });
+  });
+}
+
+/**
+ * Runs `script` (a compiled bench file) with `--child` inside the test host's
+ * namespace, the only place its guests may be reached from; resolves with the
+ * JSON of the last line it prints.
+ */
+export function runInNamespace<T>(script: string, what: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("ip", ["netns", "exec", host.netns, process.execPath, script, "--child"], {
+      env: { ...process.env, KVMP_ROOT: repoRoot },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let out = "";
+    child.stdout.on("data", (b: Buffer) => {
+      out += b.toString();
+    });
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      if (code !== 0) reject(new Error(`${what} bench exited ${code}`));
+      else resolve(JSON.parse(out.trim().split("\n").at(-1) ?? "") as T);
     });
   });
 }

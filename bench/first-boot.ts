@@ -26,6 +26,7 @@ import { type ProxySetup, squidName } from "../provider/kvm/squid/setup";
 import { Failures } from "../provider/kvm/validation";
 import { waitHealthy } from "../provider/resource/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
+import { host, runInNamespace } from "./common";
 import { readKnobs } from "./knobs";
 
 const config = readKnobs(process.env);
@@ -57,40 +58,13 @@ export interface FirstBootResults {
   runs: FirstBootRun[];
 }
 
-interface HostInfo {
-  netns: string;
-  socketPath: string;
-  poolName: string;
-  network: string;
-  networkAddress: string;
-}
-
-function hostInfo(): HostInfo {
-  return JSON.parse(readFileSync(path.join(config.testHostDir, "host.json"), "utf8")) as HostInfo;
-}
-
 function log(msg: string): void {
   process.stderr.write(`bench: first-boot: ${msg}\n`);
 }
 
 /** Runs the figure inside the test host's namespace and returns its results. */
 export function benchFirstBoot(script = path.join(__dirname, "first-boot.js")): Promise<FirstBootResults> {
-  const { netns } = hostInfo();
-  return new Promise((resolve, reject) => {
-    const child = spawn("ip", ["netns", "exec", netns, process.execPath, script, "--child"], {
-      env: { ...process.env, KVMP_ROOT: repoRoot },
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (b: Buffer) => {
-      out += b.toString();
-    });
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      if (code !== 0) reject(new Error(`first-boot bench exited ${code}`));
-      else resolve(JSON.parse(out.trim().split("\n").at(-1) ?? "") as FirstBootResults);
-    });
-  });
+  return runInNamespace<FirstBootResults>(script, "first-boot");
 }
 
 function imageOf(file: string): ImageConfig {
@@ -214,7 +188,6 @@ async function runOnce(
 }
 
 async function child(): Promise<void> {
-  const host = hostInfo();
   const testImage = build("guest-image", ["path"]);
   const stockImage = build("guest-image", ["build"], { KVMP_GUEST_VARIANT: "stock" });
   const mirrorDir = build("guest-mirror", ["build", "bookworm", `${stockImage}.dpkg-status`]);

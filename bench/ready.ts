@@ -24,9 +24,9 @@
  * pool has not seen (cache miss: the image is uploaded), the next ones with
  * the same URL (cache hit). Booting under TCG takes minutes on 2 shared cores.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { mkdirSync, rmSync, symlinkSync } from "node:fs";
 import path from "node:path";
 import { parseConfig } from "../provider/kvm/config/host-config";
 import { type ImageConfig, parseImage } from "../provider/kvm/config/image";
@@ -44,6 +44,7 @@ import type { Domain } from "../provider/libvirt/types";
 import { defaultUserData } from "../provider/resource/default-user-data";
 import { probeOnce, waitHealthy } from "../provider/resource/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
+import { host, runInNamespace, type TestHost } from "./common";
 import { readKnobs } from "./knobs";
 
 // The knobs through their table, not common.ts: this file also runs on its own inside the namespace.
@@ -111,18 +112,6 @@ export interface ReadyResults {
   runs: ReadyRun[];
 }
 
-interface HostInfo {
-  netns: string;
-  socketPath: string;
-  poolName: string;
-  network: string;
-  stateDir: string;
-}
-
-function hostInfo(): HostInfo {
-  return JSON.parse(readFileSync(path.join(config.testHostDir, "host.json"), "utf8")) as HostInfo;
-}
-
 function log(msg: string): void {
   process.stderr.write(`bench: ready: ${msg}\n`);
 }
@@ -132,26 +121,7 @@ function log(msg: string): void {
  * `script` is this file compiled (default: next to the caller's module).
  */
 export function benchReady(script = __filename): Promise<ReadyResults> {
-  const { netns } = hostInfo();
-  return new Promise((resolve, reject) => {
-    const child = spawn("ip", ["netns", "exec", netns, process.execPath, script, "--child"], {
-      env: { ...process.env, KVMP_ROOT: repoRoot },
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    child.stdout.on("data", (b: Buffer) => {
-      out += b.toString();
-    });
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      if (code !== 0) {
-        reject(new Error(`ready bench exited ${code}`));
-        return;
-      }
-      const last = out.trim().split("\n").at(-1) ?? "";
-      resolve(JSON.parse(last) as ReadyResults);
-    });
-  });
+  return runInNamespace<ReadyResults>(script, "ready");
 }
 
 function imageFor(url: string, sha256: string, firmware: "uefi" | "bios"): ImageConfig {
@@ -221,7 +191,7 @@ async function runOnce(
   n: number,
   image: ImageConfig,
   cache: "miss" | "hit",
-  host: HostInfo,
+  host: TestHost,
   pollMs: number,
 ): Promise<ReadyRun> {
   const hosts = parseConfig({
@@ -332,7 +302,6 @@ async function runOnce(
 }
 
 async function child(): Promise<void> {
-  const host = hostInfo();
   const runs = config.readyRuns;
   const firmware = config.readyFirmware;
   const imagePath = execFileSync(path.join(repoRoot, "scripts/guest-image"), ["path"], {

@@ -29,7 +29,7 @@ export interface RpcCaller {
    * Runs a procedure that opens a read stream; the server's data goes to
    * `onData` until the stream ends or the returned handle closes it.
    */
-  readStream?<A>(
+  readStream<A>(
     proc: Procedure<A, void>,
     args: A,
     onData: (chunk: Buffer) => void,

@@ -1,4 +1,3 @@
-import { ProviderError } from "../errors";
 import type { CallOptions, ReadStream, RpcCaller } from "./connection";
 import { DomainMetadataType, type InterfaceAddressSource, QemuAgentCommandTimeout } from "./constants";
 import { Procedures } from "./procedures";
@@ -252,9 +251,6 @@ export class Libvirt {
     onData: (chunk: Buffer) => void,
     options: { devName?: string; flags?: number } & CallOptions = {},
   ): Promise<ReadStream> {
-    if (this.rpc.readStream === undefined) {
-      return Promise.reject(new ProviderError("permanent", "this libvirt connection cannot read streams"));
-    }
     const { devName, flags, ...call } = options;
     return this.rpc.readStream(
       Procedures.domainOpenConsole,

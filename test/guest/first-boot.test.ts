@@ -20,10 +20,9 @@
  */
 
 import type { ChildProcess } from "node:child_process";
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
@@ -39,9 +38,8 @@ import {
   testHost,
 } from "../support/test-host";
 import { NetnsCli } from "./netns-cli";
-import { agentFor, since } from "./support";
+import { agentFor, requestThrough, since } from "./support";
 
-const run = promisify(execFile);
 const env = inject("guest");
 const USER = "crawler";
 const PASSWORD = `first-boot-${process.pid}-P4ss`;
@@ -275,50 +273,10 @@ afterAll(async () => {
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
 }, 300_000);
 
-/** One GET of the target through the proxy at `proxy`, with the credentials, inside the namespace: the status. */
-function through(proxy: string, credentials?: string): string {
-  const args = [
-    "netns",
-    "exec",
-    env.netns,
-    "curl",
-    "-s",
-    "-o",
-    "/dev/null",
-    "-w",
-    "%{http_code}",
-    "--max-time",
-    "15",
-  ];
-  args.push("-x", proxy, ...(credentials !== undefined ? ["--proxy-user", credentials] : []), env.targetUrl);
-  try {
-    return execFileSync("ip", args, { encoding: "utf8" });
-  } catch (err) {
-    return (err as { stdout?: string }).stdout || "000";
-  }
-}
-
-/** {@link through}, without blocking: many at once. */
-async function throughAsync(proxy: string, credentials: string): Promise<string> {
-  const args = [
-    "netns",
-    "exec",
-    env.netns,
-    "curl",
-    "-s",
-    "-o",
-    "/dev/null",
-    "-w",
-    "%{http_code}",
-    "--max-time",
-    "15",
-  ];
-  args.push("-x", proxy, "--proxy-user", credentials, env.targetUrl);
-  try {
-    return (await run("ip", args, { encoding: "utf8" })).stdout;
-  } catch (err) {
-    return (err as { stdout?: string }).stdout || "000";
-  }
+/** The status of one GET of the target through the proxy at `proxy` (a URL), inside the namespace. */
+async function through(proxy: string, credentials?: string): Promise<string> {
+  const options = { maxSeconds: 15, ...(credentials !== undefined ? { credentials } : {}) };
+  return (await requestThrough(env, proxy, env.targetUrl, options)).status;
 }
 
 /** What 50 requests through Debian 12's proxy got, sent the moment its up returned. */
@@ -334,7 +292,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
           up = { seconds: since(t0), output: r.output };
           // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
           atOnce = await Promise.all(
-            Array.from({ length: 50 }, () => throughAsync("http://192.0.2.31:3128", CREDENTIALS)),
+            Array.from({ length: 50 }, () => through("http://192.0.2.31:3128", CREDENTIALS)),
           );
           return r;
         }),
@@ -366,8 +324,8 @@ describe("the first boot of stock images, and of user-data that fails", () => {
       expect(fetched).toMatch(/^200 \/(\.\/)?squid_[^ ]+\.deb$/m);
       expect(fetched).toMatch(/^200 \/(\.\/)?qemu-guest-agent_[^ ]+\.deb$/m);
       const via = (credentials?: string) => through(`http://192.0.2.${r.n}:3128`, credentials);
-      expect(via()).toBe("407");
-      expect(via(CREDENTIALS)).toBe("204");
+      expect(await via()).toBe("407");
+      expect(await via(CREDENTIALS)).toBe("204");
     },
   );
 
@@ -379,7 +337,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
       expect(addrs.split("\n").filter(Boolean).sort()).toEqual(
         [`192.0.2.${r.n}/24`, `2001:db8:14::${r.n}/64`].sort(),
       );
-      const code = through(`http://[2001:db8:14::${r.n}]:3128`, CREDENTIALS);
+      const code = await through(`http://[2001:db8:14::${r.n}]:3128`, CREDENTIALS);
       expect(code).toBe("204");
     },
   );

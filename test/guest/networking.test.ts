@@ -19,11 +19,10 @@
  */
 
 import type { ChildProcess } from "node:child_process";
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { parseConfig } from "../../provider/kvm/config/host-config";
@@ -39,9 +38,8 @@ import {
   testHost,
 } from "../support/test-host";
 import { NetnsCli } from "./netns-cli";
-import { agentFor, type GuestAgent } from "./support";
+import { agentFor, type GuestAgent, proxyUrlOf, requestThrough } from "./support";
 
-const run = promisify(execFile);
 const env = inject("guest");
 const A = `kvmpt-neta-${process.pid}`;
 const B = `kvmpt-netb-${process.pid}`;
@@ -129,37 +127,9 @@ function proxies(bandwidthKbps: number): Record<string, unknown> {
   };
 }
 
-/**
- * A GET through the proxy at `proxy` (IPv4 or IPv6), from inside the test
- * namespace, or a CONNECT tunnel to the URL's host and port: status
- * (CONNECT: squid's answer to it), seconds, and squid's error.
- */
-async function through(
-  proxy: string,
-  url: string,
-  maxSeconds = 20,
-  connect = false,
-): Promise<{ status: string; seconds: number; error?: string }> {
-  const p = proxy.includes(":") ? `[${proxy}]` : proxy;
-  const args = ["netns", "exec", env.netns, "curl", "-s", "-D", "-", "-o", "/dev/null"];
-  const code = connect ? "%{http_connect}" : "%{http_code}";
-  args.push("-w", `\n${code} %{time_total}`, "--max-time", String(maxSeconds), "--noproxy", "");
-  args.push(...(connect ? ["-p"] : []), "-x", `http://${p}:3128`, url);
-  let out: string;
-  try {
-    out = (await run("ip", args, { encoding: "utf8", timeout: (maxSeconds + 10) * 1000 })).stdout;
-  } catch (err) {
-    out = (err as { stdout?: string }).stdout ?? "";
-  }
-  const [status, seconds] = (out.trim().split("\n").pop() ?? "").split(" ");
-  // squid names why it refused in X-Squid-Error.
-  const error = /^X-Squid-Error: (.*)$/im.exec(out)?.[1]?.trim();
-  return {
-    status: status ?? "000",
-    seconds: Number(seconds ?? 0),
-    ...(error !== undefined ? { error } : {}),
-  };
-}
+/** A GET (or a CONNECT tunnel) through the proxy at address `proxy` (IPv4 or IPv6), from inside the test namespace. */
+const through = (proxy: string, url: string, maxSeconds = 20, connect = false) =>
+  requestThrough(env, proxyUrlOf(proxy), url, { maxSeconds, connect, discardBody: true });
 
 const target = (host4or6: string, p: number, file = "ok.txt") =>
   `http://${host4or6.includes(":") ? `[${host4or6}]` : host4or6}:${p}/${file}`;
@@ -316,7 +286,7 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
     for (const url of refused) {
       expect(await through(addr.a4(), url, 10), url).toMatchObject({
         status: "403",
-        error: expect.stringMatching(/ERR_ACCESS_DENIED/),
+        squidError: expect.stringMatching(/ERR_ACCESS_DENIED/),
       });
     }
     expect(await through(addr.a4(), `http://${env.inwardTlsAddress}/`, 10, true)).toMatchObject({

@@ -9,7 +9,8 @@
  * to a guest; it talks to guests through libvirt and the guest agent.
  */
 import { execFile } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { expect } from "vitest";
@@ -69,86 +70,90 @@ export function assertGuestAddress(env: GuestEnv, ip: string | undefined): strin
   return ip;
 }
 
-/**
- * One GET of `env.targetUrl` through the squid at `ip:port`, made INSIDE the
- * namespace. Returns the HTTP status ("000" when nothing answered).
- */
-export async function proxyStatus(env: GuestEnv, ip: string, port = 3128): Promise<string> {
-  const guest = assertGuestAddress(env, ip);
-  try {
-    const { stdout } = await execFileAsync(
-      "ip",
-      [
-        "netns",
-        "exec",
-        env.netns,
-        "curl",
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "10",
-        "--noproxy",
-        "",
-        "-x",
-        `http://${guest}:${port}`,
-        env.targetUrl,
-      ],
-      { encoding: "utf8", timeout: 30_000 },
-    );
-    return stdout.trim();
-  } catch (err) {
-    const out = (err as { stdout?: string }).stdout;
-    return typeof out === "string" && out.trim() !== "" ? out.trim() : "000";
-  }
-}
-
-/** What {@link proxyRequest} got: the status ("000" when nothing answered) and the body. */
+/** What a request through a proxy got. */
 export interface ProxyReply {
+  /** The HTTP status ("000" when nothing answered); for a CONNECT, squid's answer to it. */
   status: string;
   body: string;
+  seconds: number;
+  /** Why squid refused, as its X-Squid-Error header names it. */
+  squidError?: string;
+}
+
+export interface RequestOptions {
+  credentials?: string;
+  /** The source address (curl --interface). */
+  from?: string;
+  /** A CONNECT tunnel to the URL's host and port instead of a GET. */
+  connect?: boolean;
+  maxSeconds?: number;
+  /** Throw the body away (a large download), keeping the status and the time. */
+  discardBody?: boolean;
+}
+
+/** `http://address:port` of a proxy, brackets around an IPv6 address. */
+export function proxyUrlOf(address: string, port = 3128): string {
+  return `http://${address.includes(":") ? `[${address}]` : address}:${port}`;
 }
 
 /**
- * One GET of `url` through the squid at `ip:port`, made INSIDE the namespace,
- * optionally with the proxy's credentials and from a given source address,
- * or through a CONNECT tunnel to the URL's host and port.
+ * One GET of `url` (or a CONNECT to its host and port) through the proxy at
+ * `proxy` (a URL), made INSIDE the namespace; the caller answers for the
+ * proxy's address being one of the namespace's.
  */
+export async function requestThrough(
+  env: GuestEnv,
+  proxy: string,
+  url: string,
+  options: RequestOptions = {},
+): Promise<ProxyReply> {
+  const maxSeconds = options.maxSeconds ?? 10;
+  const code = options.connect ? "%{http_connect}" : "%{http_code}";
+  // Headers to a file of their own (squid's X-Squid-Error), the body and the -w line to stdout.
+  const dir = mkdtempSync(path.join(tmpdir(), "kvmpt-curl-"));
+  const headerFile = path.join(dir, "headers");
+  const args = ["netns", "exec", env.netns, "curl", "-s", "-D", headerFile, "-w", `\n${code} %{time_total}`];
+  args.push("--max-time", String(maxSeconds), "--noproxy", "", ...(options.connect ? ["-p"] : []));
+  if (options.discardBody) args.push("-o", "/dev/null");
+  if (options.credentials !== undefined) args.push("--proxy-user", options.credentials);
+  if (options.from !== undefined) args.push("--interface", options.from);
+  args.push("-x", proxy, url);
+  let out: string;
+  try {
+    out = (await execFileAsync("ip", args, { encoding: "utf8", timeout: (maxSeconds + 20) * 1000 })).stdout;
+  } catch (err) {
+    out = (err as { stdout?: string }).stdout ?? "";
+  }
+  const headers = existsSync(headerFile) ? readFileSync(headerFile, "utf8") : "";
+  rmSync(dir, { recursive: true, force: true });
+  const nl = out.lastIndexOf("\n");
+  const [status, seconds] = out
+    .slice(nl + 1)
+    .trim()
+    .split(" ");
+  const squidError = /^X-Squid-Error: (.*)$/im.exec(headers)?.[1]?.trim();
+  return {
+    status: status || "000",
+    body: nl < 0 ? "" : out.slice(0, nl),
+    seconds: Number(seconds ?? 0),
+    ...(squidError !== undefined ? { squidError } : {}),
+  };
+}
+
+/** {@link requestThrough} the squid at `ip:port`, an address of the namespace's NAT network. */
 export async function proxyRequest(
   env: GuestEnv,
   ip: string,
   url: string,
-  options: { port?: number; credentials?: string; from?: string; connect?: boolean } = {},
+  options: RequestOptions & { port?: number } = {},
 ): Promise<ProxyReply> {
-  const guest = assertGuestAddress(env, ip);
-  const args = [
-    "netns",
-    "exec",
-    env.netns,
-    "curl",
-    "-s",
-    "-w",
-    // A CONNECT (-p, a tunnel for the URL's host and port): squid's answer to it.
-    options.connect ? "\n%{http_connect}" : "\n%{http_code}",
-    ...(options.connect ? ["-p"] : []),
-    "--max-time",
-    "10",
-    "--noproxy",
-    "",
-  ];
-  if (options.credentials !== undefined) args.push("--proxy-user", options.credentials);
-  if (options.from !== undefined) args.push("--interface", options.from);
-  args.push("-x", `http://${guest}:${options.port ?? 3128}`, url);
-  let out: string;
-  try {
-    out = (await execFileAsync("ip", args, { encoding: "utf8", timeout: 30_000 })).stdout;
-  } catch (err) {
-    out = (err as { stdout?: string }).stdout ?? "";
-  }
-  const nl = out.lastIndexOf("\n");
-  return { status: out.slice(nl + 1).trim() || "000", body: nl < 0 ? "" : out.slice(0, nl) };
+  const { port, ...rest } = options;
+  return requestThrough(env, proxyUrlOf(assertGuestAddress(env, ip), port), url, rest);
+}
+
+/** The status of one GET of `env.targetUrl` through the squid at `ip:port`. */
+export async function proxyStatus(env: GuestEnv, ip: string, port = 3128): Promise<string> {
+  return (await proxyRequest(env, ip, env.targetUrl, { port })).status;
 }
 
 /** Polls {@link proxyStatus} until it is `want` or the deadline passes; returns the last status. */

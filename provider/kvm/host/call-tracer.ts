@@ -267,20 +267,15 @@ export class CallTracer {
         // The source is never looked at: only its byte count reaches the line.
         return tracer.traced(host, proc, args, () => caller.upload(proc, args, source, options));
       },
-      ...(caller.readStream !== undefined
-        ? {
-            readStream<A>(
-              proc: Procedure<A, void>,
-              args: A,
-              onData: (chunk: Buffer) => void,
-              options?: CallOptions,
-            ): Promise<ReadStream> {
-              // The data is never looked at: only the opening call reaches the line.
-              const read = caller.readStream as NonNullable<RpcCaller["readStream"]>;
-              return tracer.traced(host, proc, args, () => read.call(caller, proc, args, onData, options));
-            },
-          }
-        : {}),
+      readStream<A>(
+        proc: Procedure<A, void>,
+        args: A,
+        onData: (chunk: Buffer) => void,
+        options?: CallOptions,
+      ): Promise<ReadStream> {
+        // The data is never looked at: only the opening call reaches the line.
+        return tracer.traced(host, proc, args, () => caller.readStream(proc, args, onData, options));
+      },
     };
   }
 

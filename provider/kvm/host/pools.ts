@@ -59,6 +59,7 @@ export class PoolHandles {
       call: <A, R>(proc: Procedure<A, R>, args: A, options?: CallOptions): Promise<R> =>
         this.#call(inner, proc, args, options),
       upload: (proc, args, source, options) => inner.upload(proc, args, source, options),
+      readStream: (proc, args, onData, options) => inner.readStream(proc, args, onData, options),
     };
   }
 

@@ -1,7 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { consoleLines } from "../../../provider/kvm/guest/console-text";
+import { CallTracer } from "../../../provider/kvm/host/call-tracer";
 import { ConsoleTail } from "../../../provider/kvm/host/console";
+import { KvmOperations } from "../../../provider/kvm/host/operations";
 import type { Libvirt, LibvirtConnection } from "../../../provider/libvirt";
+import { testHost } from "../../support/test-host";
+import { hostPool } from "../kvm/ops-helpers";
 import { connect, removeDomain, transports, uniqueName } from "./support";
 
 /** A UEFI guest with a serial console and no disk: the firmware prints to it, then finds nothing to boot. */
@@ -102,4 +106,23 @@ describe.each(transports)("the serial console over $name", ({ make }) => {
     await tail?.stop();
     expect(Buffer.byteLength(tail?.text() ?? "")).toBeLessThanOrEqual(16 * 3);
   });
+
+  it.each([0, 2] as const)(
+    "opens through the host operations' wrapped connection too (trace level %i), as create does",
+    async (level) => {
+      const dom = await running();
+      const lines: string[] = [];
+      const pool = hostPool(testHost(), { tracer: new CallTracer({ level, sink: (l) => lines.push(l) }) });
+      const ops = new KvmOperations(pool);
+      try {
+        const tail = await ops.openConsole("local", dom.name);
+        expect(tail).toBeDefined();
+        await until("console output", () => (tail?.text() ?? "").length > 0);
+        await tail?.stop();
+        if (level > 0) expect(lines.filter((l) => l.startsWith("rpc=virDomainOpenConsole"))).toHaveLength(1);
+      } finally {
+        await pool.closeAll();
+      }
+    },
+  );
 });

@@ -9,7 +9,7 @@ import {
   stderrSink,
   traceLevelFromEnv,
 } from "../../../provider/kvm/host/call-tracer";
-import type { CallOptions, RpcCaller } from "../../../provider/libvirt/connection";
+import type { CallOptions, ReadStream, RpcCaller } from "../../../provider/libvirt/connection";
 import { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Procedure } from "../../../provider/libvirt/procedures";
 
@@ -21,6 +21,9 @@ const caller: RpcCaller = {
     return Promise.resolve(dom as R);
   },
   upload(): Promise<number> {
+    return Promise.reject(new Error("not used"));
+  },
+  readStream(): Promise<ReadStream> {
     return Promise.reject(new Error("not used"));
   },
 };

@@ -7,7 +7,7 @@ import {
   type TraceRecord,
   traceLevelFromEnv,
 } from "../../../provider/kvm/host/call-tracer";
-import type { CallOptions, RpcCaller } from "../../../provider/libvirt/connection";
+import type { CallOptions, ReadStream, RpcCaller } from "../../../provider/libvirt/connection";
 import { LibvirtError } from "../../../provider/libvirt/errors";
 import { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Procedure } from "../../../provider/libvirt/procedures";
@@ -71,6 +71,17 @@ class FakeCaller implements RpcCaller {
     }
     return n;
   }
+
+  /** A console that prints a secret the moment it is opened. */
+  async readStream<A>(
+    _p: Procedure<A, void>,
+    _a: A,
+    onData: (chunk: Buffer) => void,
+    _o?: CallOptions,
+  ): Promise<ReadStream> {
+    onData(Buffer.from(`login: root\npassword=${SECRET_USER_DATA}\n`));
+    return { ended: () => Promise.resolve(null), close: () => Promise.resolve() };
+  }
 }
 
 async function traced(
@@ -116,6 +127,21 @@ describe("traceLevelFromEnv", () => {
 });
 
 describe("CallTracer", () => {
+  it.each([1, 2] as const)(
+    "at level %i traces a read stream's opening call once, and never its data",
+    async (level) => {
+      const lines: string[] = [];
+      const tracer = new CallTracer({ level, sink: (l) => lines.push(l) });
+      const got: Buffer[] = [];
+      await new Libvirt(tracer.wrap("edge", new FakeCaller())).domainOpenConsole(dom, (c) => got.push(c));
+      expect(Buffer.concat(got).toString()).toContain(SECRET_USER_DATA);
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(/^rpc=virDomainOpenConsole host=edge dom=web-1 /);
+      expect(lines.join("\n")).not.toContain("login");
+      expect(lines.join("\n")).not.toContain(SECRET_USER_DATA);
+    },
+  );
+
   it("at level 0 returns the caller untouched and no hook", () => {
     const fake = new FakeCaller();
     const tracer = new CallTracer({ level: 0, sink: () => {} });

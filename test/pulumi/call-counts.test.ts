@@ -105,10 +105,10 @@ describe("libvirt calls of Pulumi runs, five proxies on one host", () => {
     expect(lines.filter((l) => l.call === "virDomainDefineXML")).toHaveLength(5);
     // The host's storage pool is looked up once for the five (host/pools.ts), not once per proxy.
     expect(lines.filter((l) => l.call === "virStoragePoolLookupByName")).toHaveLength(1);
-    // 13 calls per proxy (domain lookup; overlay and seed: lookup, create, path; seed upload;
-    // define, start, XML, state, addresses) and 11 per host (handshake 2, pool 1; the image
+    // 14 calls per proxy (domain lookup; overlay and seed: lookup, create, path; seed upload;
+    // define, start, XML, console, state, addresses) and 11 per host (handshake 2, pool 1; the image
     // cache's volume and lease marker 2, upload 1, paths 2, infos 2, marker removal 1).
-    expect(lines.length).toBe(5 * 13 + 11);
+    expect(lines.length).toBe(5 * 14 + 11);
     expect(lines.filter((l) => l.call === "virDomainCreate")).toHaveLength(5);
     for (const d of domains) {
       const calls = lines.filter((l) => l.domain === d).map((l) => l.call);

@@ -28,7 +28,7 @@ import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
-import { lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
+import { domainByUuid, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
 import { type FirstBootOptions, outputTail, waitFirstBoot } from "./first-boot";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import { runInGuest } from "./guest-agent";
@@ -369,10 +369,16 @@ export class KvmOperations {
     );
   }
 
-  /** VM `name`'s serial console from now on (console.ts); undefined when it cannot be had. */
-  async openConsole(hostKey: string, name: string): Promise<ConsoleTail | undefined> {
+  /**
+   * VM `name`'s serial console from now on (console.ts); undefined when it
+   * cannot be had. A known UUID names the domain without a lookup.
+   */
+  async openConsole(hostKey: string, name: string, uuid?: string): Promise<ConsoleTail | undefined> {
     try {
-      const { lv, dom } = await this.domainOf(hostKey, name);
+      const { lv, dom } =
+        uuid === undefined
+          ? await this.domainOf(hostKey, name)
+          : { lv: this.hosts.libvirt(hostKey), dom: domainByUuid(name, uuid) };
       return await ConsoleTail.open(lv, dom);
     } catch {
       return undefined;

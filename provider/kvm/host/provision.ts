@@ -148,7 +148,7 @@ export interface ProvisionHost {
   ): Promise<VmStatus>;
   waitForIpFrom(from: VmStatus, options?: WaitForIpOptions): Promise<VmStatus>;
   delete(hostKey: string, name: string, options?: DeleteOptions): Promise<DeleteResult>;
-  openConsole(hostKey: string, name: string): Promise<ConsoleTail | undefined>;
+  openConsole(hostKey: string, name: string, uuid?: string): Promise<ConsoleTail | undefined>;
 }
 
 /** See the module header. */
@@ -224,7 +224,7 @@ async function provisionNow(
     }
     // What the guest prints, for a failure's message (only when someone will read it).
     if (options.explain !== undefined && (options.waitForIp !== false || options.ready !== undefined)) {
-      consoleTail = await ops.openConsole(spec.host, spec.name).catch(() => undefined);
+      consoleTail = await ops.openConsole(spec.host, spec.name, made.uuid).catch(() => undefined);
     }
     // Defined, the domain counts on its host: its reservation goes (best effort; a rollback removes it too).
     if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);

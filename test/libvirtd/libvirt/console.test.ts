@@ -108,18 +108,21 @@ describe.each(transports)("the serial console over $name", ({ make }) => {
   });
 
   it.each([0, 2] as const)(
-    "opens through the host operations' wrapped connection too (trace level %i), as create does",
+    "opens through the host operations' wrapped connection too (trace level %i), as create does: by the UUID it knows, without a lookup",
     async (level) => {
       const dom = await running();
       const lines: string[] = [];
       const pool = hostPool(testHost(), { tracer: new CallTracer({ level, sink: (l) => lines.push(l) }) });
       const ops = new KvmOperations(pool);
       try {
-        const tail = await ops.openConsole("local", dom.name);
+        const tail = await ops.openConsole("local", dom.name, dom.uuid);
         expect(tail).toBeDefined();
         await until("console output", () => (tail?.text() ?? "").length > 0);
         await tail?.stop();
-        if (level > 0) expect(lines.filter((l) => l.startsWith("rpc=virDomainOpenConsole"))).toHaveLength(1);
+        if (level > 0) {
+          expect(lines.filter((l) => l.startsWith("rpc=virDomainOpenConsole"))).toHaveLength(1);
+          expect(lines.filter((l) => l.startsWith("rpc=virDomainLookupByName"))).toEqual([]);
+        }
       } finally {
         await pool.closeAll();
       }

@@ -14,31 +14,22 @@
  * namespace: {@link benchFirstBoot} runs this file there.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import path from "node:path";
 import { parseConfig } from "../provider/kvm/config/host-config";
 import { type ImageConfig, parseImage } from "../provider/kvm/config/image";
 import { HostPool } from "../provider/kvm/host/hosts";
-import { type CreateSpec, KvmOperations } from "../provider/kvm/host/operations";
-import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/squid/access";
-import { type ProxySetup, squidName } from "../provider/kvm/squid/setup";
+import { KvmOperations } from "../provider/kvm/host/operations";
+import { squidName } from "../provider/kvm/squid/setup";
 import { Failures } from "../provider/kvm/validation";
 import { waitHealthy } from "../provider/resource/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
 import { host, runInNamespace } from "./common";
+import { guestProxySpec, PROXY_PORT, SETUP } from "./guest-proxy";
 import { readKnobs } from "./knobs";
 
 const config = readKnobs(process.env);
 const repoRoot = config.root;
-const PROXY_PORT = 3128;
-const SETUP: ProxySetup = {
-  port: PROXY_PORT,
-  allowedClients: DEFAULT_ALLOWED_CLIENTS,
-  allowedDestinations: [],
-  ownAddresses: [],
-  onLink: [],
-};
 const DEADLINE_MS = 30 * 60_000;
 
 /** One first boot. */
@@ -139,20 +130,7 @@ async function runOnce(
   pollMs: number,
 ): Promise<FirstBootRun> {
   const name = `kvmpb-firstboot-${kind}-${process.pid}`;
-  const spec: CreateSpec = {
-    host: "local",
-    name,
-    image,
-    imageRef: image.url,
-    memoryMiB: 768,
-    vcpus: 1,
-    diskGiB: 4,
-    userData,
-    proxy: SETUP,
-    owner: { project: "kvmpb-firstboot", stack: "bench", urn: `urn:pulumi:bench::kvmpb::kvm:Proxy::${name}` },
-    specHash: createHash("sha256").update(name).digest("hex"),
-    proxyPort: PROXY_PORT,
-  };
+  const spec = guestProxySpec("kvmpb-firstboot", name, image, userData);
   const t0 = performance.now();
   let firstBootMs = 0;
   try {

@@ -25,7 +25,6 @@
  * the same URL (cache hit). Booting under TCG takes minutes on 2 shared cores.
  */
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, symlinkSync } from "node:fs";
 import path from "node:path";
 import { parseConfig } from "../provider/kvm/config/host-config";
@@ -34,9 +33,8 @@ import { firstRoutableIpv4 } from "../provider/kvm/domain/states";
 import { CallTracer, type TraceRecord } from "../provider/kvm/host/call-tracer";
 import { HostPool } from "../provider/kvm/host/hosts";
 import { ImageCache } from "../provider/kvm/host/image-cache";
-import { type CreateSpec, KvmOperations } from "../provider/kvm/host/operations";
-import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/squid/access";
-import { type ProxySetup, squidName } from "../provider/kvm/squid/setup";
+import { KvmOperations } from "../provider/kvm/host/operations";
+import { squidName } from "../provider/kvm/squid/setup";
 import { Failures } from "../provider/kvm/validation";
 import { InterfaceAddressSource } from "../provider/libvirt/constants";
 import type { Libvirt } from "../provider/libvirt/libvirt";
@@ -45,6 +43,7 @@ import { defaultUserData } from "../provider/resource/default-user-data";
 import { probeOnce, waitHealthy } from "../provider/resource/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
 import { host, runInNamespace, type TestHost } from "./common";
+import { guestProxySpec, PROXY_PORT, SETUP } from "./guest-proxy";
 import { readKnobs } from "./knobs";
 
 // The knobs through their table, not common.ts: this file also runs on its own inside the namespace.
@@ -52,15 +51,6 @@ const config = readKnobs(process.env);
 const repoRoot = config.root;
 const OBSERVE_MS = 200;
 const DEADLINE_MS = 20 * 60_000;
-const PROXY_PORT = 3128;
-/** The squid setup every run creates (what the resource gives a proxy without a proxy block). */
-const SETUP: ProxySetup = {
-  port: PROXY_PORT,
-  allowedClients: DEFAULT_ALLOWED_CLIENTS,
-  allowedDestinations: [],
-  ownAddresses: [],
-  onLink: [],
-};
 /** The health check's target at `ip`. */
 const probeAt = (ip: string) => ({ ip, proxyPort: PROXY_PORT, squidName: squidName(SETUP) });
 const PREFIX = "kvmpb-ready-";
@@ -212,25 +202,7 @@ async function runOnce(
   const watcher = new HostPool(hosts, { tracer: new CallTracer({ level: 0 }) });
   const ops = new KvmOperations(pool);
   const name = `${PREFIX}${process.pid}-${n}`;
-  const spec: CreateSpec = {
-    host: "local",
-    name,
-    image,
-    imageRef: image.url,
-    memoryMiB: 768,
-    vcpus: 1,
-    diskGiB: 4,
-    userData: defaultUserData(),
-    // What the resource gives a proxy without a proxy block: squid on the port for the private ranges.
-    proxy: SETUP,
-    owner: {
-      project: "kvmpb-ready",
-      stack: "bench",
-      urn: `urn:pulumi:bench::kvmpb-ready::kvm:Proxy::${name}`,
-    },
-    specHash: createHash("sha256").update(name).digest("hex"),
-    proxyPort: PROXY_PORT,
-  };
+  const spec = guestProxySpec("kvmpb-ready", name, image, defaultUserData());
   let observer: ReturnType<typeof observe> | undefined;
   try {
     t0 = performance.now();

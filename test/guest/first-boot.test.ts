@@ -38,7 +38,7 @@ import {
   testHost,
 } from "../support/test-host";
 import { NetnsCli } from "./netns-cli";
-import { agentFor, requestThrough, since } from "./support";
+import { agentFor, requestThrough, since, sshHostEntry } from "./support";
 
 const env = inject("guest");
 const USER = "crawler";
@@ -165,16 +165,7 @@ function proxyArgs(r: (typeof RELEASES)[number]): Record<string, unknown> {
 }
 
 function hostsConfig(): Record<string, unknown> {
-  return {
-    local: {
-      uri: `ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
-      privateKeyPath: host.sshKeyPath,
-      knownHostsPath: host.knownHostsPath,
-      domainType: "qemu",
-      pool: host.poolName,
-      network: host.network,
-    },
-  };
+  return { local: sshHostEntry(host) };
 }
 
 beforeAll(async () => {

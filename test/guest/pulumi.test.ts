@@ -45,6 +45,7 @@ import {
   poolFilesOf,
   proxyRequest,
   since,
+  sshHostEntry,
   waitCloudInitDone,
 } from "./support";
 
@@ -149,14 +150,7 @@ beforeAll(() => {
   ws = new Workspace("guest", { name: "kvmpt-guest", main: "test/pulumi/programs/pair" });
   ws.setConfig({
     "kvm:hosts": {
-      remote: {
-        uri: `ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
-        privateKeyPath: host.sshKeyPath,
-        knownHostsPath: host.knownHostsPath,
-        domainType: "qemu",
-        pool: host.poolName,
-        network: host.network,
-      },
+      remote: sshHostEntry(host),
     },
     "kvm:images": { guest: { url: env.imageUrlInNetns, sha256: env.imageSha256 } },
     "pair:proxies": {

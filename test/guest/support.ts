@@ -91,6 +91,18 @@ export interface RequestOptions {
   discardBody?: boolean;
 }
 
+/** A `kvm:hosts` entry that reaches the test host over SSH, as a user's stack config would. */
+export function sshHostEntry(host: TestHost): Record<string, unknown> {
+  return {
+    uri: `ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
+    privateKeyPath: host.sshKeyPath,
+    knownHostsPath: host.knownHostsPath,
+    domainType: "qemu",
+    pool: host.poolName,
+    network: host.network,
+  };
+}
+
 /** `http://address:port` of a proxy, brackets around an IPv6 address. */
 export function proxyUrlOf(address: string, port = 3128): string {
   return `http://${address.includes(":") ? `[${address}]` : address}:${port}`;

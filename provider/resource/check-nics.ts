@@ -38,13 +38,25 @@ export function checkedNicOf(nic: NicSpec, mac: string, given: boolean): Checked
     ...(a.kind === "direct" ? { direct: { dev: a.dev, mode: a.mode } } : {}),
     ...(given ? { macAddress: mac } : {}),
     mac,
-    addresses: nic.addresses,
-    ...(nic.gateway4 !== undefined ? { gateway4: nic.gateway4 } : {}),
-    ...(nic.gateway6 !== undefined ? { gateway6: nic.gateway6 } : {}),
-    nameservers: nic.nameservers,
-    ...(nic.bandwidth !== undefined ? { bandwidth: nic.bandwidth } : {}),
-    ...(nic.filter !== undefined ? { filter: nic.filter } : {}),
-    primary: nic.primary,
+    ...addressingOf(nic),
+  };
+}
+
+/** The fields a checked NIC and the core's NIC share (everything but how it attaches and its MAC). */
+type Addressing = Pick<
+  NicSpec,
+  "addresses" | "gateway4" | "gateway6" | "nameservers" | "bandwidth" | "filter" | "primary"
+>;
+
+function addressingOf(n: Addressing): Addressing {
+  return {
+    addresses: n.addresses,
+    ...(n.gateway4 !== undefined ? { gateway4: n.gateway4 } : {}),
+    ...(n.gateway6 !== undefined ? { gateway6: n.gateway6 } : {}),
+    nameservers: n.nameservers,
+    ...(n.bandwidth !== undefined ? { bandwidth: n.bandwidth } : {}),
+    ...(n.filter !== undefined ? { filter: n.filter } : {}),
+    primary: n.primary,
   };
 }
 
@@ -59,13 +71,7 @@ export function nicSpecOf(c: CheckedNic): NicSpec {
   return {
     attachment,
     mac: c.mac,
-    addresses: c.addresses,
-    ...(c.gateway4 !== undefined ? { gateway4: c.gateway4 } : {}),
-    ...(c.gateway6 !== undefined ? { gateway6: c.gateway6 } : {}),
-    nameservers: c.nameservers,
-    ...(c.bandwidth !== undefined ? { bandwidth: c.bandwidth } : {}),
-    ...(c.filter !== undefined ? { filter: c.filter } : {}),
-    primary: c.primary,
+    ...addressingOf(c),
   };
 }
 

@@ -1,12 +1,11 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { consoleLines } from "../../../provider/kvm/guest/console-text";
 import { CallTracer } from "../../../provider/kvm/host/call-tracer";
 import { ConsoleTail } from "../../../provider/kvm/host/console";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
-import type { Libvirt, LibvirtConnection } from "../../../provider/libvirt";
 import { testHost } from "../../support/test-host";
 import { hostPool } from "../kvm/ops-helpers";
-import { connect, removeDomain, transports, uniqueName } from "./support";
+import { connectionPerTest, removeDomain, transports, uniqueName } from "./support";
 
 /** A UEFI guest with a serial console and no disk: the firmware prints to it, then finds nothing to boot. */
 function consoleDomainXml(name: string): string {
@@ -35,29 +34,18 @@ async function until(what: string, test: () => boolean, ms = 60_000): Promise<vo
 }
 
 describe.each(transports)("the serial console over $name", ({ make }) => {
-  let conn: LibvirtConnection;
-  let lv: Libvirt;
-  const created: string[] = [];
-
-  beforeEach(() => {
-    ({ conn, lv } = connect(make));
-  });
-
-  afterEach(async () => {
-    for (const name of created.splice(0)) await removeDomain(lv, name);
-    await conn.close();
-  });
+  const t = connectionPerTest(make, removeDomain);
 
   async function running() {
     const name = uniqueName("console");
-    created.push(name);
-    const dom = await lv.domainDefineXmlFlags(consoleDomainXml(name), 0);
-    return lv.domainCreateWithFlags(dom, 0);
+    t.created.push(name);
+    const dom = await t.lv.domainDefineXmlFlags(consoleDomainXml(name), 0);
+    return t.lv.domainCreateWithFlags(dom, 0);
   }
 
   it("reads what the firmware prints, which reads as plain lines for an error", async () => {
     const dom = await running();
-    const tail = await ConsoleTail.open(lv, dom);
+    const tail = await ConsoleTail.open(t.lv, dom);
     expect(tail).toBeDefined();
     // With no disk OVMF starts its shell, drawing on the serial console with terminal escapes.
     await until("the firmware's shell prompt", () => (tail?.text() ?? "").includes("Shell>"));
@@ -72,36 +60,36 @@ describe.each(transports)("the serial console over $name", ({ make }) => {
 
   it("stops reading when stopped: nothing more arrives", async () => {
     const dom = await running();
-    const tail = await ConsoleTail.open(lv, dom);
+    const tail = await ConsoleTail.open(t.lv, dom);
     await until("console output", () => (tail?.text() ?? "").length > 0);
     await tail?.stop();
     const seen = tail?.text();
     await new Promise((r) => setTimeout(r, 3_000));
     expect(tail?.text()).toBe(seen);
     // Released: another client can open it now.
-    const next = await ConsoleTail.open(lv, dom);
+    const next = await ConsoleTail.open(t.lv, dom);
     expect(next).toBeDefined();
     await next?.stop();
   });
 
   it("is refused while another client holds it: undefined, and the holder keeps it", async () => {
     const dom = await running();
-    const first = await ConsoleTail.open(lv, dom);
+    const first = await ConsoleTail.open(t.lv, dom);
     expect(first).toBeDefined();
-    expect(await ConsoleTail.open(lv, dom)).toBeUndefined();
+    expect(await ConsoleTail.open(t.lv, dom)).toBeUndefined();
     await first?.stop();
   });
 
   it("is undefined for a domain that does not run", async () => {
     const name = uniqueName("console-off");
-    created.push(name);
-    const dom = await lv.domainDefineXmlFlags(consoleDomainXml(name), 0);
-    expect(await ConsoleTail.open(lv, dom)).toBeUndefined();
+    t.created.push(name);
+    const dom = await t.lv.domainDefineXmlFlags(consoleDomainXml(name), 0);
+    expect(await ConsoleTail.open(t.lv, dom)).toBeUndefined();
   });
 
   it("keeps only the last bytes of a long output", async () => {
     const dom = await running();
-    const tail = await ConsoleTail.open(lv, dom, 16);
+    const tail = await ConsoleTail.open(t.lv, dom, 16);
     await until("console output", () => (tail?.text() ?? "").length >= 16);
     await tail?.stop();
     expect(Buffer.byteLength(tail?.text() ?? "")).toBeLessThanOrEqual(16 * 3);

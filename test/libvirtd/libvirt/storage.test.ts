@@ -2,49 +2,38 @@ import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { Readable } from "node:stream";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type Libvirt, type LibvirtConnection, StorageVolType } from "../../../provider/libvirt";
+import { describe, expect, it } from "vitest";
+import { StorageVolType } from "../../../provider/libvirt";
 import { testHost } from "../../support/test-host";
-import { connect, rawVolumeXml, removeVolume, transports, uniqueName, virsh } from "./support";
+import { connectionPerTest, rawVolumeXml, removeVolume, transports, uniqueName, virsh } from "./support";
 
 const sha256 = (b: Buffer): string => createHash("sha256").update(b).digest("hex");
 
 describe.each(transports)("storage volumes over $name", ({ make }) => {
-  let conn: LibvirtConnection;
-  let lv: Libvirt;
-  const created: string[] = [];
-
-  beforeEach(() => {
-    ({ conn, lv } = connect(make));
-  });
-
-  afterEach(async () => {
-    for (const name of created.splice(0)) await removeVolume(lv, name);
-    await conn.close();
-  });
+  const t = connectionPerTest(make, removeVolume);
 
   async function createVolume(capacity: number) {
-    const pool = await lv.storagePoolLookupByName(testHost().poolName);
+    const pool = await t.lv.storagePoolLookupByName(testHost().poolName);
     const name = uniqueName("vol");
-    created.push(name);
-    return { pool, vol: await lv.storageVolCreateXml(pool, rawVolumeXml(name, capacity), 0) };
+    t.created.push(name);
+    return { pool, vol: await t.lv.storageVolCreateXml(pool, rawVolumeXml(name, capacity), 0) };
   }
 
   it("creates a volume, reports its path and size, and deletes it", async () => {
     const { pool, vol } = await createVolume(3 * 1024 * 1024);
     expect(vol.pool).toBe(testHost().poolName);
-    const volPath = await lv.storageVolGetPath(vol);
+    const volPath = await t.lv.storageVolGetPath(vol);
     expect(volPath).toBe(path.join(testHost().poolPath, vol.name));
     expect(vol.key).toBe(volPath);
     expect(virsh(["vol-path", "--pool", pool.name, vol.name]).trim()).toBe(volPath);
 
-    const info = await lv.storageVolGetInfo(vol);
+    const info = await t.lv.storageVolGetInfo(vol);
     expect(info).toMatchObject({ type: StorageVolType.FILE, capacity: 3 * 1024 * 1024 });
-    expect((await lv.storageVolLookupByName(pool, vol.name)).key).toBe(vol.key);
-    expect(await lv.storagePoolListAllVolumes(pool)).toContainEqual(vol);
+    expect((await t.lv.storageVolLookupByName(pool, vol.name)).key).toBe(vol.key);
+    expect(await t.lv.storagePoolListAllVolumes(pool)).toContainEqual(vol);
 
-    await lv.storageVolDelete(vol, 0);
-    await expect(lv.storageVolLookupByName(pool, vol.name)).rejects.toMatchObject({
+    await t.lv.storageVolDelete(vol, 0);
+    await expect(t.lv.storageVolLookupByName(pool, vol.name)).rejects.toMatchObject({
       code: 50,
       codeName: "VIR_ERR_NO_STORAGE_VOL",
       call: "virStorageVolLookupByName",
@@ -56,9 +45,9 @@ describe.each(transports)("storage volumes over $name", ({ make }) => {
     const data = randomBytes(2_500_003);
     const { vol } = await createVolume(data.length);
     const chunks = [data.subarray(0, 1), data.subarray(1, 700_001), data.subarray(700_001)];
-    const sent = await lv.storageVolUpload(vol, Readable.from(chunks), { length: data.length });
+    const sent = await t.lv.storageVolUpload(vol, Readable.from(chunks), { length: data.length });
     expect(sent).toBe(data.length);
-    const onDisk = readFileSync(await lv.storageVolGetPath(vol));
+    const onDisk = readFileSync(await t.lv.storageVolGetPath(vol));
     expect(sha256(onDisk)).toBe(sha256(data));
   });
 
@@ -66,9 +55,9 @@ describe.each(transports)("storage volumes over $name", ({ make }) => {
     const { vol } = await createVolume(8192);
     const head = randomBytes(4096);
     const tail = randomBytes(4096);
-    await lv.storageVolUpload(vol, [head]);
-    await lv.storageVolUpload(vol, [tail], { offset: 4096, length: 4096 });
-    const onDisk = readFileSync(await lv.storageVolGetPath(vol));
+    await t.lv.storageVolUpload(vol, [head]);
+    await t.lv.storageVolUpload(vol, [tail], { offset: 4096, length: 4096 });
+    const onDisk = readFileSync(await t.lv.storageVolGetPath(vol));
     expect(sha256(onDisk)).toBe(sha256(Buffer.concat([head, tail])));
   });
 
@@ -79,13 +68,13 @@ describe.each(transports)("storage volumes over $name", ({ make }) => {
       yield randomBytes(300_000);
       throw boom;
     }
-    await expect(lv.storageVolUpload(vol, failing())).rejects.toBe(boom);
+    await expect(t.lv.storageVolUpload(vol, failing())).rejects.toBe(boom);
     // The connection stays usable after the abort.
-    expect((await lv.storageVolGetInfo(vol)).capacity).toBe(1024 * 1024);
+    expect((await t.lv.storageVolGetInfo(vol)).capacity).toBe(1024 * 1024);
   });
 
   it("uploading to a volume that does not exist fails with NO_STORAGE_VOL", async () => {
-    const err = await lv
+    const err = await t.lv
       .storageVolUpload({ pool: testHost().poolName, name: "kvmpt-nope", key: "/nonexistent/kvmpt-nope" }, [
         Buffer.from("x"),
       ])

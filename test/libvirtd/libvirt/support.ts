@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { afterEach, beforeEach } from "vitest";
 import {
   type CallTrace,
   DomainUndefineFlags,
@@ -45,6 +46,40 @@ export function connect(
 ): { conn: LibvirtConnection; lv: Libvirt } {
   const conn = new LibvirtConnection({ transport: make(), onCall: traceToStderr, ...options });
   return { conn, lv: new Libvirt(conn) };
+}
+
+/**
+ * A connection of its own for each test of the calling describe block over
+ * `make`, closed after it, with what the test records in `created` removed
+ * first by `remove`.
+ */
+export function connectionPerTest(
+  make: () => Transport,
+  remove: (lv: Libvirt, name: string) => Promise<void>,
+): { readonly conn: LibvirtConnection; readonly lv: Libvirt; readonly created: string[] } {
+  let current: { conn: LibvirtConnection; lv: Libvirt } | undefined;
+  const created: string[] = [];
+  beforeEach(() => {
+    current = connect(make);
+  });
+  afterEach(async () => {
+    const c = current as { conn: LibvirtConnection; lv: Libvirt };
+    for (const name of created.splice(0)) await remove(c.lv, name);
+    await c.conn.close();
+  });
+  const now = () => {
+    if (current === undefined) throw new Error("connectionPerTest: used outside a test");
+    return current;
+  };
+  return {
+    get conn() {
+      return now().conn;
+    },
+    get lv() {
+      return now().lv;
+    },
+    created,
+  };
 }
 
 /** A fresh name with the prefix the cleanup and cross-checks key on. */

@@ -1,10 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { Readable } from "node:stream";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { Libvirt, LibvirtConnection } from "../../../provider/libvirt";
+import { describe, expect, it } from "vitest";
 import { testHost } from "../../support/test-host";
-import { connect, rawVolumeXml, removeVolume, transports, uniqueName } from "./support";
+import { connectionPerTest, rawVolumeXml, removeVolume, transports, uniqueName } from "./support";
 
 const GiB = 1024 ** 3;
 const CHUNK = 1024 * 1024;
@@ -50,37 +49,26 @@ async function fileSha256(file: string): Promise<string> {
 }
 
 describe.each(transports)("1 GiB upload over $name", ({ name: transportName, make }) => {
-  let conn: LibvirtConnection;
-  let lv: Libvirt;
-  const created: string[] = [];
-
-  beforeEach(() => {
-    ({ conn, lv } = connect(make));
-  });
-
-  afterEach(async () => {
-    for (const vol of created.splice(0)) await removeVolume(lv, vol);
-    await conn.close();
-  });
+  const t = connectionPerTest(make, removeVolume);
 
   it("streams 1 GiB with RSS growing by less than 64 MiB, and the bytes arrive intact", {
     timeout: 300_000,
   }, async () => {
-    const pool = await lv.storagePoolLookupByName(testHost().poolName);
+    const pool = await t.lv.storagePoolLookupByName(testHost().poolName);
     const name = uniqueName("big");
-    created.push(name);
-    const vol = await lv.storageVolCreateXml(pool, rawVolumeXml(name, GiB), 0);
+    t.created.push(name);
+    const vol = await t.lv.storageVolCreateXml(pool, rawVolumeXml(name, GiB), 0);
 
     const source = generatedSource(GiB);
     const baseline = process.memoryUsage.rss(); // after the ring is allocated
     const started = performance.now();
-    const sent = await lv.storageVolUpload(vol, source.readable);
+    const sent = await t.lv.storageVolUpload(vol, source.readable);
     const seconds = (performance.now() - started) / 1000;
     const growth = Math.max(source.peakRss(), process.memoryUsage.rss()) - baseline;
 
     expect(sent).toBe(GiB);
     expect(growth).toBeLessThan(64 * 1024 * 1024);
-    expect(await fileSha256(await lv.storageVolGetPath(vol))).toBe(source.digest());
+    expect(await fileSha256(await t.lv.storageVolGetPath(vol))).toBe(source.digest());
     // Reported for the record; never asserted (shared machines are noisy).
     console.log(
       `[${transportName}] 1 GiB upload: ${(GiB / 1e6 / seconds).toFixed(0)} MB/s, RSS growth ${(growth / 2 ** 20).toFixed(1)} MiB`,

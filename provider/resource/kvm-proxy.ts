@@ -38,6 +38,9 @@ export const SECRET_OUTPUTS = [
   "userDataBase64",
   "vendorDataBase64",
   "proxyPasswordHash",
+  // Digests of secret inputs: a guess at the text is checked against them, so they are secrets too.
+  "userDataSha256",
+  "vendorDataSha256",
 ];
 
 /**

@@ -23,6 +23,10 @@ import {
   Workspace,
 } from "./harness";
 
+/** How the state marks a secret value (Pulumi's signature key and its value for secrets). */
+const SECRET_SIG = "4dabf18193072939515e22adb298388d";
+const SECRET_SIG_VALUE = "1b47061264138c4ac30d75fd1eb44270";
+
 let host: TestHost;
 const workspaces: Workspace[] = [];
 
@@ -100,9 +104,23 @@ describe("the quickstart over SSH", () => {
       expect(provider).not.toMatch(/"\/[a-z]/);
       expect(provider).toContain('require("pulumi-kvm-proxy/dist/provider/resource/provider")');
       // The outputs keep only the user-data's digest (here the default
-      // cloud-config; a user's own is a secret input: test/pulumi/secrets.test.ts).
+      // cloud-config; a user's own is a secret input: test/pulumi/secrets.test.ts),
+      // and keep it as a secret: a guess at the text is checked against it.
       expect(p.outputs?.userData).toBeUndefined();
-      expect(p.outputs?.userDataSha256).toMatch(/^[0-9a-f]{64}$/);
+      expect(p.outputs?.userDataSha256).toMatchObject({ [SECRET_SIG]: SECRET_SIG_VALUE });
+    }
+    const shown = JSON.parse(ws.mustRun("stack", "export", "--show-secrets").stdout) as {
+      deployment: { resources?: { type: string; outputs?: Record<string, unknown> }[] };
+    };
+    const shownProxies = (shown.deployment.resources ?? []).filter(
+      (r) => r.type === "pulumi-nodejs:dynamic:KvmProxy",
+    );
+    expect(shownProxies).toHaveLength(2);
+    for (const p of shownProxies) {
+      expect(p.outputs?.userDataSha256).toMatchObject({
+        [SECRET_SIG]: SECRET_SIG_VALUE,
+        plaintext: expect.stringMatching(/^"[0-9a-f]{64}"$/),
+      });
     }
 
     const preview = ws.mustRun("preview", "--expect-no-changes", "--diff");

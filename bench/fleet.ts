@@ -29,6 +29,7 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { buildDomainXml } from "../provider/kvm/domain/domain-xml";
 import type { ProxyMetadata } from "../provider/kvm/domain/metadata";
+import { shorthandNic } from "../provider/kvm/network/nic";
 import { benchDir, config, cpuTicks, libvirtdPid, log, host as mainHost, TICKS_PER_SECOND } from "./common";
 import {
   cleanHost,
@@ -212,7 +213,7 @@ async function virshLoop(h: FleetHost, domains: number, transport: "ssh" | "unix
           firmware: "bios",
           diskPath: path.join(poolPath, `${name}-root.qcow2`),
           seedPath,
-          nic: { kind: "network", network: h.network },
+          nics: [shorthandNic({ kind: "network", network: h.network }, undefined)],
           metadata,
         }),
       );

@@ -6,6 +6,7 @@
 import { createHash } from "node:crypto";
 import type { ImageConfig } from "../provider/kvm/config/image";
 import type { CreateSpec } from "../provider/kvm/host/operations";
+import { shorthandNic } from "../provider/kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/squid/access";
 import type { ProxySetup } from "../provider/kvm/squid/setup";
 
@@ -40,5 +41,6 @@ export function guestProxySpec(
     owner: { project, stack: "bench", urn: `urn:pulumi:bench::${project}::kvm:Proxy::${name}` },
     specHash: createHash("sha256").update(name).digest("hex"),
     proxyPort: PROXY_PORT,
+    nics: [shorthandNic(undefined, undefined)],
   };
 }

@@ -6,8 +6,10 @@
  * with static addresses the guest has not reported shows its configured
  * ones, which are what it will have. Pure.
  */
+
 import { bare } from "../kvm/network/ip";
-import type { CheckedInputs, CheckedNic } from "./args";
+import type { NicSpec } from "../kvm/network/nic";
+import type { CheckedInputs } from "./args";
 
 /** What the VM reports: the first NIC's IPv4, and every address per MAC when read. */
 export interface ReportedAddresses {
@@ -43,10 +45,7 @@ function firstIpv6(addresses: readonly string[]): string | undefined {
 }
 
 /** The address outputs for the checked NICs (undefined: the one-NIC shorthand) and what the VM reports. */
-export function addressOutputs(
-  nics: readonly CheckedNic[] | undefined,
-  r: ReportedAddresses,
-): AddressOutputs {
+export function addressOutputs(nics: readonly NicSpec[] | undefined, r: ReportedAddresses): AddressOutputs {
   const reportedOf = (mac: string | undefined) =>
     mac === undefined ? [] : (r.ipAddresses?.find((x) => x.mac === mac)?.addresses ?? []);
   const out: AddressOutputs = {};
@@ -57,15 +56,17 @@ export function addressOutputs(
     if (v6 !== undefined) out.ipv6Address = v6;
     return out;
   }
-  out.ipAddresses = nics.map((n) => {
+  // NICs of `nics` always carry their MAC (check derives one when none is given).
+  const ipAddresses = nics.map((n) => {
     const reported = reportedOf(n.mac);
-    return { mac: n.mac, addresses: reported.length > 0 ? reported : [...n.addresses] };
+    return { mac: n.mac as string, addresses: reported.length > 0 ? reported : [...n.addresses] };
   });
+  out.ipAddresses = ipAddresses;
   const primaryIndex = Math.max(
     0,
     nics.findIndex((n) => n.primary),
   );
-  const primary = out.ipAddresses[primaryIndex]?.addresses ?? [];
+  const primary = ipAddresses[primaryIndex]?.addresses ?? [];
   const v4 = firstIpv4(primary) ?? (nics.length === 1 ? r.ipv4 : undefined);
   if (v4 !== undefined) out.ipAddress = v4;
   const v6 = firstIpv6(primary);
@@ -81,7 +82,7 @@ export type WaitAddressOptions = {
 
 /** The address proxyUrl and the health check use: the primary NIC's IPv4, else its IPv6. */
 export function proxyAddressOf(
-  nics: readonly CheckedNic[] | undefined,
+  nics: readonly NicSpec[] | undefined,
   status: ReportedAddresses,
 ): string | undefined {
   const a = addressOutputs(nics, status);
@@ -91,8 +92,8 @@ export function proxyAddressOf(
 /** What waitForIp waits for: the address family, and the static addresses that need no wait. */
 export function waitOptionsOf(c: Pick<CheckedInputs, "waitForIp" | "nics">): WaitAddressOptions {
   const family = c.waitForIp === true || c.waitForIp === false ? "ipv4" : c.waitForIp;
-  const staticAddresses = (c.nics ?? [])
-    .filter((n) => n.addresses.length > 0)
-    .map((n) => ({ mac: n.mac, addresses: n.addresses }));
+  const staticAddresses = (c.nics ?? []).flatMap((n) =>
+    n.addresses.length > 0 && n.mac !== undefined ? [{ mac: n.mac, addresses: n.addresses }] : [],
+  );
   return { family, ...(staticAddresses.length > 0 ? { staticAddresses } : {}) };
 }

@@ -6,6 +6,7 @@
 import type * as pulumi from "@pulumi/pulumi";
 import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
 import type { ProxyState } from "../kvm/domain/states";
+import type { NicSpec } from "../kvm/network/nic";
 
 /** The value Pulumi sends for an input not known yet (during preview). */
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
@@ -211,24 +212,6 @@ export interface NicInput {
   primary?: pulumi.Input<boolean>;
 }
 
-/** A NIC after check: what the state's inputs hold. */
-export interface CheckedNic {
-  network?: string;
-  bridge?: string;
-  direct?: { dev: string; mode: "bridge" | "vepa" | "private" | "passthrough" };
-  /** As given, lower case; absent when derived. */
-  macAddress?: string;
-  /** The MAC the NIC gets: the given one or one derived from the owner, the name and the position. */
-  mac: string;
-  addresses: string[];
-  gateway4?: string;
-  gateway6?: string;
-  nameservers: string[];
-  bandwidth?: { inboundKbps?: number; outboundKbps?: number };
-  filter?: string;
-  primary: boolean;
-}
-
 /** The proxy block after check. */
 export interface CheckedProxy {
   port: number;
@@ -271,7 +254,8 @@ export interface CheckedInputs {
   bridge?: string;
   /** As given, lower case. */
   macAddress?: string;
-  nics?: CheckedNic[];
+  /** The NICs of `nics` as check resolved them (kvm/network/nic.ts); absent for the one-NIC shorthand. */
+  nics?: NicSpec[];
   networkConfig?: string;
   name: string;
   /** True when check generated the name. */

@@ -9,10 +9,17 @@
  */
 import { given } from "../kvm/fields";
 import { bare, family, parseCidr, sameAddress } from "../kvm/network/ip";
-import { deriveMac, type NicSpec, readNics } from "../kvm/network/nic";
+import {
+  canonicalNic,
+  deriveMac,
+  type NicAttachment,
+  type NicSpec,
+  readNics,
+  shorthandNic,
+} from "../kvm/network/nic";
 import type { Failures } from "../kvm/validation";
 import { quote } from "../kvm/validation";
-import { type CheckedNic, UNKNOWN, type WaitForIp } from "./args";
+import { type CheckedInputs, UNKNOWN, type WaitForIp } from "./args";
 
 /** Records that `owner` gives `address` to a VM on `host`; returns the owner that claimed it first, if another. */
 export type AddressClaim = (host: string, address: string, owner: string) => string | undefined;
@@ -29,55 +36,26 @@ export function checkWaitForIp(f: Failures, v: unknown): WaitForIp {
   return true;
 }
 
-/** The state's form of a checked NIC. */
-export function checkedNicOf(nic: NicSpec, mac: string, given: boolean): CheckedNic {
-  const a = nic.attachment;
-  return {
-    ...(a.kind === "network" ? { network: a.network } : {}),
-    ...(a.kind === "bridge" ? { bridge: a.bridge } : {}),
-    ...(a.kind === "direct" ? { direct: { dev: a.dev, mode: a.mode } } : {}),
-    ...(given ? { macAddress: mac } : {}),
-    mac,
-    ...addressingOf(nic),
-  };
-}
-
-/** The fields a checked NIC and the core's NIC share (everything but how it attaches and its MAC). */
-type Addressing = Pick<
-  NicSpec,
-  "addresses" | "gateway4" | "gateway6" | "nameservers" | "bandwidth" | "filter" | "primary"
->;
-
-function addressingOf(n: Addressing): Addressing {
-  return {
-    addresses: n.addresses,
-    ...(n.gateway4 !== undefined ? { gateway4: n.gateway4 } : {}),
-    ...(n.gateway6 !== undefined ? { gateway6: n.gateway6 } : {}),
-    nameservers: n.nameservers,
-    ...(n.bandwidth !== undefined ? { bandwidth: n.bandwidth } : {}),
-    ...(n.filter !== undefined ? { filter: n.filter } : {}),
-    primary: n.primary,
-  };
-}
-
-/** A checked NIC as the KVM core describes it. */
-export function nicSpecOf(c: CheckedNic): NicSpec {
-  const attachment: NicSpec["attachment"] =
-    c.direct !== undefined
-      ? { kind: "direct", dev: c.direct.dev, mode: c.direct.mode }
-      : c.bridge !== undefined
-        ? { kind: "bridge", bridge: c.bridge }
-        : { kind: "network", network: c.network as string };
-  return {
-    attachment,
-    mac: c.mac,
-    ...addressingOf(c),
-  };
+/**
+ * The VM's NICs, from the checked inputs: those of `nics`, or the one of the
+ * shorthand (`network` or `bridge`, `macAddress`; none of them: the host's
+ * NIC). The one door from the state's inputs to the KVM core, which knows
+ * no shorthand: check builds the preview's seed from it, create the VM.
+ */
+export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): NicSpec[] {
+  if (c.nics !== undefined) return c.nics;
+  const attachment: NicAttachment | undefined =
+    c.bridge !== undefined
+      ? { kind: "bridge", bridge: c.bridge }
+      : c.network !== undefined
+        ? { kind: "network", network: c.network }
+        : undefined;
+  return [shorthandNic(attachment, c.macAddress)];
 }
 
 /** What the networking inputs check to. UNKNOWN stands for a value not known at preview. */
 export interface CheckedNetworking {
-  nics?: CheckedNic[] | typeof UNKNOWN;
+  nics?: NicSpec[] | typeof UNKNOWN;
   networkConfig?: string | typeof UNKNOWN;
 }
 
@@ -151,13 +129,14 @@ export function checkNetworking(
   }
   const seed = ctx.owner ?? ctx.name;
   const nics = specs.map((nic, i) =>
-    checkedNicOf(nic, nic.mac ?? deriveMac(`${seed}/${ctx.name}/${i}`), nic.mac !== undefined),
+    canonicalNic({ ...nic, mac: nic.mac ?? deriveMac(`${seed}/${ctx.name}/${i}`) }),
   );
   const macs = new Map<string, number>();
   nics.forEach((n, i) => {
-    const first = macs.get(n.mac);
-    if (first !== undefined) f.fail(`nics[${i}].macAddress`, `${n.mac} is also nics[${first}]'s`);
-    else macs.set(n.mac, i);
+    const mac = n.mac as string;
+    const first = macs.get(mac);
+    if (first !== undefined) f.fail(`nics[${i}].macAddress`, `${mac} is also nics[${first}]'s`);
+    else macs.set(mac, i);
   });
   if (ctx.claim !== undefined) {
     const owner = ctx.owner ?? ctx.name;

@@ -110,8 +110,8 @@ export function checkSeed(
     name: string | undefined;
     /** The user's own network-config, when given. */
     networkConfig?: string | undefined;
-    /** The NICs, from which the seed builds a network-config when they need one. */
-    nics?: NicSpec[] | undefined;
+    /** The VM's NICs (vmNicsOf), from which the seed builds a network-config when they need one. */
+    nics: readonly NicSpec[];
     userData: SeedInput;
     vendorData: SeedInput;
     installGuestAgent: boolean;
@@ -131,7 +131,7 @@ export function checkSeed(
       installGuestAgent: s.installGuestAgent,
       ...(s.vendorData.data !== undefined ? { vendorData: s.vendorData.data } : {}),
       ...(s.networkConfig !== undefined ? { networkConfig: s.networkConfig } : {}),
-      ...(s.nics !== undefined ? { nics: s.nics } : {}),
+      nics: s.nics,
       proxy: s.proxy,
     });
   } catch (err) {

@@ -25,11 +25,10 @@ import { MAX_TAGS, tagProblem } from "../kvm/domain/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/domain/names";
 import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
 import { given, isObject } from "../kvm/fields";
-import { readNicFields } from "../kvm/network/nic";
+import { type NicSpec, readNicFields } from "../kvm/network/nic";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
   type CheckedInputs,
-  type CheckedNic,
   DEFAULTS,
   MAX_DISK_GIB,
   MAX_TIMEOUT_SECONDS,
@@ -44,8 +43,8 @@ import {
   checkNetworking,
   checkWaitForIp,
   macClaimProblem,
-  nicSpecOf,
   outgoingAddressProblem,
+  vmNicsOf,
 } from "./check-nics";
 import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
@@ -407,7 +406,7 @@ export function checkInputs(
       ? proxySetupOf({
           proxyPort: checkedProxy.port ?? DEFAULTS.proxyPort,
           ...(checkedProxy.proxy !== undefined ? { proxy: checkedProxy.proxy } : {}),
-          ...(networking.nics !== undefined ? { nics: networking.nics as CheckedNic[] } : {}),
+          ...(networking.nics !== undefined ? { nics: networking.nics as NicSpec[] } : {}),
         })
       : ("pending" as const);
   // A bug in the seed builder is named after user-data: a secret name, whatever caused it.
@@ -415,7 +414,12 @@ export function checkInputs(
     checkSeed(f, {
       name,
       networkConfig: typeof networking.networkConfig === "string" ? networking.networkConfig : undefined,
-      nics: Array.isArray(networking.nics) ? networking.nics.map(nicSpecOf) : undefined,
+      nics: vmNicsOf({
+        ...(Array.isArray(networking.nics) ? { nics: networking.nics } : {}),
+        ...(typeof network === "string" && network !== UNKNOWN ? { network } : {}),
+        ...(typeof bridge === "string" && bridge !== UNKNOWN ? { bridge } : {}),
+        ...(typeof macAddress === "string" && macAddress !== UNKNOWN ? { macAddress } : {}),
+      }),
       userData,
       vendorData,
       installGuestAgent,

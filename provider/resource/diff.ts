@@ -8,15 +8,8 @@
  */
 import { canonicalJson } from "../kvm/domain/metadata";
 import { bare } from "../kvm/network/ip";
-import type { NicBandwidth } from "../kvm/network/nic";
-import {
-  type CheckedInputs,
-  type CheckedNic,
-  DEFAULTS,
-  REPLACE_PROPERTIES,
-  UNKNOWN,
-  UPDATE_PROPERTIES,
-} from "./args";
+import type { NicBandwidth, NicSpec } from "../kvm/network/nic";
+import { type CheckedInputs, DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
 import { isUnknown } from "./check";
 import { decodeBase64 } from "./check-seed";
 import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
@@ -163,7 +156,7 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
     if (key === "nics") {
       // Rate limits change in place; anything else about a NIC is fixed at first boot.
       if (!same(nicsWithoutBandwidth(olds.nics), nicsWithoutBandwidth(news.nics))) replaces.push("nics");
-      else if (bandwidthChanges(olds.nics, news.nics as CheckedNic[] | undefined).length > 0)
+      else if (bandwidthChanges(olds.nics, news.nics as NicSpec[] | undefined).length > 0)
         updates.push("nics");
       continue;
     }
@@ -245,11 +238,13 @@ function givenMacs(nics: unknown): string[] {
 /** The NICs (by MAC) whose bandwidth differs between the state and the new inputs; `{}` lifts the limits. */
 export function bandwidthChanges(
   olds: unknown,
-  news: readonly CheckedNic[] | undefined,
+  news: readonly NicSpec[] | undefined,
 ): [string, NicBandwidth][] {
   const before = new Map<string, unknown>();
-  if (Array.isArray(olds)) for (const n of olds as CheckedNic[]) before.set(n.mac, n.bandwidth);
-  return (news ?? [])
-    .filter((n) => before.has(n.mac) && !same(before.get(n.mac) ?? {}, n.bandwidth ?? {}))
-    .map((n) => [n.mac, n.bandwidth ?? {}]);
+  if (Array.isArray(olds)) for (const n of olds as NicSpec[]) before.set(n.mac as string, n.bandwidth);
+  return (news ?? []).flatMap((n): [string, NicBandwidth][] =>
+    n.mac !== undefined && before.has(n.mac) && !same(before.get(n.mac) ?? {}, n.bandwidth ?? {})
+      ? [[n.mac, n.bandwidth ?? {}]]
+      : [],
+  );
 }

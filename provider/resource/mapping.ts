@@ -8,19 +8,18 @@ import type { ImageIdentity } from "../kvm/config/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import { bare, subnetOf } from "../kvm/network/ip";
-import type { NicAttachment } from "../kvm/network/nic";
+import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/squid/setup";
 import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
-  type CheckedNic,
   DEFAULTS,
   type KvmProxyOutputs,
   type ProxyHealth,
   REPLACE_PROPERTIES,
 } from "./args";
-import { nicSpecOf } from "./check-nics";
+import { vmNicsOf } from "./check-nics";
 import { decodeBase64 } from "./check-seed";
 
 type Props = Record<string, unknown>;
@@ -103,7 +102,7 @@ export function squidConfOf(c: {
     allowedDestinations?: readonly string[];
     outgoingAddress?: string;
   };
-  nics?: readonly Pick<CheckedNic, "addresses" | "gateway4" | "gateway6">[];
+  nics?: readonly Pick<NicSpec, "addresses" | "gateway4" | "gateway6">[];
 }): SquidConfInputs {
   const auth = c.proxy?.auth;
   const nics = c.nics ?? [];
@@ -123,13 +122,6 @@ export function squidConfOf(c: {
 /** `http://<ip>:<port>`: never with credentials (the KvmProxy class adds them in the program). */
 export function proxyUrl(ip: string, port: number): string {
   return `http://${ip.includes(":") ? `[${ip}]` : ip}:${port}`;
-}
-
-/** The NIC the resource asks for, or undefined for the host's own. */
-export function nicOf(c: Pick<CheckedInputs, "network" | "bridge">): NicAttachment | undefined {
-  if (c.bridge !== undefined) return { kind: "bridge", bridge: c.bridge };
-  if (c.network !== undefined) return { kind: "network", network: c.network };
-  return undefined;
 }
 
 /** The bytes a seed part gets from the checked inputs (text or base64), or undefined when neither is given. */
@@ -174,16 +166,13 @@ export function createSpec(
     specHash: specHashOf(c),
     proxyPort: c.proxyPort,
     proxy: proxySetupOf(c),
+    nics: vmNicsOf(c),
     tags: c.tags,
   };
-  const nic = nicOf(c);
-  if (nic !== undefined) spec.nic = nic;
-  if (c.nics !== undefined) spec.nics = c.nics.map(nicSpecOf);
   // A raw network-config of the user's; otherwise the seed builds one from the NICs (kvm/guest/seed.ts).
   if (c.networkConfig !== undefined) spec.networkConfig = c.networkConfig;
   const vendorData = seedDataOf(c, "vendorData");
   if (vendorData !== undefined) spec.vendorData = vendorData;
-  if (c.macAddress !== undefined) spec.mac = c.macAddress;
   return spec;
 }
 
@@ -201,7 +190,7 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
     uuid: status.uuid,
     macAddress: status.mac,
   };
-  const addresses = addressOutputs(props.nics as CheckedNic[] | undefined, status);
+  const addresses = addressOutputs(props.nics as NicSpec[] | undefined, status);
   Object.assign(out, addresses);
   const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
   if (urlHost !== undefined) {

@@ -6,9 +6,10 @@
  * (the provider has no credentials: the password never leaves the
  * program). Pure.
  */
+import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import { squidName } from "../kvm/squid/setup";
-import { type CheckedInputs, type CheckedNic, DEFAULTS, type KvmProxyOutputs } from "./args";
+import { type CheckedInputs, DEFAULTS, type KvmProxyOutputs } from "./args";
 import type { ProbeTarget } from "./health-check";
 import { squidConfOf } from "./mapping";
 
@@ -22,7 +23,7 @@ export interface ProbeInputs extends Pick<CheckedInputs, "healthCheck" | "proxyP
     allowedDestinations: readonly string[];
     outgoingAddress?: string;
   };
-  nics?: readonly Pick<CheckedNic, "addresses" | "gateway4" | "gateway6">[];
+  nics?: readonly Pick<NicSpec, "addresses" | "gateway4" | "gateway6">[];
 }
 
 /** The probe from here for a VM at `ip`, or undefined when the inputs turn it off. */
@@ -59,7 +60,7 @@ export function probeInputsOf(props: Props): ProbeInputs {
   const healthCheck = (props.healthCheck ?? {}) as CheckedInputs["healthCheck"];
   const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : DEFAULTS.proxyPort;
   const shown = (props.proxy ?? undefined) as KvmProxyOutputs["proxy"];
-  const nics = Array.isArray(props.nics) ? (props.nics as CheckedNic[]) : undefined;
+  const nics = Array.isArray(props.nics) ? (props.nics as NicSpec[]) : undefined;
   return {
     healthCheck,
     proxyPort,

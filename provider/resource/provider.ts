@@ -9,6 +9,7 @@
  * KvmProxy of a deployment: the parsed stack config and one libvirt
  * connection per host are shared.
  */
+
 import { randomBytes } from "node:crypto";
 import { ProviderError } from "../errors";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
@@ -18,10 +19,11 @@ import { HostPool } from "../kvm/host/hosts";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
+import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { type CheckedNic, DEFAULTS, type ProxyHealth } from "./args";
+import { DEFAULTS, type ProxyHealth } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
@@ -290,7 +292,7 @@ export class KvmProxyRuntime {
       return { id, props: { ...inputs, ...liveOutputs(inputs, status) }, inputs };
     }
     const next: Props = { ...props, ...liveOutputs(props, status) };
-    const ip = proxyAddressOf(props.nics as CheckedNic[] | undefined, status);
+    const ip = proxyAddressOf(props.nics as NicSpec[] | undefined, status);
     if (ip === undefined) {
       delete next.ipAddress;
       delete next.ipv6Address;

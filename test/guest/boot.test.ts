@@ -32,6 +32,7 @@ import {
   KvmOperations,
   type VmStatus,
 } from "../../provider/kvm/host/operations";
+import { shorthandNic } from "../../provider/kvm/network/nic";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
@@ -137,6 +138,7 @@ function spec(g: Guest): CreateSpec {
     },
     specHash: createHash("sha256").update(g.name).digest("hex"),
     proxyPort: 3128,
+    nics: [shorthandNic(undefined, undefined)],
   };
 }
 

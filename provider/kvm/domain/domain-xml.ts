@@ -10,17 +10,14 @@
  */
 import { DOMAIN_TYPES, type DomainType } from "../config/host-config";
 import { FIRMWARES, type Firmware } from "../config/image";
-import {
-  bridgeNameProblem,
-  checkNicSpecs,
-  directModeProblem,
-  macAddressProblem,
-  type NicAttachment,
-  type NicSpec,
-  networkNameProblem,
-} from "../network/nic";
+import { attachmentOf, checkNicSpecs, type NicAttachment, type NicSpec } from "../network/nic";
 import { Failures } from "../validation";
-import { attachmentOf, buildInterfaceElement, type ParsedInterface, parseInterface } from "./interface-xml";
+import {
+  buildInterfaceElement,
+  type ParsedInterface,
+  parsedAttachmentOf,
+  parseInterface,
+} from "./interface-xml";
 import { buildMetadataElement, checkMetadata, findMetadata, type ProxyMetadata } from "./metadata";
 import { domainNameProblem } from "./names";
 import {
@@ -69,15 +66,12 @@ export interface DomainSpec {
   diskPath: string;
   /** Absolute path of the NoCloud seed ISO volume. */
   seedPath: string;
-  /** The one NIC's attachment, when `nics` is not given. */
-  nic?: NicAttachment;
-  /** The one NIC's fixed MAC address (unicast, `52:54:00:...` style); libvirt generates one when omitted. */
-  mac?: string;
   /**
-   * Every NIC, in order (each with its MAC, rate limits and nwfilter). When
-   * given it replaces `nic` and `mac`, which are then ignored.
+   * Every NIC, in order, each with its attachment (resolved against the
+   * host: no host-default left), MAC (libvirt generates one when absent),
+   * rate limits and nwfilter.
    */
-  nics?: NicSpec[];
+  nics: readonly NicSpec[];
   metadata: ProxyMetadata;
 }
 
@@ -90,8 +84,8 @@ function pathProblem(path: unknown): string | undefined {
 
 /**
  * Checks a spec, recording every failure under `f` (paths `name`,
- * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `mac`, `nic.network`,
- * `nics[i].<field>` by the rules of `nics` (kvm/network/nic.ts), metadata fields
+ * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `nics`, `nics[i].<field>`
+ * by the rules of `nics` (kvm/network/nic.ts), metadata fields
  * such as `proxyPort` and `tags.<key>`).
  */
 export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()): Failures {
@@ -116,29 +110,24 @@ export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()):
   if (seedProblem !== undefined) f.fail("seedPath", seedProblem);
   if (spec.diskPath === spec.seedPath && diskProblem === undefined)
     f.fail("seedPath", "must differ from diskPath");
-  if (spec.nics !== undefined) checkNicSpecs(spec.nics, f);
-  else checkOneNic(spec, f);
+  checkNics(spec.nics, f);
   if (spec.metadata === undefined) f.fail("metadata", "is required");
   else checkMetadata(spec.metadata, f);
   return f;
 }
 
-/** The `nic`/`mac` shorthand of a spec without `nics`. */
-function checkOneNic(spec: DomainSpec, f: Failures): void {
-  if (spec.mac !== undefined) {
-    const macProblem = macAddressProblem(spec.mac);
-    if (macProblem !== undefined) f.fail("mac", macProblem);
+/** The NICs of a spec: at least one, by the rules of `nics`, each attached to something libvirt knows. */
+function checkNics(nics: readonly NicSpec[] | undefined, f: Failures): void {
+  if (!Array.isArray(nics) || nics.length === 0) {
+    f.fail("nics", "must list at least one NIC");
+    return;
   }
-  const nic = spec.nic as NicAttachment | undefined;
-  const fail = (field: string, problem: string | undefined) => {
-    if (problem !== undefined) f.fail(`nic.${field}`, problem);
-  };
-  if (nic?.kind === "network") fail("network", networkNameProblem(nic.network));
-  else if (nic?.kind === "bridge") fail("bridge", bridgeNameProblem(nic.bridge));
-  else if (nic?.kind === "direct") {
-    fail("dev", bridgeNameProblem(nic.dev));
-    fail("mode", directModeProblem(nic.mode));
-  } else f.fail("nic", "must attach to a network, a bridge or a host interface (direct)");
+  checkNicSpecs(nics, f);
+  nics.forEach((n, i) => {
+    if (attachmentOf(n).kind === "host") {
+      f.fail(`nics[${i}]`, "attaches to the host's NIC: resolve it against the host's configuration first");
+    }
+  });
 }
 
 /**
@@ -155,9 +144,6 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
     spec.domainType === "kvm"
       ? el("cpu", { mode: "host-passthrough", check: "none" })
       : el("cpu", { mode: "maximum" });
-  const nics = spec.nics ?? [
-    { attachment: spec.nic as NicAttachment, ...(spec.mac !== undefined ? { mac: spec.mac } : {}) },
-  ];
   return el(
     "domain",
     { type: spec.domainType },
@@ -200,7 +186,7 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
         el("target", { dev: SEED_TARGET, bus: "sata" }),
         el("readonly"),
       ),
-      ...nics.map(buildInterfaceElement),
+      ...spec.nics.map(buildInterfaceElement),
       el(
         "channel",
         { type: "unix" },
@@ -219,10 +205,9 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
  * Builds the domain XML libvirt's virDomainDefineXML takes: a q35 machine of
  * the host's domain type (`kvm` or `qemu`); memory in MiB and static vCPUs;
  * the overlay as a virtio qcow2 disk and the seed as a read-only SATA CD-ROM,
- * both `type='file'` with exactly the given paths; virtio NICs (`nics`, or
- * the one `nic` with an optional fixed MAC) on a libvirt network, a bridge
- * or a host interface (macvtap), with rate limits and nwfilters (see
- * interface-xml.ts); the guest-agent
+ * both `type='file'` with exactly the given paths; virtio NICs on a libvirt
+ * network, a bridge or a host interface (macvtap), with rate limits and
+ * nwfilters (see interface-xml.ts); the guest-agent
  * channel `org.qemu.guest_agent.0`; a pty serial console; a virtio RNG fed
  * from /dev/urandom; UEFI via `<os firmware='efi'>` with secure boot off (no
  * explicit loader or NVRAM) or BIOS; our metadata element; power-off and
@@ -376,7 +361,7 @@ export function parseDomainXml(xml: string): ParsedDomain {
   if (seed?.source !== undefined) parsed.seedPath = seed.source;
   const first = interfaces[0];
   if (first?.mac !== undefined) parsed.mac = first.mac;
-  const nic = first === undefined ? undefined : attachmentOf(first);
+  const nic = first === undefined ? undefined : parsedAttachmentOf(first);
   if (nic !== undefined) parsed.nic = nic;
   const metadata = findMetadata(root);
   if (metadata !== undefined) parsed.metadata = metadata;

@@ -10,6 +10,7 @@
  * nwfilter is named.
  */
 import {
+  attachmentOf,
   DIRECT_MODES,
   type DirectMode,
   filterParameters,
@@ -20,10 +21,6 @@ import {
   normaliseMac,
 } from "../network/nic";
 import { attribute, childElement, childElements, el, type XmlElement, type XmlNode } from "./xml";
-
-/** What an `<interface>` is built from: a NIC's attachment, and the rest of a {@link NicSpec} when known. */
-export type InterfaceSpec = Pick<NicSpec, "attachment"> &
-  Partial<Pick<NicSpec, "mac" | "addresses" | "bandwidth" | "filter">>;
 
 /** The `<bandwidth>` element of a NIC's limits (KiB/s), or undefined when it has none. */
 export function bandwidthElement(bandwidth: NicBandwidth | undefined): XmlElement | undefined {
@@ -37,9 +34,13 @@ export function bandwidthElement(bandwidth: NicBandwidth | undefined): XmlElemen
   );
 }
 
-/** The `<interface>` element of one NIC. Assumes the NIC was checked (checkNicSpecs). */
-export function buildInterfaceElement(nic: InterfaceSpec): XmlElement {
-  const a = nic.attachment;
+/**
+ * The `<interface>` element of one NIC. Assumes the NIC was checked
+ * (checkNicSpecs) and names its attachment (resolveHostNics).
+ */
+export function buildInterfaceElement(nic: NicSpec): XmlElement {
+  const a = attachmentOf(nic);
+  if (a.kind === "host") throw new Error("a NIC attached to the host's NIC must be resolved first");
   return el(
     "interface",
     // A macvtap passes the guest only the multicast groups the host set up, so
@@ -55,11 +56,7 @@ export function buildInterfaceElement(nic: InterfaceSpec): XmlElement {
     el("model", { type: "virtio" }),
     bandwidthElement(nic.bandwidth),
     nic.filter !== undefined &&
-      el(
-        "filterref",
-        { filter: nic.filter },
-        ...filterParameters({ addresses: nic.addresses ?? [] }).map((p) => el("parameter", p)),
-      ),
+      el("filterref", { filter: nic.filter }, ...filterParameters(nic).map((p) => el("parameter", p))),
   );
 }
 
@@ -131,7 +128,7 @@ export function parseInterface(iface: XmlNode): ParsedInterface {
  * direct NIC (libvirt's default mode `vepa` when none is written); undefined
  * for other kinds or an unknown mode.
  */
-export function attachmentOf(i: ParsedInterface): NicAttachment | undefined {
+export function parsedAttachmentOf(i: ParsedInterface): NicAttachment | undefined {
   if (i.type === "network" && i.network !== undefined) return { kind: "network", network: i.network };
   if (i.type === "bridge" && i.bridge !== undefined) return { kind: "bridge", bridge: i.bridge };
   if (i.type === "direct" && i.dev !== undefined) {

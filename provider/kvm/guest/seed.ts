@@ -32,8 +32,8 @@ export interface SeedSpec {
   installGuestAgent?: boolean;
   /** A NoCloud network-config of the user's own, byte for byte; otherwise built from `nics` when they need one. */
   networkConfig?: string | Buffer;
-  /** Several NICs, or one described in full (static addresses, macvtap, limits, filter); replaces the host's NIC. */
-  nics?: NicSpec[];
+  /** The VM's NICs (at least one): the network-config is built from them when they need one. */
+  nics: readonly NicSpec[];
   /** The guest's proxy, set up by a vendor-data script (proxy-setup.ts). */
   proxy?: ProxySetup;
 }
@@ -71,8 +71,8 @@ export function seedFiles(spec: SeedSpec): SeedIsoFiles {
   );
   const networkConfig =
     spec.networkConfig ??
-    (spec.nics !== undefined && needsNetworkConfig(spec.nics)
-      ? attempt("networkConfig", () => buildNetworkConfig(spec.nics as NicSpec[]))
+    (needsNetworkConfig(spec.nics)
+      ? attempt("networkConfig", () => buildNetworkConfig(spec.nics))
       : undefined);
   const sized: [SeedField, string | Buffer | undefined, string][] = [
     ["userData", spec.userData, ""],

@@ -16,7 +16,7 @@ import { overlayVolumeName, seedVolumeName } from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
 import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../domain/volume-xml";
 import { buildSeed, type SeedSpec } from "../guest/seed";
-import type { NicAttachment } from "../network/nic";
+import { resolveHostNics } from "../network/nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
 import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
@@ -38,9 +38,6 @@ export interface CreateSpec extends SeedSpec {
   vcpus: number;
   /** Requested root disk size; the overlay is at least the image's virtual size. */
   diskGiB: number;
-  /** Where the NIC attaches (default: the host's configured network or bridge). */
-  nic?: NicAttachment;
-  mac?: string;
   owner: MetadataOwner;
   /** The hash of everything that, changed, rebuilds the VM; recorded and compared when converging. */
   specHash: string;
@@ -177,8 +174,9 @@ export async function createOnce(
   const seedPath = await lv.storageVolGetPath(seed);
 
   await step("define");
+  const nics = resolveHostNics(spec.nics, host.nic);
   // A macvtap parent or an nwfilter the host lacks fails here, naming the NIC, not as libvirt's start error.
-  if (spec.nics !== undefined) await checkNicsOnHost(lv, spec.host, spec.nics);
+  await checkNicsOnHost(lv, spec.host, nics);
   const metadata: ProxyMetadata = {
     owner: spec.owner,
     image: {
@@ -204,10 +202,8 @@ export async function createOnce(
     firmware: spec.image.firmware,
     diskPath,
     seedPath,
-    nic: spec.nic ?? host.nic,
-    ...(spec.nics !== undefined ? { nics: spec.nics } : {}),
+    nics,
     metadata,
-    ...(spec.mac !== undefined ? { mac: spec.mac } : {}),
   });
   const dom = await ctx.ledger.define(lv, spec.host, spec.name, xml);
 

@@ -51,7 +51,7 @@ import {
   type XmlElement,
   type XmlNode,
 } from "../domain/xml";
-import type { NicBandwidth, NicSpec } from "../network/nic";
+import { attachmentOf, type NicBandwidth, type NicSpec } from "../network/nic";
 import { quote, type ValidationFailure } from "../validation";
 import { hasCode } from "./volumes";
 
@@ -143,7 +143,7 @@ export async function checkNicsOnHost(lv: Libvirt, hostKey: string, nics: readon
   const filters = new Map<string, boolean>();
   const failures: ValidationFailure[] = [];
   for (const [i, nic] of nics.entries()) {
-    const a = nic.attachment;
+    const a = attachmentOf(nic);
     if (a.kind === "direct") {
       if (!devices.has(a.dev)) devices.set(a.dev, await hostInterfaceExists(lv, a.dev));
       if (devices.get(a.dev) === false) {

@@ -34,6 +34,19 @@ export type NicAttachment =
   | { kind: "bridge"; bridge: string }
   | { kind: "direct"; dev: string; mode: DirectMode };
 
+/**
+ * "The host's NIC": the network or bridge the host's configuration names
+ * (kvm:hosts `network`/`bridge`), which only the host a VM lands on decides.
+ * The one-NIC shorthand without `network`/`bridge` attaches here; create
+ * resolves it ({@link resolveHostNics}) before the domain XML is built.
+ */
+export interface HostDefaultAttachment {
+  kind: "host";
+}
+
+/** The attachment of the one-NIC shorthand that names no network or bridge. */
+export const HOST_DEFAULT: HostDefaultAttachment = { kind: "host" };
+
 /** Rate limits of a NIC, kilobits per second (1000 bits), as the user gives them. */
 export interface NicBandwidth {
   /** Traffic to the guest. */
@@ -42,14 +55,34 @@ export interface NicBandwidth {
   outboundKbps?: number;
 }
 
+/** A NIC's `direct` (macvtap) attachment: the host interface and the mode. */
+export interface DirectAttachment {
+  dev: string;
+  mode: DirectMode;
+}
+
 /**
- * One NIC of a VM, as check resolved it: the one description the domain XML,
- * the seed's network-config, the filter parameters and the address outputs
- * are built from.
+ * One NIC of a VM, as check resolved it: the one description from check
+ * (the state holds it as it is) down to the domain XML, the seed's
+ * network-config, the filter parameters and the address outputs. Keyed as
+ * the `nics` input is, so the state reads like the program.
+ *
+ * It attaches to at most one of `network`, `bridge` or `direct`
+ * ({@link attachmentOf}); with none, to the host's NIC (the one-NIC
+ * shorthand without `network`/`bridge`), which create resolves
+ * ({@link resolveHostNics}) before the domain XML is built.
  */
 export interface NicSpec {
-  attachment: NicAttachment;
-  /** Lower case; always set for NICs given in `nics` (check derives a stable one when none is given). */
+  network?: string;
+  bridge?: string;
+  direct?: DirectAttachment;
+  /** The MAC the user gave, lower case; absent when derived or left to libvirt. */
+  macAddress?: string;
+  /**
+   * The MAC the NIC gets, lower case: the given one, or for NICs of `nics`
+   * one check derives from the owner, the name and the position. Absent
+   * only for the one-NIC shorthand without `macAddress` (libvirt picks one).
+   */
   mac?: string;
   /** Static addresses, CIDR (`203.0.113.7/24`, `2001:db8::7/64`); empty: DHCP / RA. */
   addresses: string[];
@@ -62,6 +95,72 @@ export interface NicSpec {
   /** The NIC `proxyUrl` uses (exactly one NIC of a VM is). */
   primary: boolean;
 }
+
+/** Where `nic` attaches: its `direct`, `bridge` or `network`, or the host's NIC when it names none. */
+export function attachmentOf(
+  nic: Pick<NicSpec, "network" | "bridge" | "direct">,
+): NicAttachment | HostDefaultAttachment {
+  if (nic.direct !== undefined) return { kind: "direct", dev: nic.direct.dev, mode: nic.direct.mode };
+  if (nic.bridge !== undefined) return { kind: "bridge", bridge: nic.bridge };
+  if (nic.network !== undefined) return { kind: "network", network: nic.network };
+  return HOST_DEFAULT;
+}
+
+/** The fields of a NIC that say it attaches to `a`. */
+export function attachmentFields(a: NicAttachment): Pick<NicSpec, "network" | "bridge" | "direct"> {
+  if (a.kind === "network") return { network: a.network };
+  if (a.kind === "bridge") return { bridge: a.bridge };
+  return { direct: { dev: a.dev, mode: a.mode } };
+}
+
+/** `nics` with each NIC that names no attachment given the host's own, `hostNic`. */
+export function resolveHostNics(nics: readonly NicSpec[], hostNic: NicAttachment): NicSpec[] {
+  return nics.map((n) =>
+    attachmentOf(n).kind === "host" ? canonicalNic({ ...n, ...attachmentFields(hostNic) }) : n,
+  );
+}
+
+/**
+ * The one NIC of the shorthand (`network` or `bridge`, `macAddress`): DHCP,
+ * primary, on the named attachment or the host's, with the given MAC or
+ * none (libvirt picks one).
+ */
+export function shorthandNic(attachment: NicAttachment | undefined, macAddress: string | undefined): NicSpec {
+  const mac = macAddress === undefined ? undefined : normaliseMac(macAddress);
+  return canonicalNic({
+    ...(attachment !== undefined ? attachmentFields(attachment) : {}),
+    macAddress: mac,
+    mac,
+    addresses: [],
+    nameservers: [],
+    primary: true,
+  });
+}
+
+/**
+ * `nic` with its keys in one order and without undefined ones: the state
+ * holds NICs as they are, and the spec hash and the diff compare them.
+ */
+export function canonicalNic(nic: NicSpec): NicSpec {
+  const out: Record<string, unknown> = {};
+  for (const k of NIC_RECORD_KEYS) if (nic[k] !== undefined) out[k] = nic[k];
+  return out as unknown as NicSpec;
+}
+
+const NIC_RECORD_KEYS = [
+  "network",
+  "bridge",
+  "direct",
+  "macAddress",
+  "mac",
+  "addresses",
+  "gateway4",
+  "gateway6",
+  "nameservers",
+  "bandwidth",
+  "filter",
+  "primary",
+] as const satisfies readonly (keyof NicSpec)[];
 
 /** The network NICs attach to when neither the host nor the resource names one. */
 export const DEFAULT_NETWORK = "default";
@@ -482,18 +581,18 @@ function readNic(
   if (known(raw.primary, st) && typeof raw.primary !== "boolean") at.fail("primary", "must be true or false");
   shared.unknown ||= st.unknown;
   if (at.list.length > before || st.unknown || attachment === undefined) return undefined;
-  const nic: NicSpec = {
-    attachment,
+  return canonicalNic({
+    ...attachmentFields(attachment),
+    macAddress: mac,
+    mac,
     addresses: addresses as string[],
+    gateway4,
+    gateway6,
     nameservers: nameservers as string[],
+    bandwidth,
+    filter,
     primary: raw.primary === true,
-  };
-  if (mac !== undefined) nic.mac = mac;
-  if (gateway4 !== undefined) nic.gateway4 = gateway4;
-  if (gateway6 !== undefined) nic.gateway6 = gateway6;
-  if (bandwidth !== undefined) nic.bandwidth = bandwidth;
-  if (filter !== undefined) nic.filter = filter;
-  return nic;
+  });
 }
 
 /**
@@ -549,20 +648,13 @@ export function readNics(
   return out;
 }
 
-/** A NIC as the user input {@link readNics} reads. */
+/** A NIC as the user input {@link readNics} reads: its effective MAC as given, the host's NIC read as a network (it has no rule of its own). */
 function inputOf(nic: NicSpec): Record<string, unknown> {
-  const a = nic.attachment;
+  const { macAddress: _given, mac, ...rest } = nic;
   return {
-    [a.kind]:
-      a.kind === "network" ? a.network : a.kind === "bridge" ? a.bridge : { dev: a.dev, mode: a.mode },
-    macAddress: nic.mac,
-    addresses: nic.addresses,
-    gateway4: nic.gateway4,
-    gateway6: nic.gateway6,
-    nameservers: nic.nameservers,
-    bandwidth: nic.bandwidth,
-    filter: nic.filter,
-    primary: nic.primary,
+    ...rest,
+    ...(attachmentOf(nic).kind === "host" ? { network: DEFAULT_NETWORK } : {}),
+    ...(mac !== undefined ? { macAddress: mac } : {}),
   };
 }
 

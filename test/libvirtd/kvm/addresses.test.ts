@@ -22,6 +22,7 @@ import {
 } from "../../../provider/kvm/domain/xml";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations, type WaitForIpOptions } from "../../../provider/kvm/host/operations";
+import { shorthandNic } from "../../../provider/kvm/network/nic";
 import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
@@ -236,7 +237,7 @@ describe("waitForIp: static addresses", () => {
     domains.add(name);
     const mac = `52:54:00:7e:${((process.pid >> 8) & 0xff).toString(16).padStart(2, "0")}:${(process.pid & 0xff).toString(16).padStart(2, "0")}`;
     const s = await p.o.provision(
-      { ...baseSpec("local", name, image), mac },
+      { ...baseSpec("local", name, image), nics: [shorthandNic(undefined, mac)] },
       { deadlineMs: 60_000, family: "any", staticAddresses: [{ mac, addresses: ["2001:db8:7::8/64"] }] },
     );
     expect(s).toMatchObject({ state: "running", ipv6Address: "2001:db8:7::8" });

@@ -15,7 +15,7 @@ import {
 } from "../../../provider/kvm/domain/volume-xml";
 import { attribute, childElement, descend, parseXml, textContent } from "../../../provider/kvm/domain/xml";
 import { type TestHost, testHost, virshUri } from "../../support/test-host";
-import { sampleMetadata } from "../../unit/kvm/fixtures";
+import { oneNic, sampleMetadata } from "../../unit/kvm/fixtures";
 
 // libvirt's own client as the independent judge of what we build: the
 // project's RPC client is tested elsewhere.
@@ -60,8 +60,7 @@ function spec(name: string, overrides: Partial<DomainSpec> = {}): DomainSpec {
     firmware: "uefi",
     diskPath: path.join(host.poolPath, overlayVolumeName(name)),
     seedPath: path.join(host.poolPath, seedVolumeName(name)),
-    nic: { kind: "network", network: "default" },
-    mac: "52:54:00:4b:56:01",
+    nics: oneNic(undefined, "52:54:00:4b:56:01"),
     metadata: sampleMetadata({ tags: { "a'/><disk type='volume'": "]]>&<\n" } }),
     ...overrides,
   };
@@ -88,7 +87,7 @@ describe("domain XML against libvirtd", () => {
       firmware: "uefi",
       diskPath: s.diskPath,
       seedPath: s.seedPath,
-      mac: s.mac,
+      mac: "52:54:00:4b:56:01",
       nic: { kind: "network", network: "default" },
       metadata: s.metadata,
     });
@@ -173,7 +172,7 @@ describe("volumes and a started domain against libvirtd", () => {
       "define",
       xmlFile(
         "started.xml",
-        buildDomainXml(spec(name, { diskPath, seedPath, nic: { kind: "network", network } })),
+        buildDomainXml(spec(name, { diskPath, seedPath, nics: oneNic({ kind: "network", network }) })),
       ),
     );
     virsh("start", name);

@@ -34,7 +34,7 @@ import {
   setInterfaceBandwidth,
 } from "../../../provider/kvm/host/interfaces";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
-import type { NicSpec } from "../../../provider/kvm/network/nic";
+import { attachmentFields, type NicAttachment, type NicSpec } from "../../../provider/kvm/network/nic";
 import { DomainXmlFlags } from "../../../provider/libvirt/constants";
 import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Domain } from "../../../provider/libvirt/types";
@@ -106,8 +106,8 @@ async function xmlOf(dom: Domain, flags = 0): Promise<XmlNode[]> {
   return nics(await lv.domainGetXmlDesc(dom, flags));
 }
 
-function nic(attachment: NicSpec["attachment"], more: Partial<NicSpec> = {}): NicSpec {
-  return { attachment, addresses: [], nameservers: [], primary: false, ...more };
+function nic(attachment: NicAttachment, more: Partial<NicSpec> = {}): NicSpec {
+  return { ...attachmentFields(attachment), addresses: [], nameservers: [], primary: false, ...more };
 }
 
 beforeAll(() => {

@@ -11,6 +11,7 @@ import { HostPool } from "../../../provider/kvm/host/hosts";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/host/operations";
 import { KvmOperationError } from "../../../provider/kvm/host/retry";
+import { shorthandNic } from "../../../provider/kvm/network/nic";
 import { DomainMetadataType } from "../../../provider/libvirt/constants";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
@@ -719,7 +720,7 @@ describe("get", () => {
         firmware: "bios",
         diskPath: "/tmp/kvmpt-none.qcow2",
         seedPath: "/tmp/kvmpt-none.iso",
-        nic: { kind: "network", network: "default" },
+        nics: [shorthandNic({ kind: "network", network: "default" }, undefined)],
         metadata: {
           owner: spec.owner,
           image: { ref: "x", url: sharedImage.url, format: "qcow2" },

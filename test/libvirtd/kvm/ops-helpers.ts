@@ -12,6 +12,7 @@ import { perVmVolumeNames } from "../../../provider/kvm/domain/names";
 import { CallTracer, type TraceRecord } from "../../../provider/kvm/host/call-tracer";
 import { buildTransport, HostPool, type HostPoolOptions } from "../../../provider/kvm/host/hosts";
 import type { CreateSpec } from "../../../provider/kvm/host/operations";
+import { shorthandNic } from "../../../provider/kvm/network/nic";
 import { Failures } from "../../../provider/kvm/validation";
 import type { Transport } from "../../../provider/transport/types";
 import { type TestHost, virshUri } from "../../support/test-host";
@@ -188,6 +189,8 @@ export function baseSpec(hostKey: string, name: string, image: ImageConfig): Cre
     owner: { project: "kvmpt", stack: "test", urn: ownerUrnOf(name) },
     specHash: createHash("sha256").update(name).digest("hex"),
     proxyPort: 3128,
+    // The shorthand's one NIC on the host's NIC (create resolves it).
+    nics: [shorthandNic(undefined, undefined)],
   };
 }
 

@@ -1,3 +1,5 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   buildDomainXml,
@@ -17,22 +19,26 @@ import {
   textContent,
   type XmlNode,
 } from "../../../provider/kvm/domain/xml";
-import type { NicAttachment, NicSpec } from "../../../provider/kvm/network/nic";
+import {
+  attachmentOf,
+  type NicAttachment,
+  type NicSpec,
+  shorthandNic,
+} from "../../../provider/kvm/network/nic";
 import { ValidationError } from "../../../provider/kvm/validation";
-import { sampleMetadata, sampleSpec } from "./fixtures";
+import { oneNic, sampleMetadata, sampleSpec } from "./fixtures";
 
 const VARIANTS: [string, Partial<DomainSpec>][] = [
   ["kvm, UEFI, network", {}],
   ["qemu (TCG), UEFI, network", { domainType: "qemu" }],
   ["kvm, BIOS", { firmware: "bios" }],
   ["qemu, BIOS", { domainType: "qemu", firmware: "bios" }],
-  ["bridge", { nic: { kind: "bridge", bridge: "br0" } }],
-  ["fixed MAC", { mac: "52:54:00:AB:cd:01" }],
+  ["bridge", { nics: oneNic({ kind: "bridge", bridge: "br0" }) }],
+  ["fixed MAC", { nics: oneNic(undefined, "52:54:00:AB:cd:01") }],
   [
     "bridge, fixed MAC, BIOS, qemu",
     {
-      nic: { kind: "bridge", bridge: "br-lan" },
-      mac: "52:54:00:00:00:01",
+      nics: oneNic({ kind: "bridge", bridge: "br-lan" }, "52:54:00:00:00:01"),
       firmware: "bios",
       domainType: "qemu",
     },
@@ -107,7 +113,7 @@ describe("buildDomainXml: devices", () => {
 
   it("puts the NIC on a bridge", () => {
     const nic = childElement(
-      devices(build({ nic: { kind: "bridge", bridge: "br0" } })),
+      devices(build({ nics: oneNic({ kind: "bridge", bridge: "br0" }) })),
       "interface",
     ) as XmlNode;
     expect(nic.attrs).toEqual({ type: "bridge" });
@@ -119,7 +125,10 @@ describe("buildDomainXml: devices", () => {
   });
 
   it("writes a fixed MAC in lower case", () => {
-    const nic = childElement(devices(build({ mac: "52:54:00:AB:CD:EF" })), "interface") as XmlNode;
+    const nic = childElement(
+      devices(build({ nics: oneNic(undefined, "52:54:00:AB:CD:EF") })),
+      "interface",
+    ) as XmlNode;
     expect(childElement(nic, "mac")?.attrs).toEqual({ address: "52:54:00:ab:cd:ef" });
   });
 
@@ -249,12 +258,16 @@ describe("buildDomainXml: validation", () => {
     ["a relative disk path", { diskPath: "web-1-root.qcow2" }, "diskPath"],
     ["a seed path with a control character", { seedPath: "/pool/a\u0001" }, "seedPath"],
     ["the same path twice", { seedPath: "/var/lib/libvirt/images/web-1-root.qcow2" }, "seedPath"],
-    ["a multicast MAC", { mac: "01:00:5e:00:00:01" }, "mac"],
-    ["a malformed MAC", { mac: "52-54-00-00-00-01" }, "mac"],
+    ["a multicast MAC", { nics: oneNic(undefined, "01:00:5e:00:00:01") }, "nics[0].macAddress"],
+    ["a malformed MAC", { nics: oneNic(undefined, "52-54-00-00-00-01") }, "nics[0].macAddress"],
     ["an unknown domain type", { domainType: "xen" as never }, "domainType"],
     ["an unknown firmware", { firmware: "efi" as never }, "firmware"],
-    ["a bad network name", { nic: { kind: "network", network: "a/b" } }, "nic.network"],
-    ["a long bridge name", { nic: { kind: "bridge", bridge: "bridge-name-too-long" } }, "nic.bridge"],
+    ["a bad network name", { nics: oneNic({ kind: "network", network: "a/b" }) }, "nics[0].network"],
+    [
+      "a long bridge name",
+      { nics: oneNic({ kind: "bridge", bridge: "bridge-name-too-long" }) },
+      "nics[0].bridge",
+    ],
     ["a bad proxy port in the metadata", { metadata: sampleMetadata({ proxyPort: 0 }) }, "proxyPort"],
   ])("rejects %s at %s", (_, overrides, property) => {
     try {
@@ -304,10 +317,10 @@ describe("parseDomainXml", () => {
       firmware: spec.firmware,
       diskPath: spec.diskPath,
       seedPath: spec.seedPath,
-      nic: spec.nic,
+      nic: attachmentOf(spec.nics[0] as NicSpec),
       metadata: spec.metadata,
     });
-    expect(parsed.mac).toBe(spec.mac?.toLowerCase());
+    expect(parsed.mac).toBe(spec.nics[0]?.mac);
     expect(parsed.disks.map((d) => [d.type, d.device, d.driverType, d.targetDev, d.readonly])).toEqual([
       ["file", "disk", "qcow2", "vda", false],
       ["file", "cdrom", "raw", "sda", true],
@@ -437,7 +450,7 @@ describe("parseDomainXml", () => {
 describe("buildDomainXml: nics", () => {
   const NICS: NicSpec[] = [
     {
-      attachment: { kind: "bridge", bridge: "br-pub" },
+      bridge: "br-pub",
       mac: "52:54:00:AA:00:01",
       addresses: ["203.0.113.7/24", "2001:db8::7/64", "203.0.113.8/24"],
       gateway4: "203.0.113.1",
@@ -447,7 +460,7 @@ describe("buildDomainXml: nics", () => {
       primary: true,
     },
     {
-      attachment: { kind: "network", network: "kvmp-nat" },
+      network: "kvmp-nat",
       mac: "52:54:00:aa:00:02",
       addresses: [],
       nameservers: [],
@@ -455,7 +468,7 @@ describe("buildDomainXml: nics", () => {
       primary: false,
     },
     {
-      attachment: { kind: "direct", dev: "eth1", mode: "vepa" },
+      direct: { dev: "eth1", mode: "vepa" },
       addresses: [],
       nameservers: [],
       primary: false,
@@ -518,19 +531,8 @@ describe("buildDomainXml: nics", () => {
     expect(childElement(nat as XmlNode, "filterref")).toBeUndefined();
   });
 
-  it("replaces the one nic and mac when nics are given", () => {
-    const got = interfaces({
-      nic: { kind: "bridge", bridge: "br0" },
-      mac: "52:54:00:00:00:09",
-      nics: [NICS[1] as NicSpec],
-    });
-    expect(got.map((i) => [attribute(i, "type"), attribute(childElement(i, "mac"), "address")])).toEqual([
-      ["network", "52:54:00:aa:00:02"],
-    ]);
-  });
-
-  it("renders the one nic as a direct NIC too", () => {
-    const [iface] = interfaces({ nic: { kind: "direct", dev: "eth1", mode: "passthrough" } });
+  it("renders the shorthand's one NIC as a direct NIC too", () => {
+    const [iface] = interfaces({ nics: oneNic({ kind: "direct", dev: "eth1", mode: "passthrough" }) });
     expect([attribute(iface, "type"), childElement(iface as XmlNode, "source")?.attrs]).toEqual([
       "direct",
       { dev: "eth1", mode: "passthrough" },
@@ -542,14 +544,10 @@ describe("buildDomainXml: nics", () => {
     ["an empty list of NICs", { nics: [] }, "nics"],
     [
       "an unknown macvtap mode",
-      { nics: [nic({ attachment: { kind: "direct", dev: "eth1", mode: "x" as never } })] },
+      { nics: [nic({ network: undefined, direct: { dev: "eth1", mode: "x" as never } })] },
       "nics[0].direct.mode",
     ],
-    [
-      "a bad bridge name",
-      { nics: [nic({ attachment: { kind: "bridge", bridge: "a bridge" } })] },
-      "nics[0].bridge",
-    ],
+    ["a bad bridge name", { nics: [nic({ network: undefined, bridge: "a bridge" })] }, "nics[0].bridge"],
     ["a multicast MAC", { nics: [nic({ mac: "03:00:00:00:00:01" })] }, "nics[0].macAddress"],
     ["one MAC on two NICs", { nics: [nic({}), nic({ primary: false })] }, "nics[1].macAddress"],
     ["a rate of 0", { nics: [nic({ bandwidth: { inboundKbps: 0 } })] }, "nics[0].bandwidth.inboundKbps"],
@@ -557,7 +555,7 @@ describe("buildDomainXml: nics", () => {
     [
       "a filter on a direct NIC",
       {
-        nics: [nic({ attachment: { kind: "direct", dev: "eth1", mode: "bridge" }, filter: "clean-traffic" })],
+        nics: [nic({ network: undefined, direct: { dev: "eth1", mode: "bridge" }, filter: "clean-traffic" })],
       },
       "nics[0].filter",
     ],
@@ -566,9 +564,22 @@ describe("buildDomainXml: nics", () => {
       { nics: [nic({ addresses: ["203.0.113.7"] })] },
       "nics[0].addresses[0]",
     ],
-    ["no NIC at all", { nic: undefined }, "nic"],
-    ["a bad mode of the one nic", { nic: { kind: "direct", dev: "eth1", mode: "x" as never } }, "nic.mode"],
-    ["a bad device of the one nic", { nic: { kind: "direct", dev: "", mode: "bridge" } }, "nic.dev"],
+    ["no NIC at all", { nics: undefined as never }, "nics"],
+    [
+      "a NIC on the host's NIC, not resolved against the host",
+      { nics: [shorthandNic(undefined, undefined)] },
+      "nics[0]",
+    ],
+    [
+      "a bad mode of the shorthand's NIC",
+      { nics: oneNic({ kind: "direct", dev: "eth1", mode: "x" as never }) },
+      "nics[0].direct.mode",
+    ],
+    [
+      "a bad device of the shorthand's NIC",
+      { nics: oneNic({ kind: "direct", dev: "", mode: "bridge" }) },
+      "nics[0].direct.dev",
+    ],
   ];
   it.each(refusals.map(([label, overrides, property]) => [label, property, overrides] as const))(
     "rejects %s at %s",
@@ -582,12 +593,6 @@ describe("buildDomainXml: nics", () => {
       }
     },
   );
-
-  it("ignores the one nic's MAC when nics are given", () => {
-    expect(() =>
-      buildDomainXml(sampleSpec({ mac: "01:00:00:00:00:00", nics: [NICS[1] as NicSpec] })),
-    ).not.toThrow();
-  });
 });
 
 describe("parseDomainXml: interfaces", () => {
@@ -595,7 +600,7 @@ describe("parseDomainXml: interfaces", () => {
     const spec = sampleSpec({
       nics: [
         {
-          attachment: { kind: "bridge", bridge: "br-pub" },
+          bridge: "br-pub",
           mac: "52:54:00:aa:00:01",
           addresses: ["203.0.113.7/24"],
           gateway4: "203.0.113.1",
@@ -605,7 +610,7 @@ describe("parseDomainXml: interfaces", () => {
           primary: true,
         },
         {
-          attachment: { kind: "direct", dev: "eth1", mode: "private" },
+          direct: { dev: "eth1", mode: "private" },
           addresses: [],
           nameservers: [],
           primary: false,
@@ -665,5 +670,43 @@ describe("parseDomainXml: interfaces", () => {
   it("reports no mode for a NIC that is not direct", () => {
     const xml = DIRECT("<source network='default' mode='x'/>").replace("type='direct'", "type='network'");
     expect(parseDomainXml(xml).interfaces[0]?.mode).toBeUndefined();
+  });
+});
+
+describe("buildDomainXml: golden", () => {
+  // The XML of these specs is pinned byte for byte: the shorthand's one NIC
+  // and `nics` build what existing VMs were defined with.
+  const GOLDEN = JSON.parse(readFileSync(join(__dirname, "golden", "domain-xml.json"), "utf8")) as Record<
+    string,
+    string
+  >;
+  const cases: Record<string, Partial<DomainSpec>> = {
+    shorthandNetwork: {},
+    shorthandBridgeMac: { nics: oneNic({ kind: "bridge", bridge: "br0" }, "52:54:00:AB:cd:01") },
+    shorthandDirect: { nics: oneNic({ kind: "direct", dev: "eth1", mode: "vepa" }) },
+    nics: {
+      nics: [
+        {
+          network: "default",
+          mac: "52:54:00:00:00:01",
+          addresses: ["203.0.113.7/24"],
+          gateway4: "203.0.113.1",
+          nameservers: [],
+          bandwidth: { inboundKbps: 1000 },
+          filter: "clean-traffic",
+          primary: true,
+        },
+        {
+          direct: { dev: "eth1", mode: "bridge" },
+          mac: "52:54:00:00:00:02",
+          addresses: [],
+          nameservers: [],
+          primary: false,
+        },
+      ],
+    },
+  };
+  it.each(Object.keys(cases))("%s: the pinned XML", (key) => {
+    expect(buildDomainXml(sampleSpec(cases[key]))).toBe(GOLDEN[key]);
   });
 });

@@ -1,5 +1,6 @@
 import type { DomainSpec } from "../../../provider/kvm/domain/domain-xml";
 import type { ProxyMetadata } from "../../../provider/kvm/domain/metadata";
+import { type NicAttachment, type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
 
 export const SHA = "a".repeat(64);
 
@@ -21,6 +22,14 @@ export function sampleMetadata(overrides: Partial<ProxyMetadata> = {}): ProxyMet
   };
 }
 
+/** The NICs of the one-NIC shorthand (the resource's `network`/`bridge`/`macAddress`): default network "default". */
+export function oneNic(
+  attachment: NicAttachment = { kind: "network", network: "default" },
+  macAddress?: string,
+): NicSpec[] {
+  return [shorthandNic(attachment, macAddress)];
+}
+
 export function sampleSpec(overrides: Partial<DomainSpec> = {}): DomainSpec {
   return {
     name: "web-1",
@@ -30,7 +39,7 @@ export function sampleSpec(overrides: Partial<DomainSpec> = {}): DomainSpec {
     firmware: "uefi",
     diskPath: "/var/lib/libvirt/images/web-1-root.qcow2",
     seedPath: "/var/lib/libvirt/images/web-1-seed.iso",
-    nic: { kind: "network", network: "default" },
+    nics: oneNic(),
     metadata: sampleMetadata(),
     ...overrides,
   };

@@ -6,12 +6,12 @@
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { buildNetworkConfig, needsNetworkConfig } from "../../../provider/kvm/guest/network-config";
-import type { NicSpec } from "../../../provider/kvm/network/nic";
+import { type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
 import { ValidationError } from "../../../provider/kvm/validation";
 
 function nic(over: Partial<NicSpec> = {}): NicSpec {
   return {
-    attachment: { kind: "network", network: "default" },
+    network: "default",
     mac: "52:54:00:00:00:01",
     addresses: [],
     nameservers: [],
@@ -26,7 +26,8 @@ function parsed(nics: NicSpec[]): unknown {
 
 describe("needsNetworkConfig", () => {
   const cases: [string, NicSpec[], boolean][] = [
-    ["one DHCP NIC (the image's own configuration, as before nics)", [nic()], false],
+    ["one DHCP NIC (the image's own configuration)", [nic()], false],
+    ["the shorthand's one NIC, its MAC left to libvirt", [shorthandNic(undefined, undefined)], false],
     [
       "one DHCP NIC with rate limits and a filter",
       [nic({ bandwidth: { inboundKbps: 10 }, filter: "clean-traffic" })],
@@ -48,7 +49,8 @@ describe("buildNetworkConfig", () => {
   it("writes a static dual-stack NIC: addresses, IPv4 route, gateway6, nameservers, no DHCP", () => {
     const doc = parsed([
       nic({
-        attachment: { kind: "bridge", bridge: "br-pub" },
+        network: undefined,
+        bridge: "br-pub",
         mac: "52:54:00:aa:00:01",
         addresses: ["203.0.113.7/24", "2001:db8::7/64"],
         gateway4: "203.0.113.1",

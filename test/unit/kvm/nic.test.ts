@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import {
+  attachmentOf,
   checkNicSpecs,
   DIRECT_MODES,
   deriveMac,
@@ -9,8 +10,11 @@ import {
   MAX_BANDWIDTH_KBPS,
   MAX_NICS,
   macAddressProblem,
+  type NicAttachment,
   type NicSpec,
   readNics,
+  resolveHostNics,
+  shorthandNic,
 } from "../../../provider/kvm/network/nic";
 import { Failures, type ValidationFailure } from "../../../provider/kvm/validation";
 
@@ -34,7 +38,7 @@ function nics(input: unknown): NicSpec[] {
 }
 
 describe("readNics: what it returns", () => {
-  it.each<[string, Record<string, unknown>, NicSpec["attachment"]]>([
+  it.each<[string, Record<string, unknown>, NicAttachment]>([
     ["a libvirt network", { network: "default" }, { kind: "network", network: "default" }],
     ["a host bridge", { bridge: "br0" }, { kind: "bridge", bridge: "br0" }],
     [
@@ -48,12 +52,12 @@ describe("readNics: what it returns", () => {
       { kind: "direct", dev: "eth1", mode: "vepa" },
     ],
   ])("reads %s", (_, nic, attachment) => {
-    expect(nics([nic])[0]?.attachment).toEqual(attachment);
+    expect(attachmentOf(nics([nic])[0] as NicSpec)).toEqual(attachment);
   });
 
   it("accepts every macvtap mode", () => {
     for (const mode of DIRECT_MODES) {
-      expect(nics([{ direct: { dev: "eth1", mode } }])[0]?.attachment).toMatchObject({ mode });
+      expect(nics([{ direct: { dev: "eth1", mode } }])[0]?.direct).toEqual({ dev: "eth1", mode });
     }
   });
 
@@ -108,7 +112,7 @@ describe("readNics: what it returns", () => {
 
   it("sets no MAC, gateway, bandwidth or filter the user did not give", () => {
     expect(nics([{ network: "n" }])[0]).toEqual({
-      attachment: { kind: "network", network: "n" },
+      network: "n",
       addresses: [],
       nameservers: [],
       primary: true,
@@ -150,7 +154,7 @@ describe("readNics: what it returns", () => {
       },
     ]);
     expect(nic).toEqual({
-      attachment: { kind: "network", network: "n" },
+      network: "n",
       addresses: [],
       nameservers: [],
       primary: true,
@@ -427,7 +431,7 @@ describe("readNics: values not known yet (Pulumi unknowns at preview)", () => {
 
 describe("checkNicSpecs: NICs built in code, by the same rules", () => {
   const nic = (over: Partial<NicSpec> = {}): NicSpec => ({
-    attachment: { kind: "network", network: "default" },
+    network: "default",
     mac: "52:54:00:00:00:01",
     addresses: [],
     nameservers: [],
@@ -452,13 +456,65 @@ describe("checkNicSpecs: NICs built in code, by the same rules", () => {
 
   it("names the input fields of a bad NIC", () => {
     const bad = nic({
-      attachment: { kind: "direct", dev: "eth1", mode: "nope" as never },
+      network: undefined,
+      direct: { dev: "eth1", mode: "nope" as never },
       gateway4: "203.0.113.1",
     });
     expect(checkNicSpecs([bad]).list.map((x) => x.property)).toEqual([
       "nics[0].direct.mode",
       "nics[0].gateway4",
     ]);
+  });
+});
+
+describe("the one-NIC shorthand and the host's NIC", () => {
+  it.each<[string, NicAttachment | undefined, string | undefined, NicSpec]>([
+    [
+      "a network, no MAC (libvirt picks one)",
+      { kind: "network", network: "lan" },
+      undefined,
+      { network: "lan", addresses: [], nameservers: [], primary: true },
+    ],
+    [
+      "a bridge and a given MAC, lower case",
+      { kind: "bridge", bridge: "br0" },
+      "52:54:00:AB:CD:EF",
+      {
+        bridge: "br0",
+        macAddress: "52:54:00:ab:cd:ef",
+        mac: "52:54:00:ab:cd:ef",
+        addresses: [],
+        nameservers: [],
+        primary: true,
+      },
+    ],
+    ["neither: the host's NIC", undefined, undefined, { addresses: [], nameservers: [], primary: true }],
+  ])("the shorthand with %s is one DHCP NIC", (_, attachment, mac, want) => {
+    const nic = shorthandNic(attachment, mac);
+    expect(nic).toEqual(want);
+    expect(Object.keys(nic)).toEqual(Object.keys(want));
+  });
+
+  it("attaches a NIC that names nothing to the host's NIC, and leaves the others", () => {
+    const own = nics([{ bridge: "br1", macAddress: "52:54:00:00:00:01" }])[0] as NicSpec;
+    const resolved = resolveHostNics([shorthandNic(undefined, "52:54:00:00:00:02"), own], {
+      kind: "direct",
+      dev: "eth0",
+      mode: "bridge",
+    });
+    expect(resolved.map(attachmentOf)).toEqual([
+      { kind: "direct", dev: "eth0", mode: "bridge" },
+      { kind: "bridge", bridge: "br1" },
+    ]);
+    expect(Object.keys(resolved[0] as NicSpec)).toEqual([
+      "direct",
+      "macAddress",
+      "mac",
+      "addresses",
+      "nameservers",
+      "primary",
+    ]);
+    expect(resolved[1]).toBe(own);
   });
 });
 

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
+import type { NicSpec } from "../../../provider/kvm/network/nic";
 import { addressOutputs, proxyAddressOf, waitOptionsOf } from "../../../provider/resource/address-outputs";
-import type { CheckedNic } from "../../../provider/resource/args";
 import { bandwidthChanges } from "../../../provider/resource/diff";
 
-const nic = (mac: string, extra: Partial<CheckedNic> = {}): CheckedNic => ({
+const nic = (mac: string, extra: Partial<NicSpec> = {}): NicSpec => ({
   network: "default",
   mac,
   addresses: [],

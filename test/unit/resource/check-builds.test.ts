@@ -14,6 +14,7 @@ import { describe, expect, it } from "vitest";
 import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
 import { buildSeed, seedFiles } from "../../../provider/kvm/guest/seed";
 import { MAX_SEED_FILE_BYTES } from "../../../provider/kvm/guest/seed-iso";
+import { resolveHostNics } from "../../../provider/kvm/network/nic";
 import { asChecked, checkInputs } from "../../../provider/resource/check";
 import { createSpec } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
@@ -125,9 +126,8 @@ function casesPass(seed: number): void {
         firmware: spec.image.firmware,
         diskPath: "/var/lib/libvirt/images/x.qcow2",
         seedPath: "/var/lib/libvirt/images/x.iso",
-        // The host's network when the proxy names none (create: spec.nic ?? host.nic).
-        nic: spec.nic ?? { kind: "network", network: "default" },
-        ...(spec.nics !== undefined ? { nics: spec.nics } : {}),
+        // The host's network when the proxy names none, as create resolves it.
+        nics: resolveHostNics(spec.nics, { kind: "network", network: "default" }),
         metadata: {
           owner: spec.owner,
           image: { ref: spec.imageRef, url: spec.image.url, format: spec.image.format },

@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/config/image";
 import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/domain/metadata";
+import { type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/squid/access";
 import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
@@ -84,14 +85,24 @@ describe("createSpec", () => {
         ownAddresses: [],
         onLink: [],
       },
+      nics: [shorthandNic(undefined, undefined)],
       tags: { team: "crawl" },
     });
   });
 
-  it("passes vendorData and a fixed MAC on as vendorData and mac", () => {
-    const spec = createSpec(inputs({ vendorData: "#!/bin/sh\ntrue\n", macAddress: "52:54:00:aa:bb:cc" }));
+  it("passes vendorData on, and the shorthand's network and fixed MAC as its one NIC", () => {
+    const spec = createSpec(
+      inputs({ vendorData: "#!/bin/sh\ntrue\n", network: "lan", macAddress: "52:54:00:aa:bb:cc" }),
+    );
     expect(spec.vendorData).toBe("#!/bin/sh\ntrue\n");
-    expect(spec.mac).toBe("52:54:00:aa:bb:cc");
+    expect(spec.nics).toEqual([shorthandNic({ kind: "network", network: "lan" }, "52:54:00:aa:bb:cc")]);
+  });
+
+  it.each<[string, Record<string, unknown>, NicSpec[]]>([
+    ["no network or bridge: the host's NIC", {}, [shorthandNic(undefined, undefined)]],
+    ["a bridge", { bridge: "br0" }, [shorthandNic({ kind: "bridge", bridge: "br0" }, undefined)]],
+  ])("gives the shorthand with %s as one NIC", (_, fields, want) => {
+    expect(createSpec(inputs(fields)).nics).toEqual(want);
   });
 
   it("records the image as given: the key, or for an inline image its URL", () => {

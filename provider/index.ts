@@ -34,6 +34,7 @@ export { ValidationError, type ValidationFailure } from "./kvm/validation";
 export {
   DEFAULTS,
   type HealthCheck,
+  type HostInput,
   type InlineImage,
   KVM_PROXY_TYPE,
   type KvmProxyArgs,

@@ -101,16 +101,46 @@ export interface ProxyConfig {
   publicClientsWithoutAuth?: boolean;
 }
 
+/**
+ * A host given in full: the fields of a `kvm:hosts` entry, each an Input (so
+ * another resource of the program, the one that makes the hypervisor, can
+ * give them), and `key`, the host's name in provider IDs, placement and the
+ * image cache. Key material is kept secret in the state.
+ */
+export interface HostInput {
+  /** The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing). */
+  key: pulumi.Input<string>;
+  uri: pulumi.Input<string>;
+  knownHosts?: pulumi.Input<string>;
+  knownHostsPath?: pulumi.Input<string>;
+  privateKey?: pulumi.Input<string>;
+  privateKeyPath?: pulumi.Input<string>;
+  agentSocket?: pulumi.Input<string>;
+  passphrase?: pulumi.Input<string>;
+  driverUri?: pulumi.Input<string>;
+  domainType?: pulumi.Input<"kvm" | "qemu">;
+  pool?: pulumi.Input<string>;
+  network?: pulumi.Input<string>;
+  bridge?: pulumi.Input<string>;
+  callTimeout?: pulumi.Input<string | number>;
+  capacity?: pulumi.Input<Record<string, pulumi.Input<number | string>>>;
+  transport?: pulumi.Input<"ssh2" | "openssh">;
+  jump?: pulumi.Input<unknown>;
+  sshConfig?: pulumi.Input<unknown>;
+}
+
 /** The arguments of `new KvmProxy(name, args)`. */
 export interface KvmProxyArgs {
   /**
-   * A key of the stack config `kvm:hosts`, or `{pool: [keys]}`: placed at
-   * create on the host of the pool with the most room (its capacity less
-   * what our VMs of every stack hold there). The host chosen is the `host`
-   * output and part of the ID; a later change of the pool moves the proxy
-   * only when its host leaves the pool. Changing a plain key replaces it.
+   * A key of the stack config `kvm:hosts`; a host given in full
+   * ({@link HostInput}); or `{pool: [keys]}`: placed at create on the host
+   * of the pool with the most room (its capacity less what our VMs of every
+   * stack hold there). The host chosen is the `host` output and part of the
+   * ID; a later change of the pool moves the proxy only when its host leaves
+   * the pool. Changing the host's key replaces the proxy; changing how a
+   * host is reached (its uri, keys) does not.
    */
-  host: pulumi.Input<string | { pool: pulumi.Input<pulumi.Input<string>[]> }>;
+  host: pulumi.Input<string | HostInput | { pool: pulumi.Input<pulumi.Input<string>[]> }>;
   /** A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes). */
   image: pulumi.Input<string | pulumi.Input<InlineImage>>;
   /** cloud-init user-data, any format, placed in the seed byte for byte. Default: a cloud-config installing squid on proxyPort. */
@@ -234,10 +264,31 @@ export interface OwnerInput {
   resource: string;
 }
 
+/** A host given in full after check: the entry as given (its `key` and the fields of a `kvm:hosts` entry). */
+export type HostEntry = { key: string; uri: string } & Record<string, unknown>;
+
+/**
+ * Where a checked `host` puts the proxy: one host (by key; `entry` when given
+ * in full), or a pool to place on (its keys, and the hosts of it given in full).
+ */
+export function placementOf(
+  host: CheckedInputs["host"],
+): { key: string; entry?: HostEntry; pool?: undefined } | { pool: string[]; entries: HostEntry[] } {
+  if (typeof host === "string") return { key: host };
+  if ("pool" in host && Array.isArray(host.pool) && !("key" in host)) {
+    const items = host.pool as (string | HostEntry)[];
+    return {
+      pool: items.map((h) => (typeof h === "string" ? h : h.key)),
+      entries: items.filter((h): h is HostEntry => typeof h !== "string"),
+    };
+  }
+  return { key: (host as HostEntry).key, entry: host as HostEntry };
+}
+
 /** Inputs after check: defaults applied. This is what the state's inputs hold. */
 export interface CheckedInputs {
-  /** A host key, or the pool to place on (create resolves it; the outputs hold the host chosen). */
-  host: string | { pool: string[] };
+  /** A host key, a host in full (as given), or the pool to place on (create resolves it; the outputs hold the host chosen). */
+  host: string | HostEntry | { pool: (string | HostEntry)[] };
   image: string | InlineImage;
   /** The image as check resolved it (from the config or inline): what the VM is built from. */
   resolvedImage: ImageIdentity;
@@ -305,6 +356,8 @@ export interface KvmProxyOutputs
   host: string;
   /** The pool a pooled proxy was placed from. */
   hostPool?: string[];
+  /** A host given in full, as check kept it: how read, update and delete reach it (secret: key material). */
+  hostConnection?: HostEntry;
   /** When the VM was made (ISO 8601, from its metadata): what rotation measures age from. */
   createdAt?: string;
   /** The proxy block without the password (username only). */

@@ -1,15 +1,17 @@
 /**
  * `check` for where a proxy goes and how long it lives: `host` (one key of
- * `kvm:hosts`, or `{pool: [keys]}` to be placed on the one with the most
- * room at create) and `rotation` (`{maxAge, batch}`: replaced once older than
- * maxAge, at most `batch` of a fleet per `up`).
+ * `kvm:hosts`; a host given in full, `{key, uri, ...}` with the fields of a
+ * `kvm:hosts` entry, so another resource of the program can make it; or
+ * `{pool: [keys]}` to be placed on the one with the most room at create) and
+ * `rotation` (`{maxAge, batch}`: replaced once older than maxAge, at most
+ * `batch` of a fleet per `up`).
  */
-import type { HostConfig } from "../kvm/config/host-config";
+import { configKeyProblem, type HostConfig } from "../kvm/config/host-config";
 import { parseDuration } from "../kvm/duration";
 import { isObject } from "../kvm/fields";
-import { type Failures, quote } from "../kvm/validation";
+import { Failures, quote } from "../kvm/validation";
 import { UNKNOWN } from "./args";
-import type { StackConfig } from "./stack-config";
+import { parseHostEntry, type StackConfig } from "./stack-config";
 
 /** One host key of the stack config, checked; failures at `property`. */
 function hostKey(f: Failures, property: string, v: unknown, config: StackConfig): HostConfig | undefined {
@@ -36,13 +38,64 @@ function hostKey(f: Failures, property: string, v: unknown, config: StackConfig)
   return host;
 }
 
-/** `host`: a key, or `{pool: [keys]}` (non-empty, no repeats). */
+/** A host given in full: an object naming its `key` or its `uri` (a pool names neither). */
+export function isHostEntry(v: unknown): v is Record<string, unknown> {
+  return isObject(v) && ("key" in v || "uri" in v);
+}
+
+/**
+ * A host given in full, `{key, uri, ...}`: the fields of a `kvm:hosts` entry
+ * under the same rules, plus `key`, its name in provider IDs, placement and
+ * the image cache (the key it has, or would have, in `kvm:hosts`: a stack
+ * may move between the two forms without replacing anything). Values not
+ * known yet (preview) are passed over. Failures at `host.<field>`.
+ * Returns the host config when every value is known and valid.
+ */
+export function checkHostEntry(
+  f: Failures,
+  v: Record<string, unknown>,
+  config: StackConfig,
+  /** The input's path: `host`, or `host.pool[i]`. */
+  at = "host",
+): HostConfig | undefined {
+  const field = (x: string) => `${at}.${x}`;
+  const { key, ...entry } = v;
+  if (key === UNKNOWN) return undefined;
+  const keyProblem =
+    key === undefined || key === null
+      ? "is required: the host's name in provider IDs and placement (its key in kvm:hosts, if it has one)"
+      : configKeyProblem(key);
+  if (keyProblem !== undefined) {
+    f.fail(field("key"), keyProblem);
+    return undefined;
+  }
+  if (JSON.stringify(entry).includes(UNKNOWN)) return undefined;
+  const own = new Failures();
+  const host = parseHostEntry(key as string, entry, own, config.sharedSshKey);
+  for (const x of own.list) f.fail(x.property === "" ? at : field(x.property), x.reason);
+  if (host === undefined) return undefined;
+  const configured = Object.hasOwn(config.hosts, host.key) ? config.hosts[host.key] : undefined;
+  if (configured !== undefined && JSON.stringify(configured) !== JSON.stringify(host)) {
+    f.fail(
+      field("key"),
+      `${quote(host.key)} is also a key of the stack config kvm:hosts, set up otherwise there: give host: ${quote(host.key)}, the same settings, or another key`,
+    );
+    return undefined;
+  }
+  return host;
+}
+
+/** `host`: a key, a host in full (`{key, uri, ...}`), or `{pool: [keys or hosts in full]}` (non-empty, no key twice). */
 export function checkHost(f: Failures, v: unknown, config: StackConfig): void {
   if (v === undefined || v === null || v === "") {
-    f.fail("host", "is required: a key of the stack config kvm:hosts, or {pool: [keys]}");
+    f.fail("host", "is required: a key of the stack config kvm:hosts, {key, uri, ...}, or {pool: [keys]}");
     return;
   }
   if (v === UNKNOWN) return;
+  if (isHostEntry(v)) {
+    checkHostEntry(f, v, config);
+    return;
+  }
   if (!isObject(v)) {
     if (typeof v !== "string")
       f.fail("host", "must be a string (a key of the stack config kvm:hosts) or {pool: [keys]}");
@@ -61,18 +114,24 @@ export function checkHost(f: Failures, v: unknown, config: StackConfig): void {
     return;
   }
   const seen = new Set<unknown>();
-  pool.forEach((k, i) => {
-    if (seen.has(k)) f.fail(`host.pool[${i}]`, `${quote(String(k))} is listed twice`);
+  pool.forEach((item, i) => {
+    const k = isHostEntry(item) ? item.key : item;
+    if (k !== UNKNOWN && seen.has(k)) f.fail(`host.pool[${i}]`, `${quote(String(k))} is listed twice`);
     seen.add(k);
-    hostKey(f, `host.pool[${i}]`, k, config);
+    if (isHostEntry(item)) checkHostEntry(f, item, config, `host.pool[${i}]`);
+    else hostKey(f, `host.pool[${i}]`, item, config);
   });
 }
 
-/** The host keys `host` names: the key, or its pool's (what is not a string is left out). */
+/** The host keys `host` names: the key, a full host's key, or its pool's (what is not a string is left out). */
 export function hostKeysOf(v: unknown): string[] {
   if (typeof v === "string") return [v];
+  if (isHostEntry(v)) return typeof v.key === "string" ? [v.key] : [];
   const pool = isObject(v) ? v.pool : undefined;
-  return Array.isArray(pool) ? pool.filter((k): k is string => typeof k === "string") : [];
+  if (!Array.isArray(pool)) return [];
+  return pool
+    .map((item) => (isHostEntry(item) ? item.key : item))
+    .filter((k): k is string => typeof k === "string");
 }
 
 /** The rotation of a proxy after check. */

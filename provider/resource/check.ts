@@ -316,7 +316,8 @@ export function checkInputs(
     }
   }
 
-  guard(f, "host", undefined, () => checkHost(f, news.host, config));
+  // A host given in full may hold key material: a failure of the check itself is not named after it.
+  guard(f, secretName("host"), undefined, () => checkHost(f, news.host, config));
   const rotation = guard(f, "rotation", undefined, () => checkRotation(f, news.rotation));
   // Guards of inputs that may hold a secret (an inline image's URL, a password) use a secret name.
   const resolvedImage = guard(f, secretName("image"), undefined, () =>

@@ -11,6 +11,7 @@ import { bare } from "../kvm/network/ip";
 import type { NicBandwidth, NicSpec } from "../kvm/network/nic";
 import { type CheckedInputs, DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
 import { isUnknown } from "./check";
+import { hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeBase64 } from "./check-seed";
 import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
 import { nicsWithoutBandwidth, proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
@@ -109,7 +110,37 @@ function legacyDefaultKept(olds: Props, news: Props): boolean {
 }
 
 function isPool(v: unknown): v is { pool: unknown } {
-  return typeof v === "object" && v !== null && "pool" in v;
+  return typeof v === "object" && v !== null && "pool" in v && !isHostEntry(v);
+}
+
+/**
+ * Whether the new `host` puts the proxy on another host than the one it is
+ * on (the state's `host` output: a key). A host given in full is the host
+ * of its `key`: moving between `host: "lab"` and `host: {key: "lab", ...}`,
+ * or reaching the host another way, moves nothing.
+ */
+function hostMoved(olds: Props, news: Props): boolean {
+  const want = news.host;
+  if (isUnknown(want)) return true;
+  if (isPool(want)) {
+    // A placed proxy stays where it is while its host is in the pool: a changed pool moves nobody else.
+    const pool = want.pool;
+    return isUnknown(pool) || !Array.isArray(pool) || !hostKeysOf(want).includes(olds.host as string);
+  }
+  if (isHostEntry(want)) return isUnknown(want.key) || want.key !== olds.host;
+  return !same(olds.host, want);
+}
+
+/**
+ * The proxy's host is given in full and reached otherwise than the state
+ * records (or the state does not record it yet): the host itself, or its
+ * entry in the pool.
+ */
+function connectionChanged(olds: Props, news: Props): boolean {
+  const want = news.host;
+  const pool = isPool(want) && Array.isArray(want.pool) ? want.pool : [want];
+  const entry = pool.find((h) => isHostEntry(h) && h.key === olds.host);
+  return entry !== undefined && !same(olds.hostConnection, entry);
 }
 
 /**
@@ -132,10 +163,9 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   const replaces: string[] = [];
   const updates: string[] = [];
   for (const key of REPLACE_PROPERTIES) {
-    if (key === "host" && isPool(news.host)) {
-      // A placed proxy stays where it is while its host is in the pool: a changed pool moves nobody else.
-      const pool = news.host.pool;
-      if (isUnknown(pool) || !Array.isArray(pool) || !pool.includes(olds.host)) replaces.push("host");
+    if (key === "host") {
+      if (hostMoved(olds, news)) replaces.push("host");
+      else if (connectionChanged(olds, news)) updates.push("host");
       continue;
     }
     if (key === "image") {
@@ -196,7 +226,7 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
  * what is kept, for preview.
  */
 export function collisions(olds: Props, news: Props): string[] {
-  const sameHost = isPool(news.host) || same(olds.host, news.host);
+  const sameHost = isPool(news.host) || !hostMoved(olds, news);
   if (!sameHost) return [];
   const out: string[] = [];
   if (news.autoname !== true && same(olds.name, news.name)) out.push(`name ${String(news.name)} kept`);

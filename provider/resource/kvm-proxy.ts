@@ -41,6 +41,8 @@ export const SECRET_OUTPUTS = [
   // Digests of secret inputs: a guess at the text is checked against them, so they are secrets too.
   "userDataSha256",
   "vendorDataSha256",
+  // A host given in full, as delete and refresh reach it: its private key and passphrase.
+  "hostConnection",
 ];
 
 /**
@@ -132,6 +134,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       if (props[k] === undefined) props[k] = undefined;
     }
     warnPlainPassword(args.proxy, name);
+    if (args.host !== undefined) props.host = secretIfKeyed(args.host);
     if (args.proxy !== undefined && urn !== undefined) props.proxy = hashedProxy(args.proxy, urn, name);
     // The inputs are stored in the state beside the outputs: marking only the
     // outputs secret would leave the plaintext in the inputs section.
@@ -161,6 +164,23 @@ export class KvmProxy extends pulumi.dynamic.Resource {
 }
 
 type ProxyArg = NonNullable<KvmProxyArgs["proxy"]>;
+
+/**
+ * `host`, secret when it is a host given in full with key material (a
+ * private key or passphrase, its own or a jump host's): the state's inputs
+ * then hold it encrypted, whether or not the program passed those as secrets.
+ */
+function secretIfKeyed(host: KvmProxyArgs["host"]): pulumi.Output<unknown> {
+  return pulumi.output(host).apply((h) => (carriesKeyMaterial(h) ? pulumi.secret(h) : h));
+}
+
+function carriesKeyMaterial(v: unknown): boolean {
+  if (isPlain(v) && Array.isArray(v.pool)) return v.pool.some(carriesKeyMaterial);
+  if (!isPlain(v) || !("uri" in v || "key" in v)) return false;
+  const keyed = (o: unknown) =>
+    isPlain(o) && (typeof o.privateKey === "string" || typeof o.passphrase === "string");
+  return keyed(v) || (Array.isArray(v.jump) && v.jump.some(keyed));
+}
 
 /**
  * Warns (once, on the resource's name) when the program passed the password

@@ -15,8 +15,10 @@ import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
   DEFAULTS,
+  type HostEntry,
   type KvmProxyOutputs,
   type ProxyHealth,
+  placementOf,
   REPLACE_PROPERTIES,
 } from "./args";
 import { vmNicsOf } from "./check-nics";
@@ -45,8 +47,10 @@ export function defined<T extends Props>(o: T): T {
 export function specHashOf(c: CheckedInputs): string {
   const spec: Props = {};
   for (const key of REPLACE_PROPERTIES) spec[key] = key === "image" ? c.resolvedImage : c[key];
-  // Where it lives is not how it is built: a pooled proxy's hash does not follow the pool's members.
-  if (typeof c.host !== "string") spec.host = "pool";
+  // Where it lives is not how it is built: a pooled proxy's hash does not follow the pool's members,
+  // and a host given in full counts by its key (how it is reached is no part of the VM).
+  const placed = placementOf(c.host);
+  spec.host = placed.pool !== undefined ? "pool" : placed.key;
   // Rate limits are updated in place: not part of how the VM is built.
   if (c.nics !== undefined) spec.nics = nicsWithoutBandwidth(c.nics);
   // The metadata is readable on the host: the password enters only as the salted hash the seed holds.
@@ -135,11 +139,23 @@ export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): s
  * The operations layer's create spec for checked inputs; `backend`, the
  * identity of the Pulumi backend (backend.ts), goes into the owner record.
  */
+/** The `hostConnection` output: the host given in full the proxy is on, if it is one. */
+function connectionOf(placed: ReturnType<typeof placementOf>, host: string): { hostConnection?: HostEntry } {
+  const entry = placed.pool === undefined ? placed.entry : placed.entries.find((e) => e.key === host);
+  return entry !== undefined ? { hostConnection: entry } : {};
+}
+
+/** The host of a proxy, or a pooled one's first (placement chooses at create). */
+function firstHostOf(c: CheckedInputs): string {
+  const placed = placementOf(c.host);
+  return placed.pool !== undefined ? (placed.pool[0] as string) : placed.key;
+}
+
 export function createSpec(
   c: CheckedInputs,
   backend?: string,
   /** The host, for a pooled proxy already placed (placement sets it otherwise). */
-  host: string = typeof c.host === "string" ? c.host : (c.host.pool[0] as string),
+  host: string = firstHostOf(c),
 ): CreateSpec {
   const image: ImageIdentity = {
     url: c.resolvedImage.url,
@@ -225,13 +241,16 @@ export function outputsFrom(
     ...rest
   } = c;
   const vendorData = seedDataOf(c, "vendorData");
+  const placed = placementOf(c.host);
   const out: KvmProxyOutputs = {
     ...rest,
     userDataSha256: seedDigest(seedDataOf(c, "userData") ?? ""),
     ...(vendorData !== undefined ? { vendorDataSha256: seedDigest(vendorData) } : {}),
     // The host it lives on (a pooled proxy's, chosen at create), and the pool it was placed from.
     host: status.host,
-    ...(typeof c.host !== "string" ? { hostPool: c.host.pool } : {}),
+    ...(placed.pool !== undefined ? { hostPool: placed.pool } : {}),
+    // A host given in full: how delete and refresh reach it (a secret output: it holds key material).
+    ...connectionOf(placed, status.host),
     domainName: c.name,
     uuid: status.uuid ?? "",
     state: status.state,

@@ -12,6 +12,7 @@
 
 import { randomBytes } from "node:crypto";
 import { ProviderError } from "../errors";
+import type { HostConfig } from "../kvm/config/host-config";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
 import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
@@ -21,11 +22,12 @@ import { KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
 import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
-import { ValidationError } from "../kvm/validation";
+import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { DEFAULTS, type ProxyHealth } from "./args";
+import { DEFAULTS, type ProxyHealth, placementOf } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
+import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
@@ -137,6 +139,34 @@ export class KvmProxyRuntime {
     return this.operations;
   }
 
+  /**
+   * Makes a host given in full (a `host` input, or the `hostConnection` a
+   * state records) known to the operations, by the rules of check; its key
+   * material joins the secrets every message is cleaned of. Anything else
+   * (a key of kvm:hosts, a pool) is left to the configuration.
+   */
+  private registerHost(v: unknown): void {
+    const pool =
+      typeof v === "object" && v !== null && !isHostEntry(v) ? (v as { pool?: unknown }).pool : undefined;
+    if (Array.isArray(pool)) {
+      for (const item of pool) this.registerHost(item);
+      return;
+    }
+    if (!isHostEntry(v)) return;
+    const f = new Failures();
+    const host = checkHostEntry(f, v, this.config);
+    // Not known yet (a preview): nothing to reach.
+    if (host === undefined && f.empty) return;
+    if (host === undefined) {
+      // Reasons quote no key material (host-config.ts), so they can be shown.
+      throw new ProviderError("permanent", f.list.map((x) => `${x.property}: ${x.reason}`).join("; "));
+    }
+    this.secrets = [...new Set([...this.secrets, ...secretStrings([host])])].sort(
+      (a, b) => b.length - a.length,
+    );
+    this.ops().hosts.register(host);
+  }
+
   /** What create waits for and refresh probes (readiness.ts), over these operations. */
   private readiness(): Readiness {
     return new Readiness(this.ops(), {
@@ -202,9 +232,10 @@ export class KvmProxyRuntime {
   /** The members of a proxy's rotation group on its hosts (its own and its pool's). */
   private membersOf(rotation: RotationSettings, olds: Props, news: Props): Promise<Member[]> {
     const owner = news.owner as { project?: unknown; stack?: unknown } | undefined;
-    const pool = (news.host as { pool?: unknown } | undefined)?.pool;
-    const keys = [olds.host, news.host, ...(Array.isArray(pool) ? pool : [])].filter(
-      (k): k is string => typeof k === "string" && Object.hasOwn(this.config.hosts, k),
+    this.registerHost(olds.hostConnection);
+    this.registerHost(news.host);
+    const keys = [...new Set([olds.host, ...hostKeysOf(news.host)])].filter(
+      (k): k is string => typeof k === "string" && this.ops().hosts.has(k),
     );
     if (
       rotation.group === undefined ||
@@ -227,7 +258,8 @@ export class KvmProxyRuntime {
    */
   async create(inputs: Props): Promise<{ id: string; outs: Props }> {
     const c = asChecked(inputs);
-    const pool = typeof c.host === "string" ? undefined : c.host.pool;
+    const { pool } = placementOf(c.host);
+    this.registerHost(c.host);
     const spec = createSpec(c, this.backend());
     let health: ProxyHealth | undefined;
     try {
@@ -276,6 +308,7 @@ export class KvmProxyRuntime {
 
   async read(id: string, props: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {
     const { host, name } = parseProviderId(id);
+    this.registerHost(props.hostConnection);
     // The recorded UUID saves a lookup per VM on refresh (KvmOperations.get).
     const known = typeof props.uuid === "string" && props.uuid !== "" ? { uuid: props.uuid } : {};
     const status = await this.ops().get(host, name, known);
@@ -311,6 +344,8 @@ export class KvmProxyRuntime {
   async update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
     const c = asChecked(news);
     const { host, name } = parseProviderId(id);
+    // How the host is reached now (a host given in full may have a new address or key).
+    this.registerHost(c.host);
     const o = this.ops();
     // The recorded UUID saves the lookup by name (a domain recreated by hand is still found by name).
     const known = typeof olds.uuid === "string" && olds.uuid !== "" ? { uuid: olds.uuid } : {};
@@ -370,6 +405,8 @@ export class KvmProxyRuntime {
 
   async delete(id: string, props: Props): Promise<void> {
     const { host, name } = parseProviderId(id);
+    // The connection the state records: the resource that made the host may already say otherwise.
+    this.registerHost(props.hostConnection);
     const timeouts = props.timeouts as { delete?: number } | undefined;
     const deadlineMs =
       (typeof timeouts?.delete === "number" ? timeouts.delete : DEFAULTS.deleteSeconds) * 1000;
@@ -398,6 +435,11 @@ export class KvmProxyRuntime {
 
 /** The secret strings of the configuration: private keys (and each of their lines) and passphrases. */
 function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
+  return secretStrings(Object.values(config.hosts), sharedKey);
+}
+
+/** The secret strings of `hosts` (and of a shared key): private keys, each of their lines, passphrases. */
+function secretStrings(hosts: readonly HostConfig[], sharedKey?: unknown): string[] {
   const out = new Set<string>();
   const add = (v: unknown) => {
     if (typeof v !== "string") return;
@@ -406,9 +448,13 @@ function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
       if (line.trim().length >= 16 && !line.startsWith("-----")) out.add(line.trim());
   };
   add(sharedKey);
-  for (const h of Object.values(config.hosts)) {
+  for (const h of hosts) {
     add(h.ssh?.privateKey);
     add(h.ssh?.passphrase);
+    for (const hop of h.reach?.jump ?? []) {
+      add(hop.ssh.privateKey);
+      add(hop.ssh.passphrase);
+    }
   }
   return [...out].filter((v) => v.length >= 4).sort((a, b) => b.length - a.length);
 }

@@ -10,7 +10,7 @@
  * members.
  */
 import * as pulumi from "@pulumi/pulumi";
-import type { KvmProxyArgs } from "./args";
+import type { HostInput, KvmProxyArgs } from "./args";
 import { KvmProxy } from "./kvm-proxy";
 
 export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
@@ -19,8 +19,12 @@ export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
 export interface ProxyFleetArgs {
   /** How many proxies (a plain number: members are separate resources). */
   size: number;
-  /** The pool: keys of the stack config `kvm:hosts` that members are placed over. */
-  hosts: pulumi.Input<pulumi.Input<string>[]>;
+  /**
+   * The pool members are placed over: keys of the stack config `kvm:hosts`,
+   * or hosts given in full (`{key, uri, ...}`, e.g. from the resources that
+   * make them), or both.
+   */
+  hosts: pulumi.Input<pulumi.Input<string | HostInput>[]>;
   /** What every member gets (image, memoryMiB, proxy block, ...); tags gain `fleet` and `member`. */
   proxy: Omit<KvmProxyArgs, "host" | "name" | "rotation" | "macAddress">;
   /**
@@ -51,7 +55,7 @@ export class ProxyFleet extends pulumi.ComponentResource {
         `ProxyFleet ${name}: size must be a non-negative integer, got ${String(size)}`,
       );
     }
-    const pool = pulumi.output(args.hosts).apply((keys) => [...keys]);
+    const pool = pulumi.output(args.hosts).apply((hosts) => [...hosts]) as pulumi.Output<string[]>;
     const rotation = args.rotation;
     this.proxies = [];
     for (let i = 0; i < size; i++) {

@@ -10,14 +10,15 @@
  *
  * Dynamic providers receive the whole stack config in `configure`, secrets
  * decrypted. Each host and image is parsed on its own, so one broken entry
- * only fails the resources that use it. Connection settings are never
- * resource inputs: changing them never replaces a VM.
+ * only fails the resources that use it. A host may also be a resource input
+ * (`host: {key, uri, ...}`, check-placement.ts), parsed by the same rules
+ * ({@link parseHostEntry}); changing how a host is reached never replaces a VM.
  */
 import { type HostConfig, parseHost, parseKeyedEntries } from "../kvm/config/host-config";
 import { type ImageConfig, parseImage } from "../kvm/config/image";
 import { privateKeyContentProblem } from "../kvm/config/ssh-reach";
 import { given, isObject } from "../kvm/fields";
-import { internalFailure, type ValidationFailure } from "../kvm/validation";
+import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
 
 /** Stack config keys read. */
 export const CONFIG_KEYS = {
@@ -35,6 +36,8 @@ export interface StackConfig {
   imageFailures: Record<string, ValidationFailure[]>;
   /** Failures not tied to one entry (e.g. `kvm:hosts` is not an object). */
   general: ValidationFailure[];
+  /** `kvm:sshPrivateKey`, for hosts given as inputs that bring no auth of their own either. */
+  sharedSshKey?: string;
 }
 
 /** An empty configuration (before configure ran, or with no `kvm:*` keys). */
@@ -61,7 +64,29 @@ export function decodeConfigValue(v: unknown): unknown {
 
 const SSH_AUTH_FIELDS = ["privateKey", "privateKeyPath", "agentSocket"];
 
-/** Lines reported per host before the rest are counted only. */
+/**
+ * One host entry (of `kvm:hosts`, or a resource's `host` object): the host
+ * config, or undefined with failures recorded under `f`. `sharedKey`
+ * (`kvm:sshPrivateKey`) applies to an ssh:// host that brings no auth of its own.
+ */
+export function parseHostEntry(
+  key: string,
+  value: unknown,
+  f: Failures,
+  sharedKey: string | undefined,
+): HostConfig | undefined {
+  const withKey =
+    sharedKey !== undefined &&
+    isObject(value) &&
+    typeof value.uri === "string" &&
+    value.uri.startsWith("ssh:") &&
+    SSH_AUTH_FIELDS.every((k) => !given(value[k]))
+      ? { ...value, privateKey: sharedKey }
+      : value;
+  const host = parseHost(key, withKey, f);
+  return f.empty ? host : undefined;
+}
+
 /**
  * Parses the `kvm:*` values read through `get` (a function of the full key,
  * e.g. `get("kvm:hosts")`). Never throws: whatever the values, each problem
@@ -92,19 +117,10 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
     }
   }
 
-  // The shared key applies to ssh:// hosts that bring no auth of their own.
-  const withSharedKey = (value: unknown): unknown =>
-    typeof sshKey === "string" &&
-    isObject(value) &&
-    typeof value.uri === "string" &&
-    value.uri.startsWith("ssh:") &&
-    SSH_AUTH_FIELDS.every((k) => !given(value[k]))
-      ? { ...value, privateKey: sshKey }
-      : value;
-  const hosts = parseKeyedEntries(rawHosts, CONFIG_KEYS.hosts, (key, value, f) => {
-    const host = parseHost(key, withSharedKey(value), f);
-    return f.empty ? host : undefined;
-  });
+  if (typeof sshKey === "string") out.sharedSshKey = sshKey;
+  const hosts = parseKeyedEntries(rawHosts, CONFIG_KEYS.hosts, (key, value, f) =>
+    parseHostEntry(key, value, f, out.sharedSshKey),
+  );
   const images = parseKeyedEntries(rawImages, CONFIG_KEYS.images, parseImage);
   out.hosts = hosts.values;
   out.hostFailures = hosts.failures;

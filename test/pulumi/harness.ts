@@ -189,6 +189,15 @@ export class Workspace {
     >;
   }
 
+  /** The steps `pulumi preview --json` plans: each one's op (create, update, replace, same...) and URN. */
+  previewSteps(): { op: string; urn: string }[] {
+    const r = this.mustRun("preview", "--json");
+    return ((JSON.parse(r.stdout) as { steps?: { op: string; urn: string }[] }).steps ?? []).map((st) => ({
+      op: st.op,
+      urn: st.urn,
+    }));
+  }
+
   /** The raw checkpoint text (secrets stay encrypted). */
   stateText(): string {
     return this.mustRun("stack", "export").stdout;

@@ -152,7 +152,7 @@ describe("changes", () => {
         "rep-a": { ...proxies["rep-a"], userData: "#cloud-config\nhostname: x\n" },
       },
     });
-    const steps = previewSteps(ws);
+    const steps = ws.previewSteps();
     const changed = steps.filter((st) => st.op !== "same" && st.urn.includes("KvmProxy"));
     expect(changed.length).toBeGreaterThan(0);
     for (const st of changed) expect(st.urn).toMatch(/::rep-a$/);
@@ -238,14 +238,6 @@ function upSteps(ws: Workspace): { op: string; urn: string; keys: string[] }[] {
 }
 
 /** The steps `pulumi preview --json` plans. */
-function previewSteps(ws: Workspace): { op: string; urn: string }[] {
-  const r = ws.mustRun("preview", "--json");
-  return ((JSON.parse(r.stdout) as { steps?: { op: string; urn: string }[] }).steps ?? []).map((st) => ({
-    op: st.op,
-    urn: st.urn,
-  }));
-}
-
 function virshUuid(name: string): string {
   return virsh(host, "domuuid", name).trim();
 }

@@ -79,6 +79,47 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "host",
     /kvm:hosts\.pubkey\.privateKey: is a public key/,
   ],
+  // Issue 24: a host given in full, by the rules of a kvm:hosts entry.
+  ["host in full without a key", { host: { uri: "unix:///run/x" } }, "host.key", /is required/],
+  [
+    "host in full with a bad key",
+    { host: { key: "Edge 1", uri: "unix:///run/x" } },
+    "host.key",
+    /lower-case/,
+  ],
+  ["host in full without a uri", { host: { key: "edge" } }, "host.uri", /is required/],
+  [
+    "host in full whose privateKeyPath holds a pasted key",
+    {
+      host: { key: "edge", uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k", privateKeyPath: KEY },
+    },
+    "host.privateKeyPath",
+    /holds key material, not a path/,
+  ],
+  [
+    "host in full with an unknown field",
+    { host: { key: "edge", uri: "unix:///run/x", colour: "red" } },
+    "host.colour",
+    /unknown/,
+  ],
+  [
+    "host pool whose host in full has no uri",
+    { host: { pool: ["lab", { key: "edge" }] } },
+    "host.pool[1].uri",
+    /is required/,
+  ],
+  [
+    "host pool naming one host as a key and in full",
+    { host: { pool: ["lab", { key: "lab", uri: "unix:///run/libvirt/libvirt-sock" }] } },
+    "host.pool[1]",
+    /listed twice/,
+  ],
+  [
+    "host in full under a key kvm:hosts sets up otherwise",
+    { host: { key: "lab", uri: "unix:///run/other-sock" } },
+    "host.key",
+    /also a key of the stack config kvm:hosts/,
+  ],
   // Issue 14: networking.
   [
     "a NIC with two attachments",

@@ -119,14 +119,14 @@ interface Entry {
 /** One shared, lazily connected libvirt connection per configured host. */
 export class HostPool {
   readonly tracer: CallTracer;
-  private readonly hosts: Readonly<Record<string, HostConfig>>;
+  private readonly hosts: Record<string, HostConfig>;
   private readonly options: HostPoolOptions;
   private readonly entries = new Map<string, Entry>();
   /** Jump host connections, shared by every host behind the same hop. */
   private readonly jumpHosts = new JumpHosts();
 
   constructor(hosts: Readonly<Record<string, HostConfig>>, options: HostPoolOptions = {}) {
-    this.hosts = hosts;
+    this.hosts = { ...hosts };
     this.options = options;
     this.tracer = options.tracer ?? new CallTracer();
   }
@@ -164,6 +164,21 @@ export class HostPool {
    */
   pool(key: string): Promise<StoragePool | undefined> {
     return this.entry(key).pool.get();
+  }
+
+  /**
+   * Makes `host` known under its key (a host a resource gives in full): the
+   * same settings again change nothing; other settings (a new address or
+   * key) replace the old, whose connection is closed, and the next call
+   * connects with the new ones.
+   */
+  register(host: HostConfig): void {
+    const known = Object.hasOwn(this.hosts, host.key) ? this.hosts[host.key] : undefined;
+    if (known !== undefined && JSON.stringify(known) === JSON.stringify(host)) return;
+    this.hosts[host.key] = host;
+    const entry = this.entries.get(host.key);
+    this.entries.delete(host.key);
+    void entry?.connection.close().catch(() => undefined);
   }
 
   /** Closes every connection made so far; later calls build fresh ones. */

@@ -38,6 +38,38 @@ describe("stack config", () => {
   });
 });
 
+describe("check: a host given in full", () => {
+  it.each<[string, Record<string, unknown>]>([
+    ["a unix socket host", { key: "edge", uri: "unix:///run/x" }],
+    [
+      "an ssh host with its key and known_hosts lines",
+      {
+        key: "edge",
+        uri: "ssh://root@lab.example.com:22",
+        knownHosts:
+          "lab.example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0kvmpkvmpkvmpkvmpkvmpkvmpkvmpkvmpkvmpkvmp\n",
+        privateKey: KEY,
+        pool: "images",
+        network: "lan",
+      },
+    ],
+    ["a kvm:hosts entry's own key and settings", { key: "lab", uri: "unix:///run/libvirt/libvirt-sock" }],
+    ["values not known yet (preview)", { key: "edge", uri: UNKNOWN, privateKey: UNKNOWN }],
+    ["a key not known yet", { key: UNKNOWN, uri: UNKNOWN }],
+  ])("accepts %s, keeping it as given", (_, host) => {
+    const r = check({ ...good, host });
+    expect(r.failures).toEqual([]);
+    expect(r.inputs.host).toEqual(host);
+  });
+
+  it("names the field and quotes no key material", () => {
+    const secret = "s3cret-not-a-key-at-all";
+    const r = check({ ...good, host: { key: "edge", uri: "ssh://root@h:22", privateKey: secret } });
+    expect(r.failures.map((f) => f.property)).toEqual(["host.privateKey"]);
+    expect(JSON.stringify(r.failures)).not.toContain(secret);
+  });
+});
+
 describe("check accepts", () => {
   it("a minimal proxy, applying defaults and an autoname", () => {
     const r = check({ ...good, owner: { project: "p", stack: "s", urn: "urn:x", resource: "Edge Proxy" } });

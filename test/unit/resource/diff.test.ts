@@ -384,3 +384,92 @@ describe("user-data and vendor-data in the state", () => {
     expect(diffProxy(olds, news).replaces).toContain("userData");
   });
 });
+
+describe("diff: a host given in full", () => {
+  /** Old outputs of a proxy created on host `key` from `args`. */
+  function on(key: string, args: Record<string, unknown>): Record<string, unknown> {
+    const c = checked({ ...base, ...args });
+    return outputsFrom(c as unknown as CheckedInputs, {
+      host: key,
+      name: c.name as string,
+      state: "running",
+      uuid: "u",
+      mac: "52:54:00:00:00:01",
+      ipv4: "192.168.1.2",
+    });
+  }
+  const edge = { key: "edge", uri: "unix:///run/edge" };
+  const cases: [
+    string,
+    Record<string, unknown>,
+    string,
+    unknown,
+    { replaces: string[]; updates: string[] },
+  ][] = [
+    [
+      "a kvm:hosts key, then the same host in full: recorded, not replaced",
+      { host: "lab" },
+      "lab",
+      { key: "lab", uri: "unix:///s" },
+      { replaces: [], updates: ["host"] },
+    ],
+    ["the same host in full again: no change", { host: edge }, "edge", edge, { replaces: [], updates: [] }],
+    [
+      "the host reached at another address: updated in place",
+      { host: edge },
+      "edge",
+      { ...edge, uri: "unix:///run/edge-2" },
+      { replaces: [], updates: ["host"] },
+    ],
+    [
+      "another key: replaced",
+      { host: edge },
+      "edge",
+      { ...edge, key: "edge2" },
+      { replaces: ["host"], updates: [] },
+    ],
+    [
+      "a key not known yet: replaced (it may be another host)",
+      { host: edge },
+      "edge",
+      { key: UNKNOWN, uri: UNKNOWN },
+      { replaces: ["host"], updates: [] },
+    ],
+    [
+      "from in full back to the kvm:hosts key: not replaced",
+      { host: { key: "lab", uri: "unix:///s" } },
+      "lab",
+      "lab",
+      { replaces: [], updates: [] },
+    ],
+  ];
+  it.each(cases)("%s", (_, oldArgs, key, host, want) => {
+    const olds = on(key, oldArgs);
+    const d = diffProxy(olds, checked({ ...base, host }, olds));
+    expect({ replaces: d.replaces, updates: d.updates }).toEqual(want);
+  });
+
+  it.each<[string, unknown, { replaces: string[]; updates: string[] }]>([
+    ["its host still in the pool, in full", { pool: ["lab2", edge] }, { replaces: [], updates: [] }],
+    [
+      "its host in the pool, reached otherwise",
+      { pool: [{ ...edge, uri: "unix:///run/edge-2" }] },
+      { replaces: [], updates: ["host"] },
+    ],
+    ["its host gone from the pool", { pool: ["lab2"] }, { replaces: ["host"], updates: [] }],
+  ])("a pooled proxy with %s", (_, host, want) => {
+    const olds = on("edge", { host: { pool: [edge, "lab"] } });
+    const d = diffProxy(olds, checked({ ...base, host }, olds));
+    expect({ replaces: d.replaces, updates: d.updates }).toEqual(want);
+  });
+
+  it("records a pooled proxy's host in full: the one it was placed on", () => {
+    expect(on("edge", { host: { pool: ["lab", edge] } }).hostConnection).toEqual(edge);
+    expect(on("lab", { host: { pool: ["lab", edge] } }).hostConnection).toBeUndefined();
+  });
+
+  it("records the host in full as the secret output delete and refresh reach it by", () => {
+    expect(on("edge", { host: edge }).hostConnection).toEqual(edge);
+    expect(on("lab", { host: "lab" }).hostConnection).toBeUndefined();
+  });
+});

@@ -219,7 +219,7 @@ describe("check", () => {
     );
     const failures = check(broken, { host: "lab", image: "/x" });
     expect(failures).toEqual([
-      { property: "host", reason: expect.stringContaining("internal error: TypeError") },
+      { property: "host (secret)", reason: expect.stringContaining("internal error: TypeError") },
     ]);
     expect(JSON.stringify(failures)).not.toContain("s3cr3t");
   });

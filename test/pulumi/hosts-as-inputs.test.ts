@@ -1,0 +1,152 @@
+/**
+ * A host given in full (issue 24): the program makes its hypervisor's
+ * connection itself (test/pulumi/programs/hosted: a dynamic resource returns
+ * the test host's uri, host key and a secret private key), and its proxies
+ * take the host from those outputs in the same `up`. Preview plans them with
+ * the host unknown; no line of the CLI at -v=9 with our most verbose trace,
+ * and nothing in the state, holds the private key (beyond the engine's own
+ * property dumps at -v=7 and above, which print every value it plans with:
+ * see secrets.test.ts); destroy deletes the proxies before the hypervisor.
+ * A stack moving from `host: "remote"` to the same host in full replaces
+ * nothing.
+ */
+import { readFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type TestHost, testHost } from "../support/test-host";
+import { domainsOfStack, hostsConfig, removeByHand, TEST_PROXY_ARGS, virsh, Workspace } from "./harness";
+
+/** Engine lines that print every property value (secrets.test.ts). */
+const ENGINE_PROPERTY_DUMP =
+  /"msg":"(Marshaling property for RPC|Unmarshaling property for RPC|Planner decided )/;
+
+let host: TestHost;
+let keyText: string;
+const workspaces: Workspace[] = [];
+
+beforeAll(() => {
+  host = testHost();
+  keyText = readFileSync(host.sshKeyPath, "utf8");
+});
+
+afterAll(() => {
+  for (const ws of workspaces) {
+    ws.cleanup();
+    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+});
+
+function hosted(tag: string): Workspace {
+  const ws = new Workspace(tag, { name: "kvmpt-hosted", main: "test/pulumi/programs/hosted" });
+  workspaces.push(ws);
+  return ws;
+}
+
+const uri = () => `ssh://${host.sshUser}@${host.address}:${host.sshPort}`;
+/** What a kvm:hosts entry of the test host says besides its uri and key (hostsConfig's). */
+const common = () => ({ domainType: "qemu", pool: host.poolName, network: host.network });
+
+/** The base64 lines of the private key: what a leak would show. */
+function keyLines(): string[] {
+  return keyText
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !l.startsWith("-----"));
+}
+
+function leaks(text: string): string[] {
+  return keyLines().filter((l) => text.includes(l));
+}
+
+/** The lines of `output` that hold key material, less the engine's own property dumps. */
+function leakingLines(output: string): string[] {
+  return output.split("\n").filter((line) => !ENGINE_PROPERTY_DUMP.test(line) && leaks(line).length > 0);
+}
+
+function verbose(ws: Workspace, ...args: string[]) {
+  ws.extraEnv = { KVMP_LOG: "2" };
+  const r = ws.run(...args, "--debug", "-v=9", "--logtostderr", "--logflow");
+  ws.extraEnv = {};
+  expect(r.code, r.output.slice(-4000)).toBe(0);
+  return r.output;
+}
+
+describe("a host another resource of the program makes", () => {
+  it("creates two proxies on it in one up, keeps its key out of logs and state, and destroys them before it", () => {
+    const ws = hosted("made");
+    ws.setConfig({
+      "kvm:images": hostsConfig(host, [])["kvm:images"],
+      "hosted:hypervisor": { uri: uri(), knownHosts: readFileSync(host.knownHostsPath, "utf8") },
+      "hosted:key": "hv",
+      "hosted:hostExtra": common(),
+      "hosted:proxies": ["made-a", "made-b"],
+      "hosted:proxyArgs": { image: "tiny", ...TEST_PROXY_ARGS },
+    });
+    ws.setSecret("hosted:privateKey", keyText);
+
+    // Preview: the hypervisor and both proxies to be created, the proxies' host not known yet.
+    const plan = JSON.parse(ws.mustRun("preview", "--json").stdout) as {
+      steps: { op: string; urn: string; newState?: { inputs?: Record<string, unknown> } }[];
+    };
+    const creates = plan.steps.filter((s) => s.op === "create").map((s) => s.urn.split("::").pop());
+    expect(creates).toEqual(expect.arrayContaining(["hypervisor", "made-a", "made-b"]));
+    const proxyInputs = plan.steps.find((s) => s.urn.endsWith("::made-a"))?.newState?.inputs ?? {};
+    expect(JSON.stringify(proxyInputs.host)).toMatch(
+      /04da6b54-80e4-46f7-96ec-b56ff0331ba9|\[secret\]|unknown/i,
+    );
+
+    const upLog = verbose(ws, "up", "--yes", "--skip-preview");
+    expect(leakingLines(upLog)).toEqual([]);
+    const domains = domainsOfStack(host, ws.stack);
+    expect(domains).toHaveLength(2);
+    const outputs = ws.outputs();
+    expect(outputs.hosts).toEqual(["hv", "hv"]);
+    for (const id of outputs.ids as string[]) expect(id).toMatch(/^kvm:\/\/hv\//);
+    expect(leaks(ws.stateText())).toEqual([]);
+
+    // Refresh and preview reach the VMs through the connection the state records.
+    expect(leakingLines(verbose(ws, "refresh", "--yes", "--skip-preview"))).toEqual([]);
+    ws.mustRun("preview", "--expect-no-changes");
+
+    const destroyLog = ws.destroy().output;
+    const deletedAt = (name: string) => destroyLog.search(new RegExp(`${name} deleted`));
+    for (const proxy of ["made-a", "made-b"]) {
+      expect(deletedAt(proxy)).toBeGreaterThanOrEqual(0);
+      expect(deletedAt(proxy)).toBeLessThan(deletedAt("hypervisor"));
+    }
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+  });
+});
+
+describe("moving between the two forms", () => {
+  it('from host: "remote" to the same host in full: previewed and applied as an update, the VM kept', () => {
+    const ws = hosted("moved");
+    ws.setConfig({
+      ...hostsConfig(host, ["remote"]),
+      "hosted:fromConfig": "remote",
+      "hosted:proxies": ["moved-a"],
+      "hosted:proxyArgs": { image: "tiny", ...TEST_PROXY_ARGS },
+    });
+    ws.setSecret("kvm:sshPrivateKey", keyText);
+    ws.up();
+    const [domain] = domainsOfStack(host, ws.stack);
+    const uuid = virsh(host, "domuuid", domain as string).trim();
+
+    ws.mustRun("config", "rm", "hosted:fromConfig");
+    ws.setConfig({
+      "hosted:hypervisor": { uri: uri() },
+      "hosted:key": "remote",
+      "hosted:hostExtra": { knownHostsPath: host.knownHostsPath, ...common() },
+    });
+    ws.setSecret("hosted:privateKey", keyText);
+    const steps = ws.previewSteps().filter((s) => s.urn.endsWith("::moved-a"));
+    expect(steps.map((s) => s.op)).toEqual(["update"]);
+
+    ws.up();
+    expect(domainsOfStack(host, ws.stack)).toEqual([domain]);
+    expect(virsh(host, "domuuid", domain as string).trim()).toBe(uuid);
+    expect(leaks(ws.stateText())).toEqual([]);
+    ws.mustRun("preview", "--expect-no-changes");
+    ws.destroy();
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+  });
+});

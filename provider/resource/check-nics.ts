@@ -7,14 +7,18 @@
  * autoname) gets new ones. A static address another proxy of this program
  * claims on the same host fails here, naming both.
  */
+
+import type { HostConfig } from "../kvm/config/host-config";
 import { given } from "../kvm/fields";
 import { bare, family, parseCidr, sameAddress } from "../kvm/network/ip";
 import {
+  attachmentOf,
   canonicalNic,
   deriveMac,
   type NicAttachment,
   type NicSpec,
   readNics,
+  resolveHostNics,
   shorthandNic,
 } from "../kvm/network/nic";
 import type { Failures } from "../kvm/validation";
@@ -51,6 +55,27 @@ export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | 
         ? { kind: "network", network: c.network }
         : undefined;
   return [shorthandNic(attachment, c.macAddress)];
+}
+
+/**
+ * What preview warns of when the proxy's address is likely reachable from
+ * its host only: its primary NIC on a libvirt network (NAT, as libvirt's
+ * `default` is) of a host reached over SSH. Neither proxyUrl nor a health
+ * check from the machine running Pulumi gets there. Undefined otherwise (a
+ * bridge or macvtap NIC, static addresses, or a local host).
+ */
+export function unreachableAddressWarning(nics: readonly NicSpec[], host: HostConfig): string | undefined {
+  if (host.endpoint.kind !== "ssh") return undefined;
+  const primary = resolveHostNics(nics, host.nic).find((n) => n.primary) ?? nics[0];
+  if (primary === undefined || primary.addresses.length > 0) return undefined;
+  const a = attachmentOf(primary);
+  if (a.kind !== "network") return undefined;
+  return (
+    `the proxy's address will be on libvirt network ${quote(a.network)} of host ${quote(host.key)}: ` +
+    "if that network is NAT (libvirt's default is), only that host reaches it, so proxyUrl and a health check " +
+    "from this machine do not; attach the primary NIC to a bridge or macvtap NIC with a reachable address, " +
+    "or forward a port on the host (README: Networking), or set healthCheck: false"
+  );
 }
 
 /** What the networking inputs check to. UNKNOWN stands for a value not known at preview. */

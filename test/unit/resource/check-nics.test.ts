@@ -1,8 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
+import type { HostConfig } from "../../../provider/kvm/config/host-config";
 import { seedFiles } from "../../../provider/kvm/guest/seed";
 import { asChecked, checkInputs } from "../../../provider/resource/check";
-import { outgoingAddressProblem } from "../../../provider/resource/check-nics";
+import {
+  outgoingAddressProblem,
+  unreachableAddressWarning,
+  vmNicsOf,
+} from "../../../provider/resource/check-nics";
 import { createSpec } from "../../../provider/resource/mapping";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
@@ -181,5 +186,30 @@ describe("proxy.outgoingAddress against the NICs", () => {
       outgoingAddressProblem("198.51.100.1", { nics: [nic], networkConfig: "version: 2\n" }),
     ).toBeUndefined();
     expect(outgoingAddressProblem("198.51.100.1", { nics: [nic] })).toMatch(/IPv4/);
+  });
+});
+
+describe("preview's warning of an address only the host reaches", () => {
+  const remote = config.hosts.remote as HostConfig;
+  const local = config.hosts.lab as HostConfig;
+  const onBridge: HostConfig = { ...remote, nic: { kind: "bridge", bridge: "br0" } };
+  it.each<[string, HostConfig, Record<string, unknown>, boolean]>([
+    ["an ssh host's own network (the shorthand)", remote, {}, true],
+    ["a network named on an ssh host", remote, { network: "lan" }, true],
+    ["a network NIC of nics on an ssh host", remote, { nics: [{ network: "lan" }] }, true],
+    ["a local host's network (this machine is the host)", local, {}, false],
+    ["an ssh host whose own NIC is a bridge", onBridge, {}, false],
+    ["a bridge named on an ssh host", remote, { bridge: "br0" }, false],
+    [
+      "a static address on an ssh host's network",
+      remote,
+      { nics: [{ network: "lan", addresses: ["203.0.113.7/24"] }] },
+      false,
+    ],
+  ])("%s: %s", (_, host, news, warned) => {
+    const c = asChecked(check(news).inputs);
+    const text = unreachableAddressWarning(vmNicsOf(c), host);
+    expect(text !== undefined).toBe(warned);
+    if (warned) expect(text).toMatch(/libvirt network "(default|lan)" of host "remote"/);
   });
 });

@@ -34,6 +34,14 @@ export interface HealthCheck {
   url?: string;
   /** The HTTP status that counts as healthy (default 200). Only with url. */
   expectStatus?: number;
+  /**
+   * Where the probe goes from: "local" (the machine running Pulumi) or
+   * "host" (through the VM's host, over the SSH connection the provider
+   * holds, for a guest only its host routes to). Default "host" when the
+   * primary NIC is on a libvirt network of an ssh:// host without static
+   * addresses, "local" otherwise.
+   */
+  via?: "local" | "host";
 }
 
 /**
@@ -316,7 +324,7 @@ export interface CheckedInputs {
   /** The port squid listens on: proxy.port, or the shorthand, or 3128. */
   proxyPort: number;
   /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
-  healthCheck: { url?: string; expectStatus?: number } | false;
+  healthCheck: { url?: string; expectStatus?: number; via?: "local" | "host" } | false;
   waitForIp: WaitForIp;
   /** In seconds. */
   timeouts: { create: number; delete: number };

@@ -58,23 +58,30 @@ export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | 
 }
 
 /**
- * What preview warns of when the proxy's address is likely reachable from
- * its host only: its primary NIC on a libvirt network (NAT, as libvirt's
- * `default` is) of a host reached over SSH. Neither proxyUrl nor a health
- * check from the machine running Pulumi gets there. Undefined otherwise (a
- * bridge or macvtap NIC, static addresses, or a local host).
+ * The libvirt network of the proxy's primary NIC when its address is likely
+ * reachable from its host only: a libvirt network (NAT, as libvirt's
+ * `default` is) of a host reached over SSH, the address from DHCP.
+ * Undefined otherwise (a bridge or macvtap NIC, static addresses, or a local
+ * host, which is this machine).
  */
-export function unreachableAddressWarning(nics: readonly NicSpec[], host: HostConfig): string | undefined {
+export function hostOnlyNetwork(nics: readonly NicSpec[], host: HostConfig): string | undefined {
   if (host.endpoint.kind !== "ssh") return undefined;
-  const primary = resolveHostNics(nics, host.nic).find((n) => n.primary) ?? nics[0];
+  const resolved = resolveHostNics(nics, host.nic);
+  const primary = resolved.find((n) => n.primary) ?? resolved[0];
   if (primary === undefined || primary.addresses.length > 0) return undefined;
   const a = attachmentOf(primary);
-  if (a.kind !== "network") return undefined;
+  return a.kind === "network" ? a.network : undefined;
+}
+
+/** What preview warns of when {@link hostOnlyNetwork} finds the proxy's address likely reachable from its host only. */
+export function unreachableAddressWarning(nics: readonly NicSpec[], host: HostConfig): string | undefined {
+  const network = hostOnlyNetwork(nics, host);
+  if (network === undefined) return undefined;
   return (
-    `the proxy's address will be on libvirt network ${quote(a.network)} of host ${quote(host.key)}: ` +
-    "if that network is NAT (libvirt's default is), only that host reaches it, so proxyUrl and a health check " +
-    "from this machine do not; attach the primary NIC to a bridge or macvtap NIC with a reachable address, " +
-    "or forward a port on the host (README: Networking), or set healthCheck: false"
+    `the proxy's address will be on libvirt network ${quote(network)} of host ${quote(host.key)}: ` +
+    "if that network is NAT (libvirt's default is), only that host reaches it, so proxyUrl is of use there " +
+    "only (the health check goes through the host); attach the primary NIC to a bridge or macvtap NIC with " +
+    "a reachable address, or forward a port on the host (README: Networking)"
   );
 }
 

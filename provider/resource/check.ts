@@ -197,10 +197,18 @@ function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs
     f.fail("healthCheck", "must be false or {url, expectStatus}");
     return false;
   }
-  const out: { url?: string; expectStatus?: number } = {};
+  const out: { url?: string; expectStatus?: number; via?: "local" | "host" } = {};
   for (const k of Object.keys(v)) {
-    if (k !== "url" && k !== "expectStatus")
-      f.fail(`healthCheck.${k}`, "unknown property (known: url, expectStatus)");
+    if (k !== "url" && k !== "expectStatus" && k !== "via")
+      f.fail(`healthCheck.${k}`, "unknown property (known: url, expectStatus, via)");
+  }
+  if (given(v.via) && v.via !== UNKNOWN) {
+    if (v.via === "local" || v.via === "host") out.via = v.via;
+    else
+      f.fail(
+        "healthCheck.via",
+        'must be "local" (from the machine running Pulumi) or "host" (through the VM\'s host)',
+      );
   }
   if (given(v.url) && v.url !== UNKNOWN) {
     const url = healthUrl(f, v.url);

@@ -19,6 +19,8 @@
  *   judged by {@link judgeStatus} like a reply from here.
  */
 import http from "node:http";
+import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
 
@@ -34,6 +36,55 @@ export interface ProbeTarget {
   expectStatus?: number;
   /** The name the proxy's squid gives itself (`squidName` of its setup). */
   squidName: string;
+  /**
+   * How to reach `ip:proxyPort` when not directly from here: a connection
+   * through the VM's host (`healthCheck.via: "host"`, HostPool.tunnel).
+   */
+  connect?: () => Promise<Duplex>;
+}
+
+/**
+ * Where a probe's request goes: `ip:proxyPort` directly, or the stream
+ * `t.connect` opens (with the socket methods http asks of a connection).
+ */
+function endpoint(t: ProbeTarget): http.RequestOptions {
+  const connect = t.connect;
+  if (connect === undefined) return { host: t.ip, port: t.proxyPort };
+  return {
+    createConnection: (_options, done) => {
+      connect().then(
+        (stream) => done(null, asSocket(stream)),
+        (err: unknown) => done(err instanceof Error ? err : new Error(String(err)), undefined as never),
+      );
+      return undefined as never;
+    },
+  };
+}
+
+/** A stream as http uses a socket: idle timeouts kept by a timer, the TCP options ignored (the far end has them). */
+function asSocket(stream: Duplex): Socket {
+  const s = stream as Duplex &
+    Partial<Record<"setTimeout" | "setNoDelay" | "setKeepAlive" | "ref" | "unref", unknown>>;
+  let timer: NodeJS.Timeout | undefined;
+  let idleMs = 0;
+  const arm = () => {
+    clearTimeout(timer);
+    if (idleMs > 0) timer = setTimeout(() => stream.emit("timeout"), idleMs);
+  };
+  stream.on("data", arm);
+  stream.once("close", () => clearTimeout(timer));
+  if (typeof s.setTimeout !== "function") {
+    s.setTimeout = (ms: number, cb?: () => void) => {
+      idleMs = ms;
+      if (cb !== undefined) stream.once("timeout", cb);
+      arm();
+      return stream;
+    };
+  }
+  for (const k of ["setNoDelay", "setKeepAlive", "ref", "unref"] as const) {
+    if (typeof s[k] !== "function") s[k] = () => stream;
+  }
+  return stream as unknown as Socket;
 }
 
 /** The headers of a reply a probe judges, by lower-case name. */
@@ -94,8 +145,7 @@ function viaProxy(
   return new Promise((resolve) => {
     const target = new URL(url);
     const req = http.request({
-      host: t.ip,
-      port: t.proxyPort,
+      ...endpoint(t),
       method: "GET",
       path: target.href,
       headers: { host: target.host, "user-agent": USER_AGENT },
@@ -117,8 +167,7 @@ function viaProxy(
 function squidSelf(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
   return new Promise((resolve) => {
     const req = http.request({
-      host: t.ip,
-      port: t.proxyPort,
+      ...endpoint(t),
       method: "GET",
       path: "/",
       headers: { host: where(t), "user-agent": USER_AGENT },
@@ -180,8 +229,7 @@ function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number): Promise<ProbeRe
   return new Promise((resolve) => {
     const port = url.port === "" ? 443 : Number(url.port);
     const req = http.request({
-      host: t.ip,
-      port: t.proxyPort,
+      ...endpoint(t),
       method: "CONNECT",
       path: `${url.hostname}:${port}`,
       headers: { host: `${url.hostname}:${port}` },

@@ -6,31 +6,53 @@
  * (the provider has no credentials: the password never leaves the
  * program). Pure.
  */
+import type { HostConfig } from "../kvm/config/host-config";
 import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import { squidName } from "../kvm/squid/setup";
 import { type CheckedInputs, DEFAULTS, type KvmProxyOutputs } from "./args";
+import { hostOnlyNetwork, vmNicsOf } from "./check-nics";
 import type { ProbeTarget } from "./health-check";
 import { squidConfOf } from "./mapping";
 
 type Props = Record<string, unknown>;
 
 /** What a probe needs of a proxy's inputs. */
-export interface ProbeInputs extends Pick<CheckedInputs, "healthCheck" | "proxyPort"> {
+export interface ProbeInputs
+  extends Pick<CheckedInputs, "healthCheck" | "proxyPort" | "network" | "bridge" | "macAddress"> {
   proxy?: {
     auth?: { username: string };
     allowedClients: readonly string[];
     allowedDestinations: readonly string[];
     outgoingAddress?: string;
   };
-  nics?: readonly Pick<NicSpec, "addresses" | "gateway4" | "gateway6">[];
+  nics?: NicSpec[];
 }
 
-/** The probe from here for a VM at `ip`, or undefined when the inputs turn it off. */
-export function probeTargetOf(c: ProbeInputs, ip: string): ProbeTarget | undefined {
+/**
+ * Where the probe of a proxy on `host` goes from: `healthCheck.via`, or by
+ * default "host" when the proxy's address is likely reachable from its host
+ * only (check-nics.ts hostOnlyNetwork), "local" otherwise.
+ */
+export function probeVia(c: ProbeInputs, host: HostConfig): "local" | "host" {
+  if (c.healthCheck === false) return "local";
+  if (c.healthCheck.via !== undefined) return c.healthCheck.via;
+  return hostOnlyNetwork(vmNicsOf(c), host) !== undefined ? "host" : "local";
+}
+
+/**
+ * The probe for a VM at `ip`, or undefined when the inputs turn it off;
+ * `connect` opens the connection when it goes through the host.
+ */
+export function probeTargetOf(
+  c: ProbeInputs,
+  ip: string,
+  connect?: ProbeTarget["connect"],
+): ProbeTarget | undefined {
   if (c.healthCheck === false) return undefined;
   const url = c.proxy?.auth === undefined ? c.healthCheck.url : undefined;
   return {
+    ...(connect !== undefined ? { connect } : {}),
     ip,
     proxyPort: c.proxyPort,
     squidName: squidName(squidConfOf(c)),
@@ -61,10 +83,13 @@ export function probeInputsOf(props: Props): ProbeInputs {
   const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : DEFAULTS.proxyPort;
   const shown = (props.proxy ?? undefined) as KvmProxyOutputs["proxy"];
   const nics = Array.isArray(props.nics) ? (props.nics as NicSpec[]) : undefined;
+  const text = (k: string) => (typeof props[k] === "string" ? { [k]: props[k] as string } : {});
   return {
     healthCheck,
     proxyPort,
     ...(nics !== undefined ? { nics } : {}),
+    ...text("network"),
+    ...text("bridge"),
     ...(shown !== undefined
       ? {
           proxy: {

@@ -359,7 +359,9 @@ export class KvmProxyRuntime {
     }
     // The proxy itself: one request from here, no libvirt call. A VM that runs but whose proxy fails is degraded.
     const health =
-      status.state === "running" ? await this.readiness().probeNow(probeInputsOf(props), ip) : undefined;
+      status.state === "running"
+        ? await this.readiness().probeNow(probeInputsOf(props), host, ip)
+        : undefined;
     if (health !== undefined) {
       next.health = health;
       if (!health.ok) next.state = "degraded";
@@ -421,7 +423,7 @@ export class KvmProxyRuntime {
     // A degraded proxy (or any) is probed again: the outputs say what it is now.
     const health =
       status.state === "running"
-        ? await this.readiness().probeNow(c, proxyAddressOf(c.nics, status))
+        ? await this.readiness().probeNow(c, host, proxyAddressOf(c.nics, status))
         : undefined;
     if (health !== undefined && !health.ok)
       this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);

@@ -10,8 +10,8 @@ import type { KvmOperations, VmStatus } from "../kvm/host/operations";
 import type { ProgressListener } from "../kvm/progress";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
-import { judgeStatus, type ProbeResult, probeOnce, waitHealthy } from "./health-check";
-import { guestProbeOf, type ProbeInputs, probeTargetOf } from "./probe-target";
+import { judgeStatus, type ProbeResult, type ProbeTarget, probeOnce, waitHealthy } from "./health-check";
+import { guestProbeOf, type ProbeInputs, probeTargetOf, probeVia } from "./probe-target";
 
 /** What readiness needs of the runtime around it. */
 export interface ReadinessOptions {
@@ -64,7 +64,7 @@ export class Readiness {
     signal: AbortSignal,
   ): Promise<ProxyHealth> {
     const ip = proxyAddressOf(c.nics, status);
-    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
+    const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, status.host, ip));
     if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
     const since = performance.now();
     let r: ProbeResult = await waitHealthy(target, remainingMs, { pollMs: this.o.pollMs });
@@ -84,6 +84,18 @@ export class Readiness {
       checkedAt: new Date().toISOString(),
       ...(r.ok && r.note !== undefined ? { reason: r.note } : {}),
     };
+  }
+
+  /**
+   * How a probe of the VM at `ip` on `host` connects when it goes through
+   * the host (probe-target.ts probeVia): an SSH channel from there to the
+   * proxy port. Undefined: directly from here (also for a host that is this
+   * machine, a unix socket).
+   */
+  private connector(c: ProbeInputs, host: string, ip: string): ProbeTarget["connect"] {
+    const config = this.ops.hosts.config(host);
+    if (config.endpoint.kind !== "ssh" || probeVia(c, config) !== "host") return undefined;
+    return () => this.ops.hosts.tunnel(host, ip, c.proxyPort) ?? Promise.reject(new Error("no tunnel"));
   }
 
   /** One probe of `url` inside the guest (proxies with auth): judged as a reply from here. */
@@ -123,9 +135,12 @@ export class Readiness {
     }
   }
 
-  /** One probe with a short deadline (refresh, update): the proxy's health now, no libvirt call. */
-  async probeNow(c: ProbeInputs, ip: string | undefined): Promise<ProxyHealth | undefined> {
-    const target = ip === undefined ? undefined : probeTargetOf(c, ip);
+  /**
+   * One probe with a short deadline (refresh, update): the proxy's health
+   * now, no libvirt call (through the host: one SSH channel).
+   */
+  async probeNow(c: ProbeInputs, host: string, ip: string | undefined): Promise<ProxyHealth | undefined> {
+    const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, host, ip));
     if (target === undefined) return undefined;
     const r = await probeOnce(target, this.o.probeTimeoutMs);
     const checkedAt = new Date().toISOString();

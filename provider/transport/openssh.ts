@@ -27,7 +27,7 @@ import { promises as fs } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import type { Duplex } from "node:stream";
+import { Duplex } from "node:stream";
 import type { ParsedKey } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import { type CredentialOptions, loadPrivateKey } from "./credentials";
@@ -129,6 +129,55 @@ export class OpenSshTransport implements Transport {
         throw this.#streamError(again, e);
       });
     }
+  }
+
+  /**
+   * `ssh -W host:port` with the forward's own configuration (its known hosts
+   * and agent; one more login, or none with the user's ControlMaster): the
+   * process's stdin and stdout are the connection.
+   */
+  async openTcp(host: string, port: number): Promise<Duplex> {
+    const forward = await this.#ready();
+    const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+    const child = spawn(this.#options.sshCommand ?? "ssh", forward.sshArgs(["-W", target]), {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, LC_ALL: "C" },
+    });
+    let stderr = "";
+    child.stderr?.on("data", (c: Buffer) => {
+      stderr = (stderr + c.toString("utf8")).slice(-2000);
+    });
+    const { stdin, stdout } = child as { stdin: NodeJS.WritableStream; stdout: NodeJS.ReadableStream };
+    const stream = new Duplex({
+      read: () => {
+        stdout.resume();
+      },
+      write: (chunk, encoding, done) => {
+        stdin.write(chunk, encoding, done);
+      },
+      final: (done) => {
+        stdin.end();
+        done();
+      },
+      destroy: (err, done) => {
+        if (child.exitCode === null) child.kill();
+        done(err);
+      },
+    });
+    stdout.on("data", (d: Buffer) => {
+      if (!stream.push(d)) stdout.pause();
+    });
+    stdout.on("end", () => stream.push(null));
+    // What the pipes say once the stream is done (destroyed, ssh killed) is no one's.
+    for (const p of [stdin, stdout]) p.on("error", () => undefined);
+    child.on("exit", (code) => {
+      if (code !== 0 && code !== null && !stream.destroyed) {
+        stream.destroy(
+          openSshError(`${this.description} to ${target}`, `exited with status ${code}`, stderr),
+        );
+      }
+    });
+    return stream;
   }
 
   async close(): Promise<void> {

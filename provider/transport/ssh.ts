@@ -124,6 +124,16 @@ export class SshTransport implements Transport {
     }
   }
 
+  async openTcp(host: string, port: number): Promise<Duplex> {
+    const conn = await this.#connection();
+    const what = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+    const r = await this.#channelRequest(conn, what, (cb) =>
+      conn.client.forwardOut("127.0.0.1", 0, host, port, cb),
+    );
+    if (r.channel) return r.channel;
+    throw new ProviderError("transient", `${this.description} could not connect to ${what}: ${r.refusal}`);
+  }
+
   async close(): Promise<void> {
     const pending = this.#connecting;
     if (pending) await pending.catch(() => undefined);

@@ -11,6 +11,13 @@ export interface Transport {
   /** A short description for logs and error messages, e.g. "ssh://root@host:22". Never holds secrets. */
   readonly description: string;
   open(): Promise<Duplex>;
+  /**
+   * A TCP connection from the far end to `host:port` (SSH's direct-tcpip
+   * channel, over the connection libvirt already uses): how a probe reaches
+   * a guest on a network only its host routes to. Absent on transports
+   * whose far end is this machine (a unix socket).
+   */
+  openTcp?(host: string, port: number): Promise<Duplex>;
   /** Releases anything shared beyond one stream (for SSH, the underlying connection). */
   close(): Promise<void>;
 }

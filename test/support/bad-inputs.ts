@@ -79,6 +79,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "host",
     /kvm:hosts\.pubkey\.privateKey: is a public key/,
   ],
+  [
+    "healthCheck.via not local or host",
+    { healthCheck: { via: "sideways" } },
+    "healthCheck.via",
+    /"local".*"host"/,
+  ],
   // Issue 24: a host given in full, by the rules of a kvm:hosts entry.
   ["host in full without a key", { host: { uri: "unix:///run/x" } }, "host.key", /is required/],
   [

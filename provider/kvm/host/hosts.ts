@@ -8,6 +8,7 @@
  */
 import os from "node:os";
 import path from "node:path";
+import type { Duplex } from "node:stream";
 import { ProviderError } from "../../errors";
 import { LibvirtConnection } from "../../libvirt/connection";
 import { Libvirt } from "../../libvirt/libvirt";
@@ -111,6 +112,7 @@ export interface HostPoolOptions {
 }
 
 interface Entry {
+  transport: Transport;
   connection: LibvirtConnection;
   libvirt: Libvirt;
   pool: PoolHandles;
@@ -181,6 +183,17 @@ export class HostPool {
     void entry?.connection.close().catch(() => undefined);
   }
 
+  /**
+   * A TCP connection from host `key` to `address:port`, over the SSH
+   * connection its libvirt calls use (direct-tcpip): what a probe takes to a
+   * guest on a network only its host routes to. Undefined for a host this
+   * machine is (a unix socket), where a direct connection is the same.
+   */
+  tunnel(key: string, address: string, port: number): Promise<Duplex> | undefined {
+    const { transport } = this.entry(key);
+    return transport.openTcp?.(address, port);
+  }
+
   /** Closes every connection made so far; later calls build fresh ones. */
   async closeAll(): Promise<void> {
     const entries = [...this.entries.values()];
@@ -205,7 +218,12 @@ export class HostPool {
     });
     // A dropped connection's handle is not reused: the next lookup reconnects and asks again.
     const pool = new PoolHandles(host.pool, () => (connection.connected ? connection.generation : -1));
-    const entry = { connection, libvirt: new Libvirt(pool.caller(this.tracer.wrap(key, connection))), pool };
+    const entry = {
+      transport,
+      connection,
+      libvirt: new Libvirt(pool.caller(this.tracer.wrap(key, connection))),
+      pool,
+    };
     this.entries.set(key, entry);
     return entry;
   }

@@ -9,7 +9,12 @@ import { squidName } from "../../../provider/kvm/squid/setup";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
-import { guestProbeOf, probeInputsOf, probeTargetOf } from "../../../provider/resource/probe-target";
+import {
+  guestProbeOf,
+  probeInputsOf,
+  probeTargetOf,
+  probeVia,
+} from "../../../provider/resource/probe-target";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
@@ -83,5 +88,45 @@ describe("the probe target", () => {
 
   it("is none when the health check is off", () => {
     expect(probeTargetOf(checked({ healthCheck: false }), IP)).toBeUndefined();
+  });
+});
+
+describe("where the probe goes from (healthCheck.via)", () => {
+  const hosts = readStackConfig(
+    (k) =>
+      ({
+        "kvm:hosts": {
+          local: { uri: "unix:///s" },
+          remote: { uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k", privateKeyPath: "/id" },
+          bridged: {
+            uri: "ssh://root@lab.example.com:22",
+            knownHostsPath: "/k",
+            privateKeyPath: "/id",
+            bridge: "br0",
+          },
+        },
+      })[k],
+  ).hosts;
+  it.each<[string, string, Record<string, unknown>, "local" | "host"]>([
+    ["an ssh host's NAT-like network: through the host", "remote", {}, "host"],
+    ["an ssh host, a bridge: from here", "bridged", {}, "local"],
+    [
+      "an ssh host, static addresses: from here",
+      "remote",
+      { nics: [{ network: "n", addresses: ["203.0.113.7/24"] }] },
+      "local",
+    ],
+    ["a local host: from here", "local", {}, "local"],
+    ["via given: as given", "remote", { healthCheck: { via: "local" } }, "local"],
+    ["via host given on a bridge", "bridged", { healthCheck: { via: "host" } }, "host"],
+  ])("%s", (_, key, news, want) => {
+    const c = checked(news);
+    expect(probeVia(c, hosts[key] as never)).toBe(want);
+    expect(
+      probeVia(
+        probeInputsOf(outputsFrom(c, { host: key, name: c.name, state: "running" }) as never),
+        hosts[key] as never,
+      ),
+    ).toBe(want);
   });
 });

@@ -321,19 +321,8 @@ export function filterParameters(nic: Pick<NicSpec, "addresses">): { name: strin
 // Reading `nics`
 // ---------------------------------------------------------------------------
 
-const NIC_KEYS = [
-  "network",
-  "bridge",
-  "direct",
-  "macAddress",
-  "addresses",
-  "gateway4",
-  "gateway6",
-  "nameservers",
-  "bandwidth",
-  "filter",
-  "primary",
-] as const;
+/** The fields of a `nics` item: a NIC's record less the MAC it gets (check derives or takes it). */
+const NIC_KEYS = NIC_RECORD_KEYS.filter((k) => k !== "mac");
 const ATTACHMENTS = ["network", "bridge", "direct"] as const;
 
 /** Why `v` cannot be a nameserver: not a plain address, or unspecified/multicast (loopback is fine). */

@@ -167,14 +167,19 @@ export class OpenSshTransport implements Transport {
     stdout.on("data", (d: Buffer) => {
       if (!stream.push(d)) stdout.pause();
     });
-    stdout.on("end", () => stream.push(null));
+
     // What the pipes say once the stream is done (destroyed, ssh killed) is no one's.
     for (const p of [stdin, stdout]) p.on("error", () => undefined);
-    child.on("exit", (code) => {
-      if (code !== 0 && code !== null && !stream.destroyed) {
-        stream.destroy(
-          openSshError(`${this.description} to ${target}`, `exited with status ${code}`, stderr),
-        );
+    // The end of the stream is ssh's: once its pipes are closed, a clean exit ends it and a
+    // failed one (the far end refused) is its error, not a connection that was reset.
+    child.on("close", (code) => {
+      if (stream.destroyed) return;
+      if (code === 0 || code === null) stream.push(null);
+      else {
+        const err = openSshError(`${this.description} to ${target}`, `exited with status ${code}`, stderr);
+        // Nothing listens there: said as a direct connection would say it.
+        if (/Connection refused|connect failed/i.test(stderr)) Object.assign(err, { code: "ECONNREFUSED" });
+        stream.destroy(err);
       }
     });
     return stream;

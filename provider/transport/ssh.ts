@@ -131,7 +131,13 @@ export class SshTransport implements Transport {
       conn.client.forwardOut("127.0.0.1", 0, host, port, cb),
     );
     if (r.channel) return r.channel;
-    throw new ProviderError("transient", `${this.description} could not connect to ${what}: ${r.refusal}`);
+    const err = new ProviderError(
+      "transient",
+      `${this.description} could not connect to ${what}: ${r.refusal}`,
+    );
+    // Nothing listens there: said as a direct connection would say it.
+    if (/refused|connect failed/i.test(r.refusal ?? "")) Object.assign(err, { code: "ECONNREFUSED" });
+    throw err;
   }
 
   async close(): Promise<void> {

@@ -138,7 +138,8 @@ describe("a stopped squid", () => {
     await stopSquid();
     for (const pool of Object.values(byTransport)) {
       const r = await probeOnce(target(pool), 10_000);
-      expect(r.ok).toBe(false);
+      // As a direct probe would say it (refresh's degraded reason).
+      expect(r).toMatchObject({ ok: false, reason: expect.stringMatching(/ECONNREFUSED/) });
     }
   });
 });

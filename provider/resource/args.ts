@@ -293,6 +293,13 @@ export function placementOf(
   return { key: (host as HostEntry).key, entry: host as HostEntry };
 }
 
+/** The host given in full that a checked `host` gives for host `key`: itself, or its pool's entry of that key. */
+export function hostEntryOf(host: CheckedInputs["host"], key: string): HostEntry | undefined {
+  const placed = placementOf(host);
+  if (placed.pool !== undefined) return placed.entries.find((e) => e.key === key);
+  return placed.entry?.key === key ? placed.entry : undefined;
+}
+
 /** Inputs after check: defaults applied. This is what the state's inputs hold. */
 export interface CheckedInputs {
   /** A host key, a host in full (as given), or the pool to place on (create resolves it; the outputs hold the host chosen). */

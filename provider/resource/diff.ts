@@ -9,7 +9,14 @@
 import { canonicalJson } from "../kvm/domain/metadata";
 import { bare } from "../kvm/network/ip";
 import type { NicBandwidth, NicSpec } from "../kvm/network/nic";
-import { type CheckedInputs, DEFAULTS, REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "./args";
+import {
+  type CheckedInputs,
+  DEFAULTS,
+  hostEntryOf,
+  REPLACE_PROPERTIES,
+  UNKNOWN,
+  UPDATE_PROPERTIES,
+} from "./args";
 import { isUnknown } from "./check";
 import { hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeBase64 } from "./check-seed";
@@ -137,9 +144,7 @@ function hostMoved(olds: Props, news: Props): boolean {
  * entry in the pool.
  */
 function connectionChanged(olds: Props, news: Props): boolean {
-  const want = news.host;
-  const pool = isPool(want) && Array.isArray(want.pool) ? want.pool : [want];
-  const entry = pool.find((h) => isHostEntry(h) && h.key === olds.host);
+  const entry = hostEntryOf(news.host as CheckedInputs["host"], olds.host as string);
   return entry !== undefined && !same(olds.hostConnection, entry);
 }
 

@@ -15,7 +15,7 @@ import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
   DEFAULTS,
-  type HostEntry,
+  hostEntryOf,
   type KvmProxyOutputs,
   type ProxyHealth,
   placementOf,
@@ -139,12 +139,6 @@ export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): s
  * The operations layer's create spec for checked inputs; `backend`, the
  * identity of the Pulumi backend (backend.ts), goes into the owner record.
  */
-/** The `hostConnection` output: the host given in full the proxy is on, if it is one. */
-function connectionOf(placed: ReturnType<typeof placementOf>, host: string): { hostConnection?: HostEntry } {
-  const entry = placed.pool === undefined ? placed.entry : placed.entries.find((e) => e.key === host);
-  return entry !== undefined ? { hostConnection: entry } : {};
-}
-
 /** The host of a proxy, or a pooled one's first (placement chooses at create). */
 function firstHostOf(c: CheckedInputs): string {
   const placed = placementOf(c.host);
@@ -250,7 +244,7 @@ export function outputsFrom(
     host: status.host,
     ...(placed.pool !== undefined ? { hostPool: placed.pool } : {}),
     // A host given in full: how delete and refresh reach it (a secret output: it holds key material).
-    ...connectionOf(placed, status.host),
+    hostConnection: hostEntryOf(c.host, status.host),
     domainName: c.name,
     uuid: status.uuid ?? "",
     state: status.state,

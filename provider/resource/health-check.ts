@@ -61,23 +61,21 @@ function endpoint(t: ProbeTarget): http.RequestOptions {
   };
 }
 
-/** A stream as http uses a socket: idle timeouts kept by a timer, the TCP options ignored (the far end has them). */
+/**
+ * A stream as http uses a socket: `setTimeout` a timer from when it is set
+ * (a probe is one short exchange, so it bounds it as an idle timeout
+ * would), the TCP options ignored (the far end has them).
+ */
 function asSocket(stream: Duplex): Socket {
   const s = stream as Duplex &
     Partial<Record<"setTimeout" | "setNoDelay" | "setKeepAlive" | "ref" | "unref", unknown>>;
   let timer: NodeJS.Timeout | undefined;
-  let idleMs = 0;
-  const arm = () => {
-    clearTimeout(timer);
-    if (idleMs > 0) timer = setTimeout(() => stream.emit("timeout"), idleMs);
-  };
-  stream.on("data", arm);
   stream.once("close", () => clearTimeout(timer));
   if (typeof s.setTimeout !== "function") {
     s.setTimeout = (ms: number, cb?: () => void) => {
-      idleMs = ms;
+      clearTimeout(timer);
       if (cb !== undefined) stream.once("timeout", cb);
-      arm();
+      if (ms > 0) timer = setTimeout(() => stream.emit("timeout"), ms);
       return stream;
     };
   }

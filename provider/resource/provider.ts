@@ -162,10 +162,11 @@ export class KvmProxyRuntime {
       // Reasons quote no key material (host-config.ts), so they can be shown.
       throw new ProviderError("permanent", f.list.map((x) => `${x.property}: ${x.reason}`).join("; "));
     }
+    // A refresh registers the same host for every proxy on it: its secrets are added once.
+    if (!this.ops().hosts.register(host)) return;
     this.secrets = [...new Set([...this.secrets, ...secretStrings([host])])].sort(
       (a, b) => b.length - a.length,
     );
-    this.ops().hosts.register(host);
   }
 
   /** What create waits for and refresh probes (readiness.ts), over these operations. */

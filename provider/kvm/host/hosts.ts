@@ -172,15 +172,16 @@ export class HostPool {
    * Makes `host` known under its key (a host a resource gives in full): the
    * same settings again change nothing; other settings (a new address or
    * key) replace the old, whose connection is closed, and the next call
-   * connects with the new ones.
+   * connects with the new ones. True when it was new or changed.
    */
-  register(host: HostConfig): void {
+  register(host: HostConfig): boolean {
     const known = Object.hasOwn(this.hosts, host.key) ? this.hosts[host.key] : undefined;
-    if (known !== undefined && JSON.stringify(known) === JSON.stringify(host)) return;
+    if (known !== undefined && JSON.stringify(known) === JSON.stringify(host)) return false;
     this.hosts[host.key] = host;
     const entry = this.entries.get(host.key);
     this.entries.delete(host.key);
     void entry?.connection.close().catch(() => undefined);
+    return true;
   }
 
   /**

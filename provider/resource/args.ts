@@ -148,7 +148,7 @@ export interface KvmProxyArgs {
    * the pool. Changing the host's key replaces the proxy; changing how a
    * host is reached (its uri, keys) does not.
    */
-  host: pulumi.Input<string | HostInput | { pool: pulumi.Input<pulumi.Input<string>[]> }>;
+  host: pulumi.Input<string | HostInput | { pool: pulumi.Input<pulumi.Input<string | HostInput>[]> }>;
   /** A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes). */
   image: pulumi.Input<string | pulumi.Input<InlineImage>>;
   /** cloud-init user-data, any format, placed in the seed byte for byte. Default: a cloud-config installing squid on proxyPort. */

@@ -55,7 +55,7 @@ export class ProxyFleet extends pulumi.ComponentResource {
         `ProxyFleet ${name}: size must be a non-negative integer, got ${String(size)}`,
       );
     }
-    const pool = pulumi.output(args.hosts).apply((hosts) => [...hosts]) as pulumi.Output<string[]>;
+    const pool = pulumi.output(args.hosts).apply((hosts) => [...hosts]);
     const rotation = args.rotation;
     this.proxies = [];
     for (let i = 0; i < size; i++) {

@@ -85,22 +85,23 @@ export function checkHostEntry(
   return host;
 }
 
-/** `host`: a key, a host in full (`{key, uri, ...}`), or `{pool: [keys or hosts in full]}` (non-empty, no key twice). */
-export function checkHost(f: Failures, v: unknown, config: StackConfig): void {
+/**
+ * `host`: a key, a host in full (`{key, uri, ...}`), or `{pool: [keys or
+ * hosts in full]}` (non-empty, no key twice). Returns the one host's config
+ * when `host` names one and it is known and valid (undefined for a pool).
+ */
+export function checkHost(f: Failures, v: unknown, config: StackConfig): HostConfig | undefined {
   if (v === undefined || v === null || v === "") {
     f.fail("host", "is required: a key of the stack config kvm:hosts, {key, uri, ...}, or {pool: [keys]}");
-    return;
+    return undefined;
   }
-  if (v === UNKNOWN) return;
-  if (isHostEntry(v)) {
-    checkHostEntry(f, v, config);
-    return;
-  }
+  if (v === UNKNOWN) return undefined;
+  if (isHostEntry(v)) return checkHostEntry(f, v, config);
   if (!isObject(v)) {
     if (typeof v !== "string")
       f.fail("host", "must be a string (a key of the stack config kvm:hosts) or {pool: [keys]}");
-    else hostKey(f, "host", v, config);
-    return;
+    else return hostKey(f, "host", v, config);
+    return undefined;
   }
   for (const k of Object.keys(v)) if (k !== "pool") f.fail(`host.${k}`, "unknown property (known: pool)");
   const pool = v.pool;
@@ -121,6 +122,7 @@ export function checkHost(f: Failures, v: unknown, config: StackConfig): void {
     if (isHostEntry(item)) checkHostEntry(f, item, config, `host.pool[${i}]`);
     else hostKey(f, `host.pool[${i}]`, item, config);
   });
+  return undefined;
 }
 
 /** The host keys `host` names: the key, a full host's key, or its pool's (what is not a string is left out). */

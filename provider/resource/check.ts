@@ -44,6 +44,7 @@ import {
   checkWaitForIp,
   macClaimProblem,
   outgoingAddressProblem,
+  unreachableAddressWarning,
   vmNicsOf,
 } from "./check-nics";
 import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
@@ -74,6 +75,8 @@ export interface CheckContext {
 export interface CheckOutcome {
   inputs: Record<string, unknown>;
   failures: ValidationFailure[];
+  /** Advice for preview (a proxy's address only its host reaches); never a failure. */
+  warnings?: string[];
 }
 
 /** True when `v` is (or, for objects and arrays, contains) an unknown value. Iterative: no depth overflows it. */
@@ -325,7 +328,7 @@ export function checkInputs(
   }
 
   // A host given in full may hold key material: a failure of the check itself is not named after it.
-  guard(f, secretName("host"), undefined, () => checkHost(f, news.host, config));
+  const host = guard(f, secretName("host"), undefined, () => checkHost(f, news.host, config));
   const rotation = guard(f, "rotation", undefined, () => checkRotation(f, news.rotation));
   // Guards of inputs that may hold a secret (an inline image's URL, a password) use a secret name.
   const resolvedImage = guard(f, secretName("image"), undefined, () =>
@@ -480,7 +483,14 @@ export function checkInputs(
   if (macAddress !== undefined) out.macAddress = macAddress;
   if (autoname) out.autoname = true;
   if (owner !== undefined) out.owner = owner;
-  return { inputs: out, failures: [] };
+  const warning =
+    host === undefined || isUnknown(out)
+      ? undefined
+      : // Advice: a bug in it fails nothing.
+        guard(new Failures(), "network", undefined, () =>
+          unreachableAddressWarning(vmNicsOf(asChecked(out)), host),
+        );
+  return { inputs: out, failures: [], ...(warning !== undefined ? { warnings: [warning] } : {}) };
 }
 
 /** The checked inputs as the typed record create/update use (after preview, nothing is unknown). */

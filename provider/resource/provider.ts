@@ -24,10 +24,9 @@ import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { type CheckedInputs, DEFAULTS, type ProxyHealth, placementOf, UNKNOWN } from "./args";
+import { DEFAULTS, type ProxyHealth, placementOf } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
-import { unreachableAddressWarning, vmNicsOf } from "./check-nics";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
@@ -188,34 +187,24 @@ export class KvmProxyRuntime {
       randomBytes: (n) => randomBytes(n),
       claimAddress: (host, address, owner) => this.claim(host, address, owner),
     });
-    if (r.failures.length === 0) await this.warnUnreachable(r.inputs);
-    return r;
-  }
-
-  /** Warnings given, so a fleet on one network hears each once. */
-  private readonly warned = new Set<string>();
-
-  /** Warns once per host and network when proxies there will likely be reachable from their host only. */
-  private async warnUnreachable(inputs: Props): Promise<void> {
-    try {
-      const placed = placementOf(inputs.host as CheckedInputs["host"]);
-      if (placed.pool !== undefined || JSON.stringify(inputs).includes(UNKNOWN)) return;
-      const f = new Failures();
-      const host =
-        placed.entry !== undefined
-          ? checkHostEntry(f, placed.entry, this.config)
-          : this.config.hosts[placed.key];
-      if (host === undefined) return;
-      const text = unreachableAddressWarning(vmNicsOf(inputs as unknown as CheckedInputs), host);
-      if (text === undefined || this.warned.has(text)) return;
-      this.warned.add(text);
-      const urn = (inputs.owner as { urn?: string } | undefined)?.urn;
-      this.engineLog().warn(urn, text);
-      await this.engineLog().flush();
-    } catch {
-      // A warning is advice: check never fails for want of one.
+    const { warnings, ...outcome } = r;
+    // Once per text: a fleet on one network hears each once.
+    const fresh = (warnings ?? []).filter((w) => !this.warned.has(w));
+    if (fresh.length > 0) {
+      const urn = (r.inputs.owner as { urn?: string } | undefined)?.urn;
+      for (const w of fresh) {
+        this.warned.add(w);
+        this.engineLog().warn(urn, w);
+      }
+      await this.engineLog()
+        .flush()
+        .catch(() => undefined);
     }
+    return outcome;
   }
+
+  /** Warnings given in this process. */
+  private readonly warned = new Set<string>();
 
   /** Static addresses the proxies of this program give out, per host (check-nics.ts). */
   private readonly addressClaims = new Map<string, string>();

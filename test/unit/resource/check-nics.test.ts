@@ -213,3 +213,15 @@ describe("preview's warning of an address only the host reaches", () => {
     if (warned) expect(text).toMatch(/libvirt network "(default|lan)" of host "remote"/);
   });
 });
+
+describe("check gives the warning as advice", () => {
+  it.each<[string, Record<string, unknown>, number]>([
+    ["a proxy on an ssh host's network", { host: "remote" }, 1],
+    ["a proxy on a local host", { host: "lab" }, 0],
+    ["a pooled proxy (its host is chosen at create)", { host: { pool: ["remote"] } }, 0],
+  ])("%s: %i warning(s), no failure", (_, news, count) => {
+    const r = check(news);
+    expect(r.failures).toEqual([]);
+    expect(r.warnings ?? []).toHaveLength(count);
+  });
+});

@@ -244,8 +244,9 @@ beforeAll(async () => {
           "bootcmd:",
           "  - [systemctl, mask, --now, qemu-guest-agent]",
           '  - [sh, -c, "for n in /sys/class/net/*; do [ $(basename $n) = lo ] || ip link set $(basename $n) down; done"]',
-          "runcmd:",
-          '  - [sh, -c, "echo kvmp-console-marker; echo password: console-hunter2"]',
+          // Early and again every 10 s, so the console's last lines hold it whenever the create gives up,
+          // however slowly the guest boots under TCG.
+          '  - [sh, -c, "while :; do echo kvmp-console-marker; echo password: console-hunter2; sleep 10; done >/dev/console 2>&1 </dev/null &"]',
           "",
         ].join("\n"),
         timeouts: { create: "8m" },

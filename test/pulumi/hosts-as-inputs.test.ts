@@ -3,10 +3,11 @@
  * connection itself (test/pulumi/programs/hosted: a dynamic resource returns
  * the test host's uri, host key and a secret private key), and its proxies
  * take the host from those outputs in the same `up`. Preview plans them with
- * the host unknown; no line of the CLI at -v=9 with our most verbose trace,
- * and nothing in the state, holds the private key (beyond the engine's own
- * property dumps at -v=7 and above, which print every value it plans with:
- * see secrets.test.ts); destroy deletes the proxies before the hypervisor.
+ * the host unknown; nothing in the state, and no line of the CLI with
+ * --debug at -v=6 and our most verbose trace, holds the private key; at -v=9
+ * only the engine's own property dumps do (from -v=7 they print every value
+ * it plans with, the recorded `hostConnection` output too: see
+ * secrets.test.ts); destroy deletes the proxies before the hypervisor.
  * A stack moving from `host: "remote"` to the same host in full replaces
  * nothing.
  */
@@ -15,6 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type TestHost, testHost } from "../support/test-host";
 import { domainsOfStack, hostsConfig, removeByHand, TEST_PROXY_ARGS, virsh, Workspace } from "./harness";
 
+/** The most verbose engine level that prints no property values (secrets.test.ts). */
+const SAFE_LEVEL = 6;
 /** Engine lines that print every property value (secrets.test.ts). */
 const ENGINE_PROPERTY_DUMP =
   /"msg":"(Marshaling property for RPC|Unmarshaling property for RPC|Planner decided )/;
@@ -62,16 +65,17 @@ function leakingLines(output: string): string[] {
   return output.split("\n").filter((line) => !ENGINE_PROPERTY_DUMP.test(line) && leaks(line).length > 0);
 }
 
-function verbose(ws: Workspace, ...args: string[]) {
+/** What the CLI printed with --debug at engine level `level`, our trace at its most verbose. */
+function verbose(ws: Workspace, level: number, ...args: string[]) {
   ws.extraEnv = { KVMP_LOG: "2" };
-  const r = ws.run(...args, "--debug", "-v=9", "--logtostderr", "--logflow");
+  const r = ws.run(...args, "--debug", `-v=${level}`, "--logtostderr", "--logflow");
   ws.extraEnv = {};
   expect(r.code, r.output.slice(-4000)).toBe(0);
   return r.output;
 }
 
 describe("a host another resource of the program makes", () => {
-  it("creates two proxies on it in one up, keeps its key out of logs and state, and destroys them before it", () => {
+  it("creates two proxies and a fleet of two on it in one up, keeps its key out of logs and state, and destroys them before it", () => {
     const ws = hosted("made");
     ws.setConfig({
       "kvm:images": hostsConfig(host, [])["kvm:images"],
@@ -79,6 +83,7 @@ describe("a host another resource of the program makes", () => {
       "hosted:key": "hv",
       "hosted:hostExtra": common(),
       "hosted:proxies": ["made-a", "made-b"],
+      "hosted:fleetSize": 2,
       "hosted:proxyArgs": { image: "tiny", ...TEST_PROXY_ARGS },
     });
     ws.setSecret("hosted:privateKey", keyText);
@@ -88,28 +93,38 @@ describe("a host another resource of the program makes", () => {
       steps: { op: string; urn: string; newState?: { inputs?: Record<string, unknown> } }[];
     };
     const creates = plan.steps.filter((s) => s.op === "create").map((s) => s.urn.split("::").pop());
-    expect(creates).toEqual(expect.arrayContaining(["hypervisor", "made-a", "made-b"]));
+    expect(creates).toEqual(expect.arrayContaining(["hypervisor", "made-a", "made-b", "fleet-0", "fleet-1"]));
     const proxyInputs = plan.steps.find((s) => s.urn.endsWith("::made-a"))?.newState?.inputs ?? {};
     expect(JSON.stringify(proxyInputs.host)).toMatch(
       /04da6b54-80e4-46f7-96ec-b56ff0331ba9|\[secret\]|unknown/i,
     );
 
-    const upLog = verbose(ws, "up", "--yes", "--skip-preview");
+    const upLog = verbose(ws, 9, "up", "--yes", "--skip-preview");
     expect(leakingLines(upLog)).toEqual([]);
     const domains = domainsOfStack(host, ws.stack);
-    expect(domains).toHaveLength(2);
+    expect(domains).toHaveLength(4);
     const outputs = ws.outputs();
     expect(outputs.hosts).toEqual(["hv", "hv"]);
-    for (const id of outputs.ids as string[]) expect(id).toMatch(/^kvm:\/\/hv\//);
+    expect(outputs.fleetHosts).toEqual(["hv", "hv"]);
+    for (const id of [...(outputs.ids as string[]), ...(outputs.fleetIds as string[])])
+      expect(id).toMatch(/^kvm:\/\/hv\//);
     expect(leaks(ws.stateText())).toEqual([]);
 
-    // Refresh and preview reach the VMs through the connection the state records.
-    expect(leakingLines(verbose(ws, "refresh", "--yes", "--skip-preview"))).toEqual([]);
-    ws.mustRun("preview", "--expect-no-changes");
+    // Refresh and preview reach the VMs through the connection the state records; below the
+    // engine's property dumps, no line at all holds the key.
+    expect(leakingLines(verbose(ws, 9, "refresh", "--yes", "--skip-preview"))).toEqual([]);
+    const safe = verbose(ws, SAFE_LEVEL, "refresh", "--yes", "--skip-preview");
+    // The capture is a verbose one: the engine's debug lines and our trace of the read are in it.
+    expect(safe).toMatch(
+      /"msg":"StepExecutor worker\(\d+\): applying step refresh on urn:[^"]*KvmProxy::made-a/,
+    );
+    expect(safe).toMatch(/rpc=virDomain\w+ host=hv/);
+    expect(leaks(safe)).toEqual([]);
+    expect(leaks(verbose(ws, SAFE_LEVEL, "preview", "--expect-no-changes"))).toEqual([]);
 
     const destroyLog = ws.destroy().output;
     const deletedAt = (name: string) => destroyLog.search(new RegExp(`${name} deleted`));
-    for (const proxy of ["made-a", "made-b"]) {
+    for (const proxy of ["made-a", "made-b", "fleet-0", "fleet-1"]) {
       expect(deletedAt(proxy)).toBeGreaterThanOrEqual(0);
       expect(deletedAt(proxy)).toBeLessThan(deletedAt("hypervisor"));
     }
@@ -141,7 +156,8 @@ describe("moving between the two forms", () => {
     const steps = ws.previewSteps().filter((s) => s.urn.endsWith("::moved-a"));
     expect(steps.map((s) => s.op)).toEqual(["update"]);
 
-    ws.up();
+    // The update hands the provider the key in its inputs: no line below the property dumps holds it.
+    expect(leaks(verbose(ws, SAFE_LEVEL, "up", "--yes", "--skip-preview"))).toEqual([]);
     expect(domainsOfStack(host, ws.stack)).toEqual([domain]);
     expect(virsh(host, "domuuid", domain as string).trim()).toBe(uuid);
     expect(leaks(ws.stateText())).toEqual([]);

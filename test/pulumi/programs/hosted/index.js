@@ -9,8 +9,9 @@
 //   hosted:hostExtra   more fields of the host in full (pool, network, ...)
 //   hosted:fromConfig  a key of kvm:hosts to give instead (the form a stack moves from)
 //   hosted:proxies     [names], each a KvmProxy with hosted:proxyArgs
+//   hosted:fleetSize   a ProxyFleet "fleet" of that size with hosted:proxyArgs, its pool that one host
 const pulumi = require("@pulumi/pulumi");
-const { KvmProxy } = require("pulumi-kvm-proxy");
+const { KvmProxy, ProxyFleet } = require("pulumi-kvm-proxy");
 
 const config = new pulumi.Config("hosted");
 
@@ -53,5 +54,13 @@ if (fromConfig === undefined) {
 const proxyArgs = config.getObject("proxyArgs") ?? {};
 const proxies = config.requireObject("proxies").map((n) => new KvmProxy(n, { host, ...proxyArgs }));
 
+const fleetSize = config.getNumber("fleetSize");
+const fleet =
+  fleetSize === undefined
+    ? undefined
+    : new ProxyFleet("fleet", { size: fleetSize, hosts: [host], proxy: proxyArgs });
+
 exports.ids = proxies.map((p) => p.id);
 exports.hosts = proxies.map((p) => p.host);
+exports.fleetIds = fleet?.ids;
+exports.fleetHosts = fleet?.hosts;

@@ -9,9 +9,11 @@
  * seed. It says nothing about squid: the provider's vendor-data sets the
  * proxy up (authentication, an allowed client range, an outgoing address).
  *
- * The CLI runs INSIDE the test host's network namespace (`ip netns exec`),
- * so the provider's health check to the guest's address stays there. The
- * provider reaches libvirt over SSH at the namespace's own veth address and
+ * The CLI runs INSIDE the test host's network namespace (`ip netns exec`).
+ * The provider reaches libvirt over SSH at the namespace's own veth address,
+ * health-checks the guest on the host's NAT network through that SSH
+ * connection (healthCheck.via "host", the default there: the trace shows
+ * the direct-tcpip channel), and
  * downloads the image over HTTP from a server on the namespace's loopback.
  * The test process itself talks to the guest only through the agent.
  */
@@ -318,7 +320,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
     });
   });
 
-  it("pulumi refresh shows it running with its IP, and its health probe adds no libvirt call", async () => {
+  it("pulumi refresh shows it running with its IP, and its health probe, through the host, adds no libvirt call", async () => {
     expect(upOutputs).toBeDefined();
     const trace = path.join(ws.dir, "refresh.trace");
     cli.extraEnv = { KVMP_TRACE_FILE: trace };
@@ -338,7 +340,11 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
       "virConnectClose",
       "virConnectSupportsFeature",
     ]);
-    const calls = readFileSync(trace, "utf8")
+    const traced = readFileSync(trace, "utf8");
+    // The probe went through the host's SSH connection (healthCheck.via is "host" on its NAT network).
+    const ip = String(upOutputs?.ip).replaceAll(".", "\\.");
+    expect(traced).toMatch(new RegExp(`^tcp=direct-tcpip host=remote to=${ip}:3128 [0-9.]+ms$`, "m"));
+    const calls = traced
       .split("\n")
       .flatMap((l) => /^rpc=(\S+) /.exec(l)?.slice(1) ?? [])
       .filter((c) => !handshake.has(c));

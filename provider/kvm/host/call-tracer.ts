@@ -1,8 +1,10 @@
 /**
- * Logging of libvirt calls: one line per call after it returns.
+ * Logging of libvirt calls: one line per call after it returns; and of the
+ * TCP connections a host opens for us (a probe through it), once open.
  *
  *   rpc=virDomainLookupByName host=edge name="web-1" 1.4ms uuid=… id=3
  *   rpc=virDomainCreate host=edge dom=web-1 12.0ms libvirtError=VIR_ERR_OPERATION_INVALID libvirtCode=55 error="…"
+ *   tcp=direct-tcpip host=edge to=192.168.122.40:3128 3.1ms
  *
  * Level from KVMP_LOG: unset or 0 off, 1 calls, 2 calls plus the XML sent and
  * received (domain and volume XML, metadata, addresses). KVMP_TRACE_FILE=<path>
@@ -49,6 +51,8 @@ export function traceLevelFromEnv(env: NodeJS.ProcessEnv = process.env): TraceLe
 
 /** One traced call, structured (what the line says). */
 export interface TraceRecord {
+  /** A libvirt call (the default), or a TCP connection opened through the host. */
+  kind?: "rpc" | "tcp";
   host: string;
   /** Public libvirt name, e.g. 'virStorageVolUpload'. */
   call: string;
@@ -202,7 +206,12 @@ export function describeError(err: Error): string[] {
 
 /** Formats a record as one line (see the module comment). */
 export function formatTraceLine(r: TraceRecord): string {
-  const parts = [`rpc=${r.call}`, `host=${r.host}`, ...r.fields, `${r.durationMs.toFixed(1)}ms`];
+  const parts = [
+    `${r.kind ?? "rpc"}=${r.call}`,
+    `host=${r.host}`,
+    ...r.fields,
+    `${r.durationMs.toFixed(1)}ms`,
+  ];
   if (r.error) parts.push(...describeError(r.error));
   else parts.push(...r.result);
   return parts.join(" ");
@@ -277,6 +286,32 @@ export class CallTracer {
         return tracer.traced(host, proc, args, () => caller.readStream(proc, args, onData, options));
       },
     };
+  }
+
+  /** Logs the opening of a TCP connection through `host` to `target` (`address:port`), once it settles. */
+  tunnel<T>(host: string, target: string, opening: Promise<T>): Promise<T> {
+    if (!this.enabled) return opening;
+    const started = performance.now();
+    const record = (error?: Error) =>
+      this.emit({
+        kind: "tcp",
+        host,
+        call: "direct-tcpip",
+        fields: [`to=${target}`],
+        durationMs: performance.now() - started,
+        result: [],
+        ...(error !== undefined ? { error } : {}),
+      });
+    return opening.then(
+      (v) => {
+        record();
+        return v;
+      },
+      (err: unknown) => {
+        record(err instanceof Error ? err : new Error(String(err)));
+        throw err;
+      },
+    );
   }
 
   private async traced<A, R>(

@@ -192,7 +192,9 @@ export class HostPool {
    */
   tunnel(key: string, address: string, port: number): Promise<Duplex> | undefined {
     const { transport } = this.entry(key);
-    return transport.openTcp?.(address, port);
+    const opening = transport.openTcp?.(address, port);
+    const target = `${address.includes(":") ? `[${address}]` : address}:${port}`;
+    return opening && this.tracer.tunnel(key, target, opening);
   }
 
   /** Closes every connection made so far; later calls build fresh ones. */

@@ -127,6 +127,23 @@ describe("traceLevelFromEnv", () => {
 });
 
 describe("CallTracer", () => {
+  it("traces a connection opened through the host once it settles, opened or refused, and nothing at level 0", async () => {
+    const lines: string[] = [];
+    const tracer = new CallTracer({ level: 1, sink: (l) => lines.push(l) });
+    await expect(tracer.tunnel("edge", "192.168.122.40:3128", Promise.resolve("stream"))).resolves.toBe(
+      "stream",
+    );
+    const refused = Object.assign(new Error("ssh://root@hv could not connect"), { code: "ECONNREFUSED" });
+    await expect(tracer.tunnel("edge", "[fd00::5]:3128", Promise.reject(refused))).rejects.toBe(refused);
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^tcp=direct-tcpip host=edge to=192\.168\.122\.40:3128 \d+\.\dms$/);
+    expect(lines[1]).toMatch(/^tcp=direct-tcpip host=edge to=\[fd00::5\]:3128 \d+\.\dms .*could not connect/);
+    const silent: string[] = [];
+    const off = new CallTracer({ level: 0, sink: (l) => silent.push(l) });
+    await off.tunnel("edge", "192.168.122.40:3128", Promise.resolve("stream"));
+    expect(silent).toEqual([]);
+  });
+
   it.each([1, 2] as const)(
     "at level %i traces a read stream's opening call once, and never its data",
     async (level) => {

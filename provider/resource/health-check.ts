@@ -23,6 +23,7 @@ import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
+import { hostPort } from "../kvm/network/ip";
 
 /** One probe's outcome. */
 export type ProbeResult = { ok: true; status?: number; note?: string } | { ok: false; reason: string };
@@ -90,10 +91,6 @@ export type ReplyHeaders = Readonly<Record<string, string | string[] | undefined
 
 const USER_AGENT = "pulumi-kvm-proxy-health";
 
-function hostOf(ip: string): string {
-  return ip.includes(":") ? `[${ip}]` : ip;
-}
-
 function header(headers: ReplyHeaders, name: string): string {
   const v = headers[name];
   return Array.isArray(v) ? v.join(", ") : (v ?? "");
@@ -130,7 +127,7 @@ function notOurs(
 }
 
 function where(t: Pick<ProbeTarget, "ip" | "proxyPort">): string {
-  return `${hostOf(t.ip)}:${t.proxyPort}`;
+  return `${hostPort(t.ip, t.proxyPort)}`;
 }
 
 /** A plain-HTTP request through the proxy; `judge` decides from the reply. */

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import type { ImageIdentity } from "../kvm/config/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
-import { bare, subnetOf } from "../kvm/network/ip";
+import { bare, hostPort, subnetOf } from "../kvm/network/ip";
 import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/squid/setup";
@@ -125,7 +125,7 @@ export function squidConfOf(c: {
 
 /** `http://<ip>:<port>`: never with credentials (the KvmProxy class adds them in the program). */
 export function proxyUrl(ip: string, port: number): string {
-  return `http://${ip.includes(":") ? `[${ip}]` : ip}:${port}`;
+  return `http://${hostPort(ip, port)}`;
 }
 
 /** The bytes a seed part gets from the checked inputs (text or base64), or undefined when neither is given. */

@@ -32,6 +32,7 @@ import type { ParsedKey } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import { type CredentialOptions, loadPrivateKey } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
+import { hostPort, urlHost } from "./host-port";
 import type { JumpHop } from "./jump";
 import { forwardArgs, openSshArgs, openSshConfig, openSshError } from "./openssh-config";
 import { KeyAgent } from "./ssh-agent";
@@ -104,7 +105,7 @@ export class OpenSshTransport implements Transport {
     this.jump = [...(options.jump ?? [])];
     this.#options = { ...options };
     this.#connectTimeoutMs = options.connectTimeoutMs ?? SSH_TIMING.connectTimeoutMs;
-    const hostPart = this.host.includes(":") ? `[${this.host}]` : this.host;
+    const hostPart = urlHost(this.host);
     const userPart = this.user === undefined ? "" : `${this.user}@`;
     const portPart = this.port === undefined ? "" : `:${this.port}`;
     this.description = `ssh://${userPart}${hostPart}${portPart} (OpenSSH)`;
@@ -138,7 +139,7 @@ export class OpenSshTransport implements Transport {
    */
   async openTcp(host: string, port: number): Promise<Duplex> {
     const forward = await this.#ready();
-    const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+    const target = hostPort(host, port);
     const child = spawn(this.#options.sshCommand ?? "ssh", forward.sshArgs(["-W", target]), {
       stdio: ["pipe", "pipe", "pipe"],
       env: { ...process.env, LC_ALL: "C" },

@@ -13,6 +13,7 @@ import { Client, type ConnectConfig, type ParsedKey, type ServerHostKeyAlgorithm
 import { ProviderError, TimeoutError } from "../errors";
 import type { CredentialLoader, LoadedCredentials } from "./credentials";
 import { SSH_TIMING } from "./defaults";
+import { hostPort } from "./host-port";
 import { hostKeyError } from "./known-hosts";
 
 export interface SshKeepalive {
@@ -54,8 +55,7 @@ const ALL_HOST_KEY_ALGOS = Object.values(HOST_KEY_ALGOS).flat();
 
 /** `ssh://user@host:port` (IPv6 literals bracketed): how messages name a hop. Never holds secrets. */
 export function describeEndpoint(ep: SshEndpoint): string {
-  const hostPart = ep.host.includes(":") ? `[${ep.host}]` : ep.host;
-  return `ssh://${ep.user}@${hostPart}:${ep.port}`;
+  return `ssh://${ep.user}@${hostPort(ep.host, ep.port)}`;
 }
 
 export function errMessage(err: unknown): string {

@@ -29,6 +29,7 @@ import type { Client, ClientChannel } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
 import { CredentialLoader, type CredentialOptions } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
+import { hostPort } from "./host-port";
 import { type JumpHop, JumpHosts, type JumpLease } from "./jump";
 import { connectHop, describeEndpoint, errMessage, forwardThrough, type SshKeepalive } from "./ssh-hop";
 import { QuickAck } from "./ssh-quick-ack";
@@ -126,7 +127,7 @@ export class SshTransport implements Transport {
 
   async openTcp(host: string, port: number): Promise<Duplex> {
     const conn = await this.#connection();
-    const what = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+    const what = hostPort(host, port);
     const r = await this.#channelRequest(conn, what, (cb) =>
       conn.client.forwardOut("127.0.0.1", 0, host, port, cb),
     );

@@ -62,6 +62,7 @@ const PURE_ALLOWED = [
   /^provider\/errors\.ts$/,
   /^provider\/libvirt\/(constants|error-codes)\.ts$/, // numbers only
   /^provider\/transport\/defaults\.ts$/, // constants only
+  /^provider\/transport\/host-port\.ts$/, // how a host is written before a port, text only
   /^provider\/transport\/(private-key|known-hosts)\.ts$/, // key text and known_hosts lines, node:crypto only
   /^node:(crypto|zlib|url)$/,
   /^fast-xml-parser$/,

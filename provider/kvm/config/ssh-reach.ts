@@ -14,6 +14,7 @@
  * quote a key, passphrase or a URL's password.
  */
 
+import { hostPort } from "../../transport/host-port";
 import { isPublicKey, privateKeyTextProblem } from "../../transport/private-key";
 import { decodeOrUndefined, given, isObject, type Obj, optEnum, optString, rejectUnknown } from "../fields";
 import { ipProblem } from "../network/ip";
@@ -169,8 +170,7 @@ export function parseHopUri(
     f.fail(field, problems.join("; "));
     return undefined;
   }
-  const hostPart = host.includes(":") ? `[${host}]` : host;
-  return { uri: `ssh://${user}@${hostPart}:${port}`, user, host, port };
+  return { uri: `ssh://${user}@${hostPort(host, port)}`, user, host, port };
 }
 
 /**

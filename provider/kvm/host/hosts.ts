@@ -14,6 +14,7 @@ import { LibvirtConnection } from "../../libvirt/connection";
 import { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
 import type { CredentialOptions } from "../../transport/credentials";
+import { hostPort } from "../../transport/host-port";
 import { type JumpHop, JumpHosts } from "../../transport/jump";
 import { OpenSshTransport } from "../../transport/openssh";
 import { SshTransport } from "../../transport/ssh";
@@ -193,8 +194,7 @@ export class HostPool {
   tunnel(key: string, address: string, port: number): Promise<Duplex> | undefined {
     const { transport } = this.entry(key);
     const opening = transport.openTcp?.(address, port);
-    const target = `${address.includes(":") ? `[${address}]` : address}:${port}`;
-    return opening && this.tracer.tunnel(key, target, opening);
+    return opening && this.tracer.tunnel(key, hostPort(address, port), opening);
   }
 
   /** Closes every connection made so far; later calls build fresh ones. */

@@ -2,7 +2,7 @@
  * The one address grammar of the provider: IPv4 and IPv6 addresses, interface
  * CIDRs and address ranges as text. Every address field of the inputs
  * (allowlists, destinations, NIC addresses, gateways, nameservers, the
- * outgoing address) is checked here. Pure; no dependency.
+ * outgoing address) is checked here. Pure.
  *
  * - Parsing is lenient (`::` compression, upper case, dotted IPv4 tails such
  *   as `::ffff:192.0.2.1`), for what guests and libvirt report.
@@ -15,7 +15,12 @@
  *   shows is refused, with the canonical form to write instead.
  * - An interface CIDR (`203.0.113.7/24`) keeps its host bits; a range
  *   (`203.0.113.0/24`, or a single address) has none.
+ * - A host before a port (`[2001:db8::1]:3128`) is written by
+ *   transport/host-port.ts, which the transports share; re-exported here for
+ *   the layers above the core.
  */
+
+export { hostPort, urlHost } from "../../transport/host-port";
 
 export type IpFamily = 4 | 6;
 

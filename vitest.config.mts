@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config";
+import { startFirst } from "./test/support/sequencer";
 
 // Tests are grouped by what they need: `unit` needs nothing; `libvirtd` needs
 // the real test host (scripts/test-host), which the global setup starts;
@@ -11,13 +12,22 @@ import { defineConfig } from "vitest/config";
 // one group must state the same worker count.
 const FIRST_GROUP_WORKERS = 2;
 
+// The longest file of the guest group (four guests, two of them installing
+// from a mirror) starts first; the other worker runs the rest beside it.
+const START_FIRST = ["test/guest/first-boot.test.ts"];
+
 export default defineConfig({
   test: {
+    sequence: { sequencer: startFirst(START_FIRST) },
     projects: [
       {
         test: {
           name: "unit",
           include: ["test/unit/**/*.test.ts"],
+          // A guard against hangs, not a speed goal: some cases derive keys
+          // from passphrases (bcrypt_pbkdf in JavaScript) beside the other
+          // group's processes and the stock image builds on 2 cores.
+          testTimeout: 30_000,
           maxWorkers: FIRST_GROUP_WORKERS,
         },
       },

@@ -7,6 +7,7 @@ import { startServer, stopServer } from "../support/netns-http";
 import { preparePulumi } from "../support/prepare-pulumi";
 import { sha256File } from "../support/sha256-file";
 import { repoRoot, targetsOf, testHost } from "../support/test-host";
+import { prebuildStock } from "./stock-images";
 import type { GuestEnv } from "./support";
 
 /**
@@ -26,13 +27,17 @@ import type { GuestEnv } from "./support";
  *   the vitest workers run) and on the namespace's loopback (for the Pulumi
  *   CLI, which runs inside the namespace).
  *
- * The servers are stopped by PID in teardown. What they learn (ports, URLs,
+ * - the stock images and their mirrors (test/guest/stock-images.ts), built in
+ *   the background from here on, for first-boot.test.ts.
+ *
+ * The servers are stopped by PID in teardown, and a stock build still running is ended. What they learn (ports, URLs,
  * the image's SHA-256) reaches the tests through `inject("guest")`.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const host = testHost();
   const imagePath = buildImage();
   const imageSha256 = await sha256File(imagePath);
+  const stopPrebuild = prebuildStock();
 
   preparePulumi();
 
@@ -40,6 +45,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const gateway = host.networkAddress;
   const servers: ChildProcess[] = [];
   const stop = async () => {
+    stopPrebuild();
     await Promise.all(servers.map((s) => stopServer(s)));
   };
   try {

@@ -127,7 +127,7 @@ function notOurs(
 }
 
 function where(t: Pick<ProbeTarget, "ip" | "proxyPort">): string {
-  return `${hostPort(t.ip, t.proxyPort)}`;
+  return hostPort(t.ip, t.proxyPort);
 }
 
 /** A plain-HTTP request through the proxy; `judge` decides from the reply. */

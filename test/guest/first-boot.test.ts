@@ -37,7 +37,7 @@ import {
   testHost,
 } from "../support/test-host";
 import { NetnsCli } from "./netns-cli";
-import { buildMirror, buildStock } from "./stock-images";
+import { buildMirror, buildStock, STOCK_SUITES } from "./stock-images";
 import { agentFor, requestThrough, since, sshHostEntry } from "./support";
 
 const env = inject("guest");
@@ -45,8 +45,8 @@ const USER = "crawler";
 const PASSWORD = `first-boot-${process.pid}-P4ss`;
 const CREDENTIALS = `${USER}:${PASSWORD}`;
 const RELEASES = [
-  { key: "d12", suite: "bookworm", name: `kvmpt-stock12-${process.pid}`, n: 31 },
-  { key: "d13", suite: "trixie", name: `kvmpt-stock13-${process.pid}`, n: 32 },
+  { key: "d12", suite: STOCK_SUITES[0], name: `kvmpt-stock12-${process.pid}`, n: 31 },
+  { key: "d13", suite: STOCK_SUITES[1], name: `kvmpt-stock13-${process.pid}`, n: 32 },
 ] as const;
 const FAILING = `kvmpt-failing-${process.pid}`;
 /** Has no agent to ask and takes its network down: its console is all that tells why. */

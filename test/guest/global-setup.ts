@@ -30,8 +30,9 @@ import type { GuestEnv } from "./support";
  * - the stock images and their mirrors (test/guest/stock-images.ts), built in
  *   the background from here on, for first-boot.test.ts.
  *
- * The servers are stopped by PID in teardown, and a stock build still running is ended. What they learn (ports, URLs,
- * the image's SHA-256) reaches the tests through `inject("guest")`.
+ * The servers are stopped by PID in teardown, and a stock build still
+ * running is ended. What they learn (ports, URLs, the image's SHA-256)
+ * reaches the tests through `inject("guest")`.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const host = testHost();

@@ -15,7 +15,7 @@ import { existsSync, openSync } from "node:fs";
 import path from "node:path";
 import { repoRoot } from "../support/test-host";
 
-/** The Debian suites first-boot.test.ts boots stock images of. */
+/** The Debian suites first-boot.test.ts boots stock images of (its releases name them from here). */
 export const STOCK_SUITES = ["bookworm", "trixie"] as const;
 
 /** The stock image of `suite`: its path (building it when the recipe's image is missing). */

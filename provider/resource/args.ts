@@ -45,6 +45,21 @@ export interface HealthCheck {
 }
 
 /**
+ * The egress check: after the health check (at create and update) and at
+ * every refresh, `url` is fetched through the proxy, and the address its
+ * reply names is the `egressAddress` output. Nothing leaves the proxy for
+ * it unless the user gives the URL.
+ */
+export interface EgressCheck {
+  /**
+   * An IP echo the user trusts (http:// or https://, without credentials):
+   * it answers with the client's address, as plain text or JSON (`ip`,
+   * `origin`, `address` or `query`).
+   */
+  url: string;
+}
+
+/**
  * Deadlines the provider enforces itself (the dynamic provider host ignores
  * Pulumi's `customTimeouts`): a number of seconds, or a duration such as
  * `"90s"`, `"10m"`, `"1h30m"`.
@@ -203,8 +218,15 @@ export interface KvmProxyArgs {
   }>;
   /** Shorthand for `proxy.port` (not both). */
   proxyPort?: pulumi.Input<number>;
-  /** What must succeed before create returns; false to skip. Default `{}`: the proxy port accepts TCP connections. */
+  /** What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself. */
   healthCheck?: pulumi.Input<HealthCheck | false>;
+  /**
+   * Which address targets see the proxy's requests come from: an IP echo
+   * fetched through the proxy after the health check and at refresh (the
+   * `egressAddress` output; a warning when it is not `proxy.outgoingAddress`
+   * or the VM's static address). Updated in place.
+   */
+  egressCheck?: pulumi.Input<{ url: pulumi.Input<string> }>;
   /**
    * Wait for the guest's address before create returns: true or "ipv4"
    * (the default), "ipv6", or "any". false returns once the domain runs; the
@@ -332,6 +354,7 @@ export interface CheckedInputs {
   proxyPort: number;
   /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
   healthCheck: { url?: string; expectStatus?: number; via?: "local" | "host" } | false;
+  egressCheck?: EgressCheck;
   waitForIp: WaitForIp;
   /** In seconds. */
   timeouts: { create: number; delete: number };
@@ -400,6 +423,8 @@ export interface KvmProxyOutputs
   macAddress?: string;
   /** `http://<ip>:<proxyPort>`, once the IP is known (never with credentials). */
   proxyUrl?: string;
+  /** The address `egressCheck.url` saw the proxy's requests come from, at the last create, update or refresh. */
+  egressAddress?: string;
   state: KvmProxyState;
 }
 
@@ -449,4 +474,11 @@ export const REPLACE_PROPERTIES = [
 ] as const;
 
 /** Input properties updated in place (no rebuild). */
-export const UPDATE_PROPERTIES = ["tags", "healthCheck", "waitForIp", "timeouts", "rotation"] as const;
+export const UPDATE_PROPERTIES = [
+  "tags",
+  "healthCheck",
+  "egressCheck",
+  "waitForIp",
+  "timeouts",
+  "rotation",
+] as const;

@@ -165,21 +165,19 @@ function checkImage(
 }
 
 /**
- * The health check's URL, normalised; failures at `healthCheck.url`, or at
- * `healthCheck.url (secret)` when it may carry credentials: the URL is kept
- * in the outputs as plain text, so it must not carry any.
+ * A URL fetched through the proxy (`healthCheck.url`, `egressCheck.url`),
+ * normalised; failures at `property`, or at `<property> (secret)` when it
+ * may carry credentials: the URL is kept in the outputs as plain text, so
+ * it must not carry any.
  */
-function healthUrl(f: Failures, raw: unknown): string | undefined {
+function probeUrl(f: Failures, property: string, raw: unknown): string | undefined {
   let url: URL | undefined;
   try {
     url = typeof raw === "string" ? new URL(raw) : undefined;
   } catch {
     url = undefined;
   }
-  const field =
-    typeof raw === "string" && mayCarryCredentials(raw, url)
-      ? secretName("healthCheck.url")
-      : "healthCheck.url";
+  const field = typeof raw === "string" && mayCarryCredentials(raw, url) ? secretName(property) : property;
   if (url === undefined) f.fail(field, "must be an http:// or https:// URL");
   else if (url.protocol !== "http:" && url.protocol !== "https:") {
     f.fail(field, `scheme ${quote(url.protocol.replace(/:$/, ""))} is not supported; use http or https`);
@@ -214,7 +212,7 @@ function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs
       );
   }
   if (given(v.url) && v.url !== UNKNOWN) {
-    const url = healthUrl(f, v.url);
+    const url = probeUrl(f, "healthCheck.url", v.url);
     if (url !== undefined) out.url = url;
   } else if (v.url === UNKNOWN) out.url = UNKNOWN;
   if (given(v.expectStatus)) {
@@ -230,6 +228,31 @@ function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs
       "is false, but healthCheck needs the guest's IP: set healthCheck: false, or waitForIp: true",
     );
   return out;
+}
+
+function checkEgress(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs["egressCheck"] {
+  if (v === undefined || v === null || v === UNKNOWN) return undefined;
+  if (!isObject(v)) {
+    f.fail("egressCheck", "must be {url}: an IP echo fetched through the proxy");
+    return undefined;
+  }
+  for (const k of Object.keys(v))
+    if (k !== "url") f.fail(`egressCheck.${k}`, "unknown property (known: url)");
+  if (!waitForIp)
+    f.fail(
+      "waitForIp",
+      "is false, but egressCheck needs the guest's IP: set waitForIp: true, or drop egressCheck",
+    );
+  if (v.url === UNKNOWN) return { url: UNKNOWN };
+  if (!given(v.url)) {
+    f.fail(
+      "egressCheck.url",
+      "is required: an IP echo (http:// or https://) that answers with the client's address",
+    );
+    return undefined;
+  }
+  const url = probeUrl(f, "egressCheck.url", v.url);
+  return url === undefined ? undefined : { url };
 }
 
 const DEFAULT_TIMEOUTS: CheckedInputs["timeouts"] = {
@@ -443,6 +466,9 @@ export function checkInputs(
   const healthCheck = guard(f, secretName("healthCheck"), false, () =>
     checkHealth(f, news.healthCheck, waitForIp !== false),
   );
+  const egressCheck = guard(f, "egressCheck", undefined, () =>
+    checkEgress(f, news.egressCheck, waitForIp !== false),
+  );
   const timeouts = guard(f, "timeouts", DEFAULT_TIMEOUTS, () => checkTimeouts(f, news.timeouts));
   const tags = guard(f, "tags", {}, () => checkTags(f, news.tags));
 
@@ -468,6 +494,8 @@ export function checkInputs(
     for (const k of ["userData", "userDataBase64"]) if (news[k] !== undefined) out[k] = news[k];
   } else if (userData.base64 !== undefined) out.userDataBase64 = userData.base64;
   else out.userData = userData.text ?? defaultUserData();
+  if (news.egressCheck === UNKNOWN) out.egressCheck = UNKNOWN;
+  else if (egressCheck !== undefined) out.egressCheck = egressCheck;
   if (news.rotation === UNKNOWN) out.rotation = UNKNOWN;
   else if (rotation !== undefined) out.rotation = rotation;
   if (news.proxy === UNKNOWN) out.proxy = UNKNOWN;

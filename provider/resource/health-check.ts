@@ -130,15 +130,46 @@ function where(t: Pick<ProbeTarget, "ip" | "proxyPort">): string {
   return hostPort(t.ip, t.proxyPort);
 }
 
-/** A plain-HTTP request through the proxy; `judge` decides from the reply. */
-function viaProxy(
+/** A reply fetched through the proxy: its status, headers and the first bytes of its body. */
+export type Fetched =
+  | { ok: true; status: number; headers: ReplyHeaders; body: string }
+  | { ok: false; reason: string };
+
+/** Reads at most `limit` bytes of `res`'s body (the rest is drained), as UTF-8 text. */
+function bodyOf(res: http.IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    res.on("data", (d: Buffer) => {
+      if (size < limit) chunks.push(d.subarray(0, limit - size));
+      size += d.length;
+    });
+    const done = () => resolve(Buffer.concat(chunks).toString("utf8"));
+    res.once("end", done);
+    res.once("close", done);
+    res.once("error", done);
+  });
+}
+
+/**
+ * `url` fetched through the proxy: plain HTTP as an absolute-form request,
+ * https through a CONNECT tunnel (TLS to the target inside it). The body is
+ * read up to `bodyLimit` bytes (default none).
+ */
+export function fetchThrough(
   t: ProbeTarget,
   url: string,
   timeoutMs: number,
-  judge: (res: http.IncomingMessage) => ProbeResult,
-): Promise<ProbeResult> {
+  bodyLimit = 0,
+): Promise<Fetched> {
+  const target = new URL(url);
+  return target.protocol === "https:"
+    ? viaTunnel(t, target, timeoutMs, bodyLimit)
+    : viaProxy(t, target, timeoutMs, bodyLimit);
+}
+
+function viaProxy(t: ProbeTarget, target: URL, timeoutMs: number, bodyLimit: number): Promise<Fetched> {
   return new Promise((resolve) => {
-    const target = new URL(url);
     const req = http.request({
       ...endpoint(t),
       method: "GET",
@@ -147,8 +178,9 @@ function viaProxy(
       timeout: timeoutMs,
     });
     req.once("response", (res) => {
-      res.resume();
-      resolve(judge(res));
+      bodyOf(res, bodyLimit).then((body) =>
+        resolve({ ok: true, status: res.statusCode ?? 0, headers: res.headers, body }),
+      );
     });
     req.once("timeout", () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
     req.once("error", (e: NodeJS.ErrnoException) =>
@@ -220,7 +252,7 @@ export function judgeStatus(
   return { ok: true, status };
 }
 
-function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number): Promise<ProbeResult> {
+function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number, bodyLimit: number): Promise<Fetched> {
   return new Promise((resolve) => {
     const port = url.port === "" ? 443 : Number(url.port);
     const req = http.request({
@@ -248,17 +280,10 @@ function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number): Promise<ProbeRe
         timeout: timeoutMs,
       });
       inner.once("response", (r) => {
-        r.resume();
-        const want = t.expectStatus ?? 200;
-        resolve(
-          r.statusCode === want
-            ? { ok: true, status: want }
-            : {
-                ok: false,
-                reason: `${url.href} through the proxy returned HTTP ${r.statusCode}, expected ${want}`,
-              },
-        );
-        secure.destroy();
+        bodyOf(r, bodyLimit).then((body) => {
+          resolve({ ok: true, status: r.statusCode ?? 0, headers: r.headers, body });
+          secure.destroy();
+        });
       });
       inner.once("timeout", () => inner.destroy(new Error(`no answer in ${timeoutMs} ms`)));
       inner.once("error", (e: NodeJS.ErrnoException) => {
@@ -272,12 +297,16 @@ function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number): Promise<ProbeRe
 }
 
 /** One probe, bounded by `timeoutMs`. */
-export function probeOnce(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
+export async function probeOnce(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
   if (t.url === undefined) return squidSelf(t, timeoutMs);
-  const url = new URL(t.url);
-  return url.protocol === "https:"
-    ? viaTunnel(t, url, timeoutMs)
-    : viaProxy(t, url.href, timeoutMs, (res) => judgeStatus(res.statusCode ?? 0, res.headers, t));
+  const r = await fetchThrough(t, t.url, timeoutMs);
+  if (!r.ok) return r;
+  if (new URL(t.url).protocol === "http:") return judgeStatus(r.status, r.headers, t);
+  // Through a tunnel squid opened: the reply is the target's own, with no header of squid's to judge.
+  const want = t.expectStatus ?? 200;
+  return r.status === want
+    ? { ok: true, status: want }
+    : { ok: false, reason: `${t.url} through the proxy returned HTTP ${r.status}, expected ${want}` };
 }
 
 /** What a probe is called in messages. */

@@ -56,7 +56,7 @@ export const SECRET_OUTPUTS = [
  * Changing host, image (or the `kvm:images` entry behind its key),
  * userData, vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB,
  * network, bridge, macAddress, name or proxyPort rebuilds the VM; tags,
- * healthCheck, waitForIp and timeouts update in place.
+ * healthCheck, egressCheck, waitForIp and timeouts update in place.
  */
 export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly domainName: pulumi.Output<string>;
@@ -78,6 +78,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
    * provider output carries the password, so no engine or SDK log can.
    */
   readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
+  /** The address `egressCheck.url` saw the proxy's requests come from (last create, update or refresh). */
+  declare readonly egressAddress: pulumi.Output<string | undefined>;
   /** The proxy's last probe: `{ok, checkedAt, reason}`. */
   declare readonly health: pulumi.Output<{ ok: boolean; checkedAt: string; reason?: string } | undefined>;
   /** provisioning | running | degraded (the VM runs, its proxy failed the last probe) | stopped | failed. */
@@ -118,6 +120,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "ipAddress",
       "macAddress",
       "proxyUrl",
+      "egressAddress",
       "health",
       "state",
       "host",

@@ -19,7 +19,10 @@ type Props = Record<string, unknown>;
 
 /** What a probe needs of a proxy's inputs. */
 export interface ProbeInputs
-  extends Pick<CheckedInputs, "healthCheck" | "proxyPort" | "network" | "bridge" | "macAddress"> {
+  extends Pick<
+    CheckedInputs,
+    "healthCheck" | "egressCheck" | "proxyPort" | "network" | "bridge" | "macAddress"
+  > {
   proxy?: {
     auth?: { username: string };
     allowedClients: readonly string[];
@@ -35,8 +38,7 @@ export interface ProbeInputs
  * only (check-nics.ts hostOnlyNetwork), "local" otherwise.
  */
 export function probeVia(c: ProbeInputs, host: HostConfig): "local" | "host" {
-  if (c.healthCheck === false) return "local";
-  if (c.healthCheck.via !== undefined) return c.healthCheck.via;
+  if (c.healthCheck !== false && c.healthCheck.via !== undefined) return c.healthCheck.via;
   return hostOnlyNetwork(vmNicsOf(c), host) !== undefined ? "host" : "local";
 }
 
@@ -74,6 +76,15 @@ export function guestProbeOf(c: ProbeInputs): { url: string; expectStatus?: numb
 }
 
 /**
+ * The egress check of a proxy (its URL, and whether it runs inside the
+ * guest: with auth, as the health check's URL does), or undefined without one.
+ */
+export function egressProbeOf(c: ProbeInputs): { url: string; inGuest: boolean } | undefined {
+  if (c.egressCheck === undefined) return undefined;
+  return { url: c.egressCheck.url, inGuest: c.proxy?.auth !== undefined };
+}
+
+/**
  * What the probe of a refresh needs from the state's outputs: the health
  * check, the port, the proxy block squid.conf was written from (the outputs
  * show it without the password) and the NICs.
@@ -84,8 +95,10 @@ export function probeInputsOf(props: Props): ProbeInputs {
   const shown = (props.proxy ?? undefined) as KvmProxyOutputs["proxy"];
   const nics = Array.isArray(props.nics) ? (props.nics as NicSpec[]) : undefined;
   const text = (k: string) => (typeof props[k] === "string" ? { [k]: props[k] as string } : {});
+  const egress = props.egressCheck as { url?: unknown } | undefined;
   return {
     healthCheck,
+    ...(typeof egress?.url === "string" ? { egressCheck: { url: egress.url } } : {}),
     proxyPort,
     ...(nics !== undefined ? { nics } : {}),
     ...text("network"),

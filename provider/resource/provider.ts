@@ -29,9 +29,10 @@ import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
+import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
-import { probeInputsOf } from "./probe-target";
+import { type ProbeInputs, probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
 import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
@@ -178,6 +179,30 @@ export class KvmProxyRuntime {
     });
   }
 
+  /**
+   * The egress check of a healthy proxy (readiness.ts egressNow): the
+   * address its echo saw, or undefined; a failure, or an address other than
+   * the one expected (egress.ts), is a warning on the resource.
+   */
+  private async egressOf(
+    c: ProbeInputs,
+    vm: { host: string; name: string },
+    ip: string | undefined,
+    urn: string | undefined,
+    attempts: number,
+  ): Promise<string | undefined> {
+    const r = await this.readiness().egressNow(c, vm, ip, attempts);
+    if (r === undefined) return undefined;
+    if (!r.ok) {
+      this.engineLog().warn(urn, `egress check failed: ${r.reason}`);
+      return undefined;
+    }
+    const url = c.egressCheck?.url ?? "";
+    const mismatch = egressMismatch(r.address, egressExpectationOf(c), url);
+    if (mismatch !== undefined) this.engineLog().warn(urn, mismatch);
+    return r.address;
+  }
+
   async check(
     olds: Props,
     news: Props,
@@ -297,7 +322,13 @@ export class KvmProxyRuntime {
           return consoleLinesText(consoleLines(consoleText ?? "", this.secrets));
         },
       });
-      return { id: formatProviderId(status.host, c.name), outs: outputsFrom(c, status, health) };
+      const outs = outputsFrom(c, status, health);
+      // Once it is healthy (or not checked), which address targets see: a warning at worst, never a rollback.
+      if (health?.ok !== false) {
+        const egress = await this.egressOf(c, status, proxyAddressOf(c.nics, status), c.owner?.urn, 3);
+        if (egress !== undefined) outs.egressAddress = egress;
+      }
+      return { id: formatProviderId(status.host, c.name), outs };
     } catch (err) {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
       const id = err.providerId;
@@ -356,6 +387,16 @@ export class KvmProxyRuntime {
       next.health = health;
       if (!health.ok) next.state = "degraded";
     } else delete next.health;
+    const probed = probeInputsOf(props);
+    const egress =
+      status.state === "running" && health?.ok !== false
+        ? await this.egressOf(probed, { host, name }, ip, ownerUrn(props), 1)
+        : undefined;
+    if (egress !== undefined) next.egressAddress = egress;
+    else delete next.egressAddress;
+    await this.engineLog()
+      .flush()
+      .catch(() => undefined);
     return { id, props: next };
   }
 
@@ -417,8 +458,14 @@ export class KvmProxyRuntime {
         : undefined;
     if (health !== undefined && !health.ok)
       this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);
+    const outs = outputsFrom(c, status, health);
+    const ip = proxyAddressOf(c.nics, status);
+    if (status.state === "running" && health?.ok !== false) {
+      const egress = await this.egressOf(c, { host, name }, ip, c.owner?.urn, 3);
+      if (egress !== undefined) outs.egressAddress = egress;
+    }
     await this.engineLog().flush();
-    return { outs: outputsFrom(c, status, health) };
+    return { outs };
   }
 
   async delete(id: string, props: Props): Promise<void> {
@@ -449,6 +496,12 @@ export class KvmProxyRuntime {
       await log.flush();
     }
   }
+}
+
+/** The URN in a state's owner record, if any. */
+function ownerUrn(props: Props): string | undefined {
+  const urn = (props.owner as { urn?: unknown } | undefined)?.urn;
+  return typeof urn === "string" ? urn : undefined;
 }
 
 /** The secret strings of the configuration: private keys (and each of their lines) and passphrases. */

@@ -11,6 +11,7 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import type { HostInput, KvmProxyArgs } from "./args";
+import { sharedEgress } from "./egress";
 import { KvmProxy } from "./kvm-proxy";
 
 export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
@@ -46,6 +47,11 @@ export class ProxyFleet extends pulumi.ComponentResource {
   readonly urlsWithCredentials: pulumi.Output<(string | undefined)[]>;
   /** The host each member was placed on. */
   readonly hosts: pulumi.Output<string[]>;
+  /**
+   * The address each member's egress check saw (`proxy.egressCheck`); members
+   * sharing one are warned about, by name.
+   */
+  readonly egressAddresses: pulumi.Output<(string | undefined)[]>;
 
   constructor(name: string, args: ProxyFleetArgs, opts?: pulumi.ComponentResourceOptions) {
     super(PROXY_FLEET_TYPE, name, {}, opts);
@@ -81,11 +87,17 @@ export class ProxyFleet extends pulumi.ComponentResource {
     this.urls = pulumi.all(this.proxies.map((p) => p.proxyUrl));
     this.urlsWithCredentials = pulumi.secret(pulumi.all(this.proxies.map((p) => p.proxyUrlWithCredentials)));
     this.hosts = pulumi.all(this.proxies.map((p) => p.host));
+    this.egressAddresses = pulumi.all(this.proxies.map((p) => p.egressAddress)).apply((addresses) => {
+      const members = addresses.map((a, i) => ({ name: `${name}-${i}`, egressAddress: a }));
+      for (const w of sharedEgress(members)) pulumi.log.warn(`ProxyFleet ${name}: ${w}`, this);
+      return addresses;
+    });
     this.registerOutputs({
       ids: this.ids,
       urls: this.urls,
       urlsWithCredentials: this.urlsWithCredentials,
       hosts: this.hosts,
+      egressAddresses: this.egressAddresses,
     });
   }
 }

@@ -3,15 +3,27 @@
  * probe: the first boot finished (cloud-init's result, through the guest
  * agent), then the health check (health-check.ts) from here, and for
  * proxies with auth and a URL the request inside the guest. The resource
- * layer's one owner of "ready".
+ * layer's one owner of "ready", and of the egress check (egress.ts), which
+ * goes the same ways.
  */
 import { ProviderError, TimeoutError } from "../errors";
 import type { KvmOperations, VmStatus } from "../kvm/host/operations";
 import type { ProgressListener } from "../kvm/progress";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
-import { judgeStatus, type ProbeResult, type ProbeTarget, probeOnce, waitHealthy } from "./health-check";
-import { guestProbeOf, type ProbeInputs, probeTargetOf, probeVia } from "./probe-target";
+import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
+import {
+  fetchThrough,
+  judgeStatus,
+  type ProbeResult,
+  type ProbeTarget,
+  probeOnce,
+  waitHealthy,
+} from "./health-check";
+import { egressProbeOf, guestProbeOf, type ProbeInputs, probeTargetOf, probeVia } from "./probe-target";
+
+/** What the egress check read: the address the echo saw, or why there is none. */
+export type EgressReading = { ok: true; address: string } | { ok: false; reason: string };
 
 /** What readiness needs of the runtime around it. */
 export interface ReadinessOptions {
@@ -133,6 +145,70 @@ export class Readiness {
       }
       await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
     }
+  }
+
+  /**
+   * The egress check once the proxy is healthy (create, update, refresh):
+   * `egressCheck.url` fetched through the proxy, from here (or through the
+   * host) without auth, inside the guest with auth, as the health check
+   * goes. Up to `attempts` tries, `pollMs` apart; undefined without an
+   * egress check or an address.
+   */
+  async egressNow(
+    c: ProbeInputs,
+    vm: Pick<VmStatus, "host" | "name">,
+    ip: string | undefined,
+    attempts = 1,
+  ): Promise<EgressReading | undefined> {
+    const probe = egressProbeOf(c);
+    if (probe === undefined || ip === undefined) return undefined;
+    let last: EgressReading = { ok: false, reason: "no probe ran" };
+    for (let i = 0; i < attempts; i++) {
+      if (i > 0) await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      last = await this.egressOnce(c, vm, ip, probe);
+      if (last.ok) return last;
+    }
+    return last;
+  }
+
+  private async egressOnce(
+    c: ProbeInputs,
+    vm: Pick<VmStatus, "host" | "name">,
+    ip: string,
+    probe: { url: string; inGuest: boolean },
+  ): Promise<EgressReading> {
+    let status: number;
+    let body: string;
+    if (probe.inGuest) {
+      const reply = await this.ops.probeInGuest(vm.host, vm.name, c.proxyPort, probe.url);
+      if (reply === undefined)
+        return {
+          ok: false,
+          reason:
+            "the guest agent does not answer (the egress check of a proxy with auth runs inside the guest)",
+        };
+      if ("error" in reply)
+        return { ok: false, reason: `${probe.url} through the proxy, inside the guest: ${reply.error}` };
+      ({ status, body } = reply);
+    } else {
+      const connect = this.connector(c, vm.host, ip);
+      const target: ProbeTarget = {
+        ip,
+        proxyPort: c.proxyPort,
+        squidName: "",
+        ...(connect !== undefined ? { connect } : {}),
+      };
+      const r = await fetchThrough(target, probe.url, this.o.probeTimeoutMs, ECHO_BODY_LIMIT);
+      if (!r.ok) return { ok: false, reason: r.reason };
+      ({ status, body } = r);
+    }
+    if (status < 200 || status > 299) {
+      return { ok: false, reason: `${probe.url} through the proxy returned HTTP ${status}` };
+    }
+    const read = readEchoReply(body);
+    return "address" in read
+      ? { ok: true, address: read.address }
+      : { ok: false, reason: `${probe.url}: ${read.problem}` };
   }
 
   /**

@@ -79,6 +79,8 @@ function proxies(bandwidthKbps: number): Record<string, unknown> {
     memoryMiB: 768,
     diskGiB: 4,
     timeouts: { create: "20m" },
+    // An IP echo inside the namespace: which address the proxies egress from.
+    egressCheck: { url: env.whoamiUrl },
     proxy: {
       // The namespace's addresses on the fixtures: public (documentation ranges), each a single address.
       allowedClients: [
@@ -246,6 +248,33 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
     await cli.must("up", "--yes", "--skip-preview");
     expect(stateOf(A).outputs.state).toBe("running");
     expect(stateOf(B).outputs.state).toBe("running");
+  });
+
+  it("egressAddress is what the echo saw: B's static address; A's too while routed through its bridge, and a warning at refresh once it is routed out through its NAT NIC", async () => {
+    expect(stateOf(B).outputs.egressAddress).toBe(addr.b4());
+    const agentA = await agentFor(agents.libvirt("local"), A);
+    const echo = env.targets.outward4;
+    const [, natMac] = macsOf(A) as [string, string];
+    const nat = (await guestInterfaces(agentA)).find((i) => i.mac === natMac);
+    const natAddress = (nat?.addresses.find((a) => a.startsWith(env.subnetPrefix)) ?? "").split(
+      "/",
+    )[0] as string;
+    expect(natAddress).not.toBe("");
+    try {
+      await agentA.sh(`ip route replace ${echo}/32 via ${bridge.address4}`);
+      const viaBridge = await cli.must("refresh", "--yes", "--skip-preview");
+      expect(stateOf(A).outputs.egressAddress).toBe(addr.a4());
+      expect(viaBridge.output).not.toMatch(/saw the proxy's requests come from/);
+      await agentA.sh(`ip route replace ${echo}/32 via ${env.gateway} dev ${nat?.name}`);
+      const viaNat = await cli.must("refresh", "--yes", "--skip-preview");
+      expect(stateOf(A).outputs.egressAddress).toBe(natAddress);
+      expect(viaNat.output).toContain(
+        `${env.whoamiUrl} saw the proxy's requests come from ${natAddress}, none of the VM's static IPv4 addresses (${addr.a4()})`,
+      );
+      expect(stateOf(B).outputs.egressAddress).toBe(addr.b4());
+    } finally {
+      await agentA.sh(`ip route del ${echo}/32`);
+    }
   });
 
   it("A, on a bridge without DHCP: the guest has exactly its static IPv4 and IPv6, and ipAddresses reports both", async () => {

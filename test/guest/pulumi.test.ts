@@ -141,6 +141,29 @@ const cachedImage = () =>
     sha256: env.imageSha256,
   });
 
+/** The proxy's arguments (the program's config), with `more` merged over them. */
+function edgeArgs(more: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    host: "remote",
+    image: "guest",
+    name: NAME,
+    // gzip-compressed, as binary user-data must be given: base64 (cloud-init decompresses it).
+    userDataBase64: USER_DATA_GZIP.toString("base64"),
+    memoryMiB: 768,
+    vcpus: 1,
+    diskGiB: 4,
+    healthCheck: { url: env.targetUrl, expectStatus: 204 },
+    timeouts: { create: "14m" },
+    proxy: {
+      auth: { username: PROXY_USER },
+      allowedClients: [`${ALLOWED_CLIENT}/32`],
+      outgoingAddress: OUTGOING,
+    },
+    proxyPasswordFromSecret: true,
+    ...more,
+  };
+}
+
 beforeAll(() => {
   host = testHost();
   removeByHand(host, NAME);
@@ -155,26 +178,7 @@ beforeAll(() => {
       remote: sshHostEntry(host),
     },
     "kvm:images": { guest: { url: env.imageUrlInNetns, sha256: env.imageSha256 } },
-    "pair:proxies": {
-      edge: {
-        host: "remote",
-        image: "guest",
-        name: NAME,
-        // gzip-compressed, as binary user-data must be given: base64 (cloud-init decompresses it).
-        userDataBase64: USER_DATA_GZIP.toString("base64"),
-        memoryMiB: 768,
-        vcpus: 1,
-        diskGiB: 4,
-        healthCheck: { url: env.targetUrl, expectStatus: 204 },
-        timeouts: { create: "14m" },
-        proxy: {
-          auth: { username: PROXY_USER },
-          allowedClients: [`${ALLOWED_CLIENT}/32`],
-          outgoingAddress: OUTGOING,
-        },
-        proxyPasswordFromSecret: true,
-      },
-    },
+    "pair:proxies": { edge: edgeArgs() },
   });
   ws.setSecret("pair:proxyPassword", PROXY_PASSWORD);
   cli = new NetnsCli(env.netns, ws);
@@ -349,6 +353,19 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
       .flatMap((l) => /^rpc=(\S+) /.exec(l)?.slice(1) ?? [])
       .filter((c) => !handshake.has(c));
     expect(calls.sort()).toEqual(["virDomainGetState", "virDomainGetXMLDesc", "virDomainInterfaceAddresses"]);
+  });
+
+  it("an egressCheck added is an update in place: the echo inside the namespace saw the outgoing address (asked inside the guest: the proxy has auth), at up and at refresh", async () => {
+    ws.setConfig({ "pair:proxies": { edge: edgeArgs({ egressCheck: { url: env.whoamiUrl } }) } });
+    const preview = await cli.must("preview", "--diff");
+    expect(preview.output).toMatch(/~ +egressCheck/);
+    expect(preview.output).not.toMatch(/\+-|replace/);
+    const up = await cli.must("up", "--yes", "--skip-preview");
+    expect(up.output).not.toMatch(/egress check failed|saw the proxy's requests come from/);
+    expect(proxyOutputs()).toMatchObject({ egressAddress: OUTGOING, domainName: NAME, state: "running" });
+    const refresh = await cli.must("refresh", "--yes", "--skip-preview");
+    expect(refresh.output).not.toMatch(/egress check failed|saw the proxy's requests come from/);
+    expect(proxyOutputs()).toMatchObject({ egressAddress: OUTGOING });
   });
 
   it("pulumi destroy leaves no domain, no per-VM volume and no NVRAM file", async () => {

@@ -544,6 +544,32 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "waitForIp",
     /healthCheck needs the guest's IP/,
   ],
+  ["egress check not an object", { egressCheck: "https://echo.example/" }, "egressCheck", /must be \{url\}/],
+  ["egress check without a URL", { egressCheck: {} }, "egressCheck.url", /is required: an IP echo/],
+  [
+    "egress check ftp URL",
+    { egressCheck: { url: "ftp://echo.example/" } },
+    "egressCheck.url",
+    /scheme "ftp"/,
+  ],
+  [
+    "egress check URL with credentials",
+    { egressCheck: { url: "https://u:tok3n-egress@echo.example/" } },
+    "egressCheck.url (secret)",
+    /credentials/,
+  ],
+  [
+    "egress check unknown field",
+    { egressCheck: { url: "http://x/", every: "1m" } },
+    "egressCheck.every",
+    /unknown/,
+  ],
+  [
+    "egress check without IP wait",
+    { waitForIp: false, healthCheck: false, egressCheck: { url: "http://x/" } },
+    "waitForIp",
+    /egressCheck needs the guest's IP/,
+  ],
   [
     "waitForIp not boolean or a family",
     { waitForIp: 1 },

@@ -25,6 +25,7 @@ import {
   passwordFileLine,
   squidName,
 } from "../../../provider/kvm/squid/setup";
+import { egressMismatch, readEchoReply } from "../../../provider/resource/egress";
 import { judgeStatus } from "../../../provider/resource/health-check";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";
@@ -49,6 +50,8 @@ const A = {
   cgnat: "100.64.1.1",
   opened: "172.16.5.5",
   metadata: "169.254.169.254",
+  /** The outgoing address of the egress squid (an address of "the VM", outward). */
+  egress: "203.0.113.44",
 };
 const USER = "crawler";
 const PASSWORD = "squid-reads-$6$-hashes:@#%/";
@@ -60,6 +63,8 @@ const servers: ChildProcess[] = [];
 const squids: ChildProcess[] = [];
 /** Port of the 204 server on the outward and inward addresses (the same port on all). */
 let targetPort = 0;
+/** Port of the whoami server (an IP echo: the client's address as plain text) on every address. */
+let echoPort = 0;
 
 function inNs(args: string[], input?: string): string {
   return execFileSync("ip", ["netns", "exec", ns, ...args], { encoding: "utf8", input, timeout: 60_000 });
@@ -139,8 +144,11 @@ const WITH_AUTH: ProxySetup = {
   allowedClients: ["10.0.0.0/8", "198.51.100.0/24"],
   auth: { username: USER, passwordHash: squidPasswordHash(PASSWORD, USER, URN) },
 };
+/** With auth and an outgoing address: what the egress check reads. */
+const EGRESS: ProxySetup = { ...WITH_AUTH, outgoingAddress: A.egress };
 const PLAIN_PORT = 3128;
 const AUTH_PORT = 3129;
+const EGRESS_PORT = 3130;
 
 beforeAll(async () => {
   ns = `${testHost().netns}-sq`;
@@ -156,8 +164,10 @@ beforeAll(async () => {
   chmodSync(dir, 0o755);
   targetPort = await startServer(servers, ns, ["204", "::"]);
   await startServer(servers, ns, ["204", "::", "443"]);
+  echoPort = await startServer(servers, ns, ["whoami", "::"]);
   await startSquid(NO_AUTH, PLAIN_PORT);
   await startSquid(WITH_AUTH, AUTH_PORT);
+  await startSquid(EGRESS, EGRESS_PORT);
 }, 60_000);
 
 afterAll(async () => {
@@ -261,5 +271,33 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
     expect(parseGuestProbe(inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.inward))]), 0)).toMatchObject(
       { status: 403 },
     );
+  });
+  describe("the egress check, through the in-guest probe's program", () => {
+    /** What the echo behind the squid on `port` saw, as the egress check reads it. */
+    const egressThrough = (port: number) => {
+      const reply = parseGuestProbe(inNs(["python3", ...guestProbeArgs(port, http(A.outward, echoPort))]), 0);
+      expect(reply).toMatchObject({ status: 200 });
+      return readEchoReply((reply as { body: string }).body);
+    };
+
+    it("reads squid's tcp_outgoing_address from the echo's reply (a dual-stack echo's IPv4-mapped form read as IPv4)", () => {
+      const raw = inNs(["python3", ...guestProbeArgs(EGRESS_PORT, http(A.outward, echoPort))]);
+      expect(raw).toContain(`body "::ffff:${A.egress}"`);
+      expect(egressThrough(EGRESS_PORT)).toEqual({ address: A.egress });
+      expect(
+        egressMismatch(A.egress, { outgoingAddress: A.egress, staticAddresses: [`${A.own}/24`] }, "echo"),
+      ).toBeUndefined();
+    });
+
+    it("warns when a squid without that outgoing address egresses from another one than the VM's static address", () => {
+      const read = egressThrough(AUTH_PORT);
+      expect(read).not.toEqual({ address: A.egress });
+      const address = (read as { address: string }).address;
+      expect(egressMismatch(address, { staticAddresses: [`${A.own}/24`] }, "echo")).toMatch(
+        new RegExp(
+          `come from ${address.replaceAll(".", "\\.")}, none of the VM's static IPv4 addresses \\(${A.own.replaceAll(".", "\\.")}\\)`,
+        ),
+      );
+    });
   });
 });

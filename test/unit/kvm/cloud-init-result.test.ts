@@ -102,11 +102,17 @@ describe("the in-guest health probe", () => {
 
   it.each([
     [
-      "status 204\nvia 1.1 kvm-proxy-abc (squid/5.7)\nx-cache MISS from kvm-proxy-abc\n",
+      'status 204\nvia 1.1 kvm-proxy-abc (squid/5.7)\nx-cache MISS from kvm-proxy-abc\nbody ""\n',
       0,
-      { status: 204, via: "1.1 kvm-proxy-abc (squid/5.7)", xCache: "MISS from kvm-proxy-abc" },
+      { status: 204, via: "1.1 kvm-proxy-abc (squid/5.7)", xCache: "MISS from kvm-proxy-abc", body: "" },
     ],
-    ["status 403\nvia \nx-cache \n", 0, { status: 403, via: "", xCache: "" }],
+    [
+      'status 200\nvia \nx-cache \nbody "203.0.113.7\\n{\\"ip\\": 1} \\u00e9"\n',
+      0,
+      { status: 200, via: "", xCache: "", body: '203.0.113.7\n{"ip": 1} \u00e9' },
+    ],
+    ["status 403\nvia \nx-cache \n", 0, { status: 403, via: "", xCache: "", body: "" }],
+    ["status 200\nbody not-json\n", 0, { status: 200, via: "", xCache: "", body: "" }],
     [
       "error URLError: <urlopen error [Errno 111] Connection refused>\n",
       0,

@@ -258,6 +258,7 @@ const inputs = shape({
   ),
   proxyPort: field(number),
   healthCheck: field(fc.oneof(fc.constant(false), shape({ url: field(url), expectStatus: field(number) }))),
+  egressCheck: field(shape({ url: field(url) })),
   waitForIp: field(fc.oneof(fc.boolean(), fc.constantFrom("ipv4", "ipv6", "any", "both"))),
   nics: field(
     fc.array(
@@ -304,7 +305,7 @@ const SECRET_INPUTS = ["userData", "userDataBase64", "vendorData", "vendorDataBa
 const KNOWN_NESTED = [
   ...["image.url", "image.format", "image.firmware", "image.sha256", "proxy.port", "proxy.auth"],
   ...["proxy.auth.username", "proxy.auth.password", "proxy.allowedClients", "proxy.outgoingAddress"],
-  ...["healthCheck.url", "healthCheck.expectStatus", "timeouts.create", "timeouts.delete"],
+  ...["healthCheck.url", "healthCheck.expectStatus", "egressCheck.url", "timeouts.create", "timeouts.delete"],
   // The one-NIC shorthand is named when it meets nics.
   ...["network", "bridge", "macAddress"],
 ];

@@ -8,7 +8,7 @@
 import http from "node:http";
 import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
+import { fetchThrough, type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
 
 const servers: net.Server[] = [];
 /** The name this proxy's squid.conf gives squid, and what the test image's default configuration calls it. */
@@ -159,5 +159,37 @@ describe("the health check knows its own squid", () => {
     });
     const ours = await listen(httpServer(204, { via: `1.1 ${OURS} (squid)` }).server);
     expect(await probeOnce(at(ours, target), 2_000)).toEqual({ ok: true, status: 204 });
+  });
+});
+
+describe("a fetch through the proxy (the egress check)", () => {
+  /** A proxy-like server answering every request with `body`, recording the request lines. */
+  function echoing(body: string) {
+    const seen: string[] = [];
+    const server = http.createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      res.writeHead(200, { "content-length": String(Buffer.byteLength(body)) });
+      res.end(body);
+    });
+    return { server, seen };
+  }
+
+  it("asks for the URL in absolute form and reads the body up to the limit", async () => {
+    const { server, seen } = echoing("203.0.113.7\n".repeat(1000));
+    const port = await listen(server);
+    const r = await fetchThrough(at(port), "http://echo.test/ip", 2_000, 12);
+    expect(r).toMatchObject({ ok: true, status: 200, body: "203.0.113.7\n" });
+    expect(seen).toEqual(["GET http://echo.test/ip"]);
+  });
+
+  it("reads no body without a limit, and says where it failed", async () => {
+    const { server } = echoing("203.0.113.7");
+    const port = await listen(server);
+    expect(await fetchThrough(at(port), "http://echo.test/", 2_000)).toMatchObject({ ok: true, body: "" });
+    const closed = await listen(net.createServer((s) => s.destroy()));
+    expect(await fetchThrough(at(closed), "http://echo.test/", 2_000)).toEqual({
+      ok: false,
+      reason: expect.stringMatching(new RegExp(`^via proxy 127\\.0\\.0\\.1:${closed}: `)),
+    });
   });
 });

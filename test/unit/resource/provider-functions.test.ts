@@ -220,6 +220,7 @@ describe("specHashOf", () => {
   const IN_PLACE: [string, Partial<CheckedInputs>][] = [
     ["tags", { tags: { team: "edge", tier: "1" } }],
     ["healthCheck", { healthCheck: { url: "http://example.com/", expectStatus: 204 } }],
+    ["egressCheck", { egressCheck: { url: "https://echo.example/" } }],
     ["waitForIp", { waitForIp: false, healthCheck: false }],
     ["timeouts", { timeouts: { create: 60, delete: 30 } }],
     ["rotation", { rotation: { maxAge: 604_800, batch: 2 } }],

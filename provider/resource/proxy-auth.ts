@@ -5,6 +5,7 @@
  * password never leaves the program (docs/decisions.md, "The password stays
  * in the program").
  */
+import { createHmac } from "node:crypto";
 import { isObject } from "../kvm/fields";
 import { passwordProblem, squidPasswordHash } from "../kvm/squid/password-hash";
 
@@ -41,4 +42,50 @@ export function urlWithCredentials(proxyUrl: string | undefined, auth: unknown):
   if (typeof auth.username !== "string" || typeof auth.password !== "string") return undefined;
   const credentials = `${encodeURIComponent(auth.username)}:${encodeURIComponent(auth.password)}`;
   return proxyUrl.replace(/^http:\/\//, `http://${credentials}@`);
+}
+
+/** Shortest secret a fleet's member passwords are derived from. */
+export const MIN_MEMBER_SECRET_LENGTH = 16;
+
+/** The derivation's context: another one gives other passwords from the same secret. */
+const MEMBER_PASSWORD_CONTEXT = "pulumi-kvm-proxy member password v1";
+
+/**
+ * The password of a fleet's member `member` (its resource name), derived
+ * from the fleet's `secret`: HMAC-SHA-256(secret, context NUL member), 32
+ * base64url characters (192 bits; letters, digits, `-`, `_`: nothing a URL
+ * or squid reads otherwise). Deterministic, so the seed stays byte-identical
+ * for the same inputs; one member's password tells nothing of another's or
+ * of the secret.
+ */
+export function memberPassword(secret: string, member: string): string {
+  return createHmac("sha256", secret)
+    .update(`${MEMBER_PASSWORD_CONTEXT}\0${member}`)
+    .digest("base64url")
+    .slice(0, 32);
+}
+
+/**
+ * A member's proxy block for a fleet with `memberPasswords`: the fleet's
+ * block (`auth.username` and no password of its own) with the member's
+ * derived password; or what is wrong with the fleet's inputs.
+ */
+export function memberProxyBlock(
+  block: unknown,
+  secret: unknown,
+  member: string,
+): { block: Record<string, unknown> } | { problem: string } {
+  if (typeof secret !== "string" || secret.length < MIN_MEMBER_SECRET_LENGTH) {
+    return {
+      problem: `memberPasswords.secret must be a string of at least ${MIN_MEMBER_SECRET_LENGTH} characters`,
+    };
+  }
+  const auth = isPlain(block) ? block.auth : undefined;
+  if (!isPlain(block) || !isPlain(auth) || typeof auth.username !== "string") {
+    return { problem: "memberPasswords needs proxy.auth.username: every member's username" };
+  }
+  if (auth.password !== undefined) {
+    return { problem: "memberPasswords derives each member's password: leave proxy.auth.password out" };
+  }
+  return { block: { ...block, auth: { ...auth, password: memberPassword(secret, member) } } };
 }

@@ -13,6 +13,7 @@ import * as pulumi from "@pulumi/pulumi";
 import type { HostInput, KvmProxyArgs } from "./args";
 import { sharedEgress } from "./egress";
 import { KvmProxy } from "./kvm-proxy";
+import { memberProxyBlock } from "./proxy-auth";
 
 export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
 
@@ -34,6 +35,15 @@ export interface ProxyFleetArgs {
    * passes its health check) before its predecessor is deleted.
    */
   rotation?: { maxAge: string | number; batch?: number };
+  /**
+   * A password of its own for each member, derived from `secret` (at least
+   * 16 characters; HMAC-SHA-256 of the member's name) instead of
+   * `proxy.auth.password`, which is then left out (`proxy.auth.username` is
+   * every member's): a leaked crawler config opens one member only. The
+   * same secret gives the same passwords at every run; a new secret
+   * replaces every member. `urlsWithCredentials` carries each member's.
+   */
+  memberPasswords?: { secret: pulumi.Input<string> };
 }
 
 export class ProxyFleet extends pulumi.ComponentResource {
@@ -68,11 +78,26 @@ export class ProxyFleet extends pulumi.ComponentResource {
       const tags = pulumi
         .output(args.proxy.tags ?? {})
         .apply((t) => ({ ...t, fleet: name, member: String(i) }));
+      const member = `${name}-${i}`;
+      const memberPasswords = args.memberPasswords;
+      const proxy =
+        memberPasswords === undefined
+          ? {}
+          : {
+              proxy: pulumi.secret(
+                pulumi.all([args.proxy.proxy, memberPasswords.secret]).apply(([block, secret]) => {
+                  const r = memberProxyBlock(block, secret, member);
+                  if ("problem" in r) throw new pulumi.RunError(`ProxyFleet ${name}: ${r.problem}`);
+                  return r.block as NonNullable<KvmProxyArgs["proxy"]>;
+                }),
+              ),
+            };
       this.proxies.push(
         new KvmProxy(
-          `${name}-${i}`,
+          member,
           {
             ...args.proxy,
+            ...proxy,
             host: { pool },
             tags,
             ...(rotation !== undefined

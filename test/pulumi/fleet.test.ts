@@ -12,11 +12,15 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
+import { squidPasswordHash } from "../../provider/kvm/squid/password-hash";
+import { memberPassword } from "../../provider/resource/proxy-auth";
 import { type TestHost, testHost, virshUri } from "../support/test-host";
 import { cacheVolumeOf, TEST_IMAGE, TEST_PROXY_ARGS, virsh, virshQuiet, Workspace } from "./harness";
 
 const run = promisify(execFile);
 const PID = process.pid;
+/** The examples/fleet members' passwords derive from it. */
+const MEMBER_SECRET = `fleet-members-${PID}-secret`;
 
 let host: TestHost;
 const pools: string[] = [];
@@ -330,7 +334,7 @@ describe("rotation", () => {
 });
 
 describe("examples/fleet", () => {
-  it("(TypeScript, the library's ProxyFleet) places 3 over capacities 2 and 1, and destroys them", () => {
+  it("(TypeScript, the library's ProxyFleet) places 3 over capacities 2 and 1, each with a password of its own derived from one secret, and destroys them", () => {
     const [a, b] = ["ea", "eb"].map(makePool) as [string, string];
     const ws = new Workspace("fleet-example", {
       name: "kvmpt-fleet-example",
@@ -349,9 +353,26 @@ describe("examples/fleet", () => {
       "fleet:proxy": TEST_PROXY_ARGS,
       "fleet:maxAge": "7d",
     });
+    ws.setSecret("fleet:memberSecret", MEMBER_SECRET);
     ws.up();
     const out = ws.outputs() as { ids: string[]; hosts: string[] };
     expect(tally(out.hosts)).toEqual({ "lab-a": 2, "lab-b": 1 });
+    // Each member's squid checks its own password's hash (salted with its URN); the state holds no password.
+    expect(ws.stateText()).not.toContain(MEMBER_SECRET);
+    const members = (
+      JSON.parse(ws.mustRun("stack", "export", "--show-secrets").stdout) as {
+        deployment: { resources: { type: string; urn: string; outputs?: Record<string, unknown> }[] };
+      }
+    ).deployment.resources.filter((r) => r.type === "pulumi-nodejs:dynamic:KvmProxy");
+    expect(members.map((m) => m.urn.replace(/.*::/, "")).sort()).toEqual(["crawl-0", "crawl-1", "crawl-2"]);
+    for (const m of members) {
+      const member = m.urn.replace(/.*::/, "");
+      const password = memberPassword(MEMBER_SECRET, member);
+      expect(ws.stateText()).not.toContain(password);
+      expect(m.outputs?.proxyPasswordHash).toBe(squidPasswordHash(password, "crawler", m.urn));
+      expect(m.outputs?.proxy).toMatchObject({ auth: { username: "crawler" } });
+    }
+    expect(new Set(members.map((m) => m.outputs?.proxyPasswordHash)).size).toBe(3);
     expect(out.ids.map((id) => id.replace(/-\d-[0-9a-f]{8}$/, ""))).toEqual(
       out.hosts.map((h) => `kvm://${h}/crawl`),
     );

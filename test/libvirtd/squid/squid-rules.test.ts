@@ -27,6 +27,7 @@ import {
 } from "../../../provider/kvm/squid/setup";
 import { egressMismatch, readEchoReply } from "../../../provider/resource/egress";
 import { judgeStatus } from "../../../provider/resource/health-check";
+import { memberPassword, memberProxyBlock } from "../../../provider/resource/proxy-auth";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";
 
@@ -146,6 +147,21 @@ const WITH_AUTH: ProxySetup = {
 };
 /** With auth and an outgoing address: what the egress check reads. */
 const EGRESS: ProxySetup = { ...WITH_AUTH, outgoingAddress: A.egress };
+/** Two members of a fleet with memberPasswords: each squid set up with its member's hash, as the program makes it. */
+const FLEET_SECRET = "one secret for the fleet's members";
+const memberUrn = (m: string) =>
+  `urn:pulumi:test::kvmpt::kvmproxy:index:ProxyFleet$pulumi-nodejs:dynamic:KvmProxy::${m}`;
+function memberSetup(member: string): ProxySetup {
+  const r = memberProxyBlock({ auth: { username: USER } }, FLEET_SECRET, member);
+  if (!("block" in r)) throw new Error(r.problem);
+  const password = (r.block.auth as { password: string }).password;
+  return {
+    ...NO_AUTH,
+    allowedClients: WITH_AUTH.allowedClients,
+    auth: { username: USER, passwordHash: squidPasswordHash(password, USER, memberUrn(member)) },
+  };
+}
+const MEMBER_PORTS = { "edge-0": 3131, "edge-1": 3132 } as const;
 const PLAIN_PORT = 3128;
 const AUTH_PORT = 3129;
 const EGRESS_PORT = 3130;
@@ -168,6 +184,7 @@ beforeAll(async () => {
   await startSquid(NO_AUTH, PLAIN_PORT);
   await startSquid(WITH_AUTH, AUTH_PORT);
   await startSquid(EGRESS, EGRESS_PORT);
+  for (const [member, port] of Object.entries(MEMBER_PORTS)) await startSquid(memberSetup(member), port);
 }, 60_000);
 
 afterAll(async () => {
@@ -272,6 +289,24 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
       { status: 403 },
     );
   });
+  it("a fleet's member passwords: each member's password opens its own member only", () => {
+    const outward = http(A.outward);
+    const credentials = (m: string) => `${USER}:${memberPassword(FLEET_SECRET, m)}`;
+    expect(memberPassword(FLEET_SECRET, "edge-0")).not.toBe(memberPassword(FLEET_SECRET, "edge-1"));
+    expect(
+      request(MEMBER_PORTS["edge-0"], A.publicClient, outward, { credentials: credentials("edge-0") }),
+    ).toBe("204");
+    expect(
+      request(MEMBER_PORTS["edge-1"], A.publicClient, outward, { credentials: credentials("edge-1") }),
+    ).toBe("204");
+    expect(
+      request(MEMBER_PORTS["edge-1"], A.publicClient, outward, { credentials: credentials("edge-0") }),
+    ).toBe("407");
+    expect(
+      request(MEMBER_PORTS["edge-0"], A.publicClient, outward, { credentials: credentials("edge-1") }),
+    ).toBe("407");
+  });
+
   describe("the egress check, through the in-guest probe's program", () => {
     /** What the echo behind the squid on `port` saw, as the egress check reads it. */
     const egressThrough = (port: number) => {

@@ -208,14 +208,7 @@ export interface KvmProxyArgs {
   /** The domain name (also the guest hostname). Default: the resource name plus a random suffix. */
   name?: pulumi.Input<string>;
   /** The proxy: port, authentication, allowed clients and destinations, outgoing address. */
-  proxy?: pulumi.Input<{
-    port?: pulumi.Input<number>;
-    auth?: pulumi.Input<{ username: pulumi.Input<string>; password: pulumi.Input<string> }>;
-    allowedClients?: pulumi.Input<pulumi.Input<string>[]>;
-    allowedDestinations?: pulumi.Input<pulumi.Input<string>[]>;
-    outgoingAddress?: pulumi.Input<string>;
-    publicClientsWithoutAuth?: pulumi.Input<boolean>;
-  }>;
+  proxy?: pulumi.Input<ProxyInput>;
   /** Shorthand for `proxy.port` (not both). */
   proxyPort?: pulumi.Input<number>;
   /** What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself. */
@@ -244,6 +237,16 @@ export interface KvmProxyArgs {
    * first) and the fields that group its members.
    */
   rotation?: pulumi.Input<{ maxAge: string | number; batch?: number; group?: string; size?: number }>;
+}
+
+/** The `proxy` block as a program writes it (see {@link ProxyConfig}); `Auth` is what `auth` takes. */
+export interface ProxyInput<Auth = { username: pulumi.Input<string>; password: pulumi.Input<string> }> {
+  port?: pulumi.Input<number>;
+  auth?: pulumi.Input<Auth>;
+  allowedClients?: pulumi.Input<pulumi.Input<string>[]>;
+  allowedDestinations?: pulumi.Input<pulumi.Input<string>[]>;
+  outgoingAddress?: pulumi.Input<string>;
+  publicClientsWithoutAuth?: pulumi.Input<boolean>;
 }
 
 /** One NIC of `nics`: attached to exactly one of network, bridge or direct. */

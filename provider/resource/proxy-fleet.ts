@@ -10,7 +10,7 @@
  * members.
  */
 import * as pulumi from "@pulumi/pulumi";
-import type { HostInput, KvmProxyArgs } from "./args";
+import type { HostInput, KvmProxyArgs, ProxyInput } from "./args";
 import { sharedEgress } from "./egress";
 import { KvmProxy } from "./kvm-proxy";
 import { memberProxyBlock } from "./proxy-auth";
@@ -27,8 +27,16 @@ export interface ProxyFleetArgs {
    * make them), or both.
    */
   hosts: pulumi.Input<pulumi.Input<string | HostInput>[]>;
-  /** What every member gets (image, memoryMiB, proxy block, ...); tags gain `fleet` and `member`. */
-  proxy: Omit<KvmProxyArgs, "host" | "name" | "rotation" | "macAddress">;
+  /**
+   * What every member gets (image, memoryMiB, proxy block, ...); tags gain
+   * `fleet` and `member`. With `memberPasswords`, `proxy.auth` has the
+   * username only.
+   */
+  proxy: Omit<KvmProxyArgs, "host" | "name" | "rotation" | "macAddress" | "proxy"> & {
+    proxy?: pulumi.Input<
+      ProxyInput<{ username: pulumi.Input<string>; password?: pulumi.Input<string> | undefined }>
+    >;
+  };
   /**
    * Replace members older than `maxAge` ("7d", "12h"), at most `batch`
    * (default 1) per `up`, oldest first; each replacement is created (and
@@ -80,9 +88,10 @@ export class ProxyFleet extends pulumi.ComponentResource {
         .apply((t) => ({ ...t, fleet: name, member: String(i) }));
       const member = `${name}-${i}`;
       const memberPasswords = args.memberPasswords;
+      // Without memberPasswords, check at preview refuses an auth without a password, as for any proxy.
       const proxy =
         memberPasswords === undefined
-          ? {}
+          ? { proxy: args.proxy.proxy as KvmProxyArgs["proxy"] }
           : {
               proxy: pulumi.secret(
                 pulumi.all([args.proxy.proxy, memberPasswords.secret]).apply(([block, secret]) => {

@@ -122,6 +122,13 @@ export interface ProxyConfig {
    * about at every preview.
    */
   publicClientsWithoutAuth?: boolean;
+  /**
+   * A SOCKS5 listener beside the HTTP one (Dante), with the same clients,
+   * credentials (username/password, RFC 1929) and destination rules:
+   * `{}` for port 1080. Outputs `socksUrl` and, with auth, the secret
+   * `socksUrlWithCredentials`.
+   */
+  socks?: { port?: number };
 }
 
 /**
@@ -247,6 +254,7 @@ export interface ProxyInput<Auth = { username: pulumi.Input<string>; password: p
   allowedDestinations?: pulumi.Input<pulumi.Input<string>[]>;
   outgoingAddress?: pulumi.Input<string>;
   publicClientsWithoutAuth?: pulumi.Input<boolean>;
+  socks?: pulumi.Input<{ port?: pulumi.Input<number> }>;
 }
 
 /** One NIC of `nics`: attached to exactly one of network, bridge or direct. */
@@ -283,6 +291,7 @@ export interface CheckedProxy {
   allowedDestinations: string[];
   outgoingAddress?: string;
   publicClientsWithoutAuth?: true;
+  socks?: { port: number };
 }
 
 /** Which address create waits for (true: "ipv4"). */
@@ -426,12 +435,15 @@ export interface KvmProxyOutputs
   macAddress?: string;
   /** `http://<ip>:<proxyPort>`, once the IP is known (never with credentials). */
   proxyUrl?: string;
+  /** `socks5://<ip>:<socks port>` when the proxy has SOCKS, once the IP is known (never with credentials). */
+  socksUrl?: string;
   /** The address `egressCheck.url` saw the proxy's requests come from, at the last create, update or refresh. */
   egressAddress?: string;
   state: KvmProxyState;
 }
 
 export const DEFAULTS = {
+  socksPort: 1080,
   installGuestAgent: true,
   memoryMiB: 512,
   vcpus: 1,

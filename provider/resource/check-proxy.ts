@@ -1,7 +1,7 @@
 /**
  * `check` for the proxy block: `proxy: {port, auth: {username, password},
  * allowedClients, allowedDestinations, outgoingAddress,
- * publicClientsWithoutAuth}` and its shorthand `proxyPort`. Every failure
+ * publicClientsWithoutAuth, socks}` and its shorthand `proxyPort`. Every failure
  * names its field; the password's failures name
  * `proxy.auth.password (secret)` and never quote anything of it.
  *
@@ -32,6 +32,21 @@ export const RESERVED_GUEST_PORTS: Readonly<Record<number, string>> = {
 export const PASSWORD_FIELD = "proxy.auth.password (secret)";
 
 const USERNAME = /^[A-Za-z0-9._-]{1,64}$/;
+/**
+ * A username SOCKS can have: Dante checks it against a system account
+ * (kvm/socks/dante.ts), which useradd makes for names of this form only.
+ */
+const SOCKS_USERNAME = /^[a-z_][a-z0-9_-]{0,31}$/;
+/**
+ * System and image accounts a SOCKS username must not name: their
+ * password would become the proxy's (the setup script also refuses any
+ * account of the image that is not the proxy's).
+ */
+export const RESERVED_ACCOUNTS: readonly string[] = [
+  ...["root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy"],
+  ...["www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup", "sshd", "squid", "messagebus"],
+  ...["admin", "debian", "ubuntu", "fedora", "centos", "alpine", "cloud-user", "ec2-user", "operator"],
+];
 const PROXY_FIELDS = [
   "port",
   "auth",
@@ -39,6 +54,7 @@ const PROXY_FIELDS = [
   "allowedDestinations",
   "outgoingAddress",
   "publicClientsWithoutAuth",
+  "socks",
 ];
 /** What the class sends in `proxy.auth` (the user writes username and password). */
 const AUTH_FIELDS = ["username", "passwordHash", "passwordProblem"];
@@ -104,6 +120,48 @@ function checkAuth(f: Fail, v: unknown): CheckedProxyAuth | undefined {
   return { username: username as string, passwordHash: passwordHash as string };
 }
 
+/**
+ * `proxy.socks` (`{}` or `{port}`), beside the proxy's HTTP `port`: its own
+ * port, and with auth a username a system account can have.
+ */
+function checkSocks(
+  f: Fail,
+  v: unknown,
+  httpPort: number | undefined,
+  auth: unknown,
+): { port: number } | undefined {
+  if (!given(v) || v === UNKNOWN) return undefined;
+  if (!isObject(v)) {
+    f.fail("proxy.socks", "must be {} or {port}: a SOCKS5 listener beside the HTTP one");
+    return undefined;
+  }
+  for (const k of Object.keys(v))
+    if (k !== "port") f.fail(`proxy.socks.${k}`, "unknown property (known: port)");
+  let port: number = DEFAULTS.socksPort;
+  if (given(v.port) && v.port !== UNKNOWN) {
+    const problem = proxyPortProblem(v.port);
+    if (problem !== undefined) f.fail("proxy.socks.port", problem);
+    else port = v.port as number;
+  }
+  if (httpPort !== undefined && port === httpPort)
+    f.fail("proxy.socks.port", `${port} is the HTTP proxy's port: SOCKS needs a port of its own`);
+  const username = isObject(auth) ? auth.username : undefined;
+  if (typeof username === "string" && username !== UNKNOWN) {
+    if (!SOCKS_USERNAME.test(username)) {
+      f.fail(
+        "proxy.auth.username",
+        "with proxy.socks, must be 1-32 lower-case letters, digits, '_' or '-', not starting with a digit or '-' (SOCKS checks it against a system account of the VM)",
+      );
+    } else if (RESERVED_ACCOUNTS.includes(username)) {
+      f.fail(
+        "proxy.auth.username",
+        `with proxy.socks, ${username} would be a system or image account of the VM (its password the proxy's): choose another`,
+      );
+    }
+  }
+  return { port };
+}
+
 /** Whether `v` is a list whose entries are all known. */
 function knownList(v: unknown): v is unknown[] {
   return Array.isArray(v) && !v.includes(UNKNOWN);
@@ -166,10 +224,12 @@ export function checkProxy(
     const problem = ipProblem(out) ?? unicastProblem(out as string);
     if (problem !== undefined) f.fail("proxy.outgoingAddress", `must be an address of the VM: ${problem}`);
   }
+  const socks = checkSocks(f, proxy.socks, port, proxy.auth);
   return {
     port,
     proxy: {
       port: port ?? DEFAULTS.proxyPort,
+      ...(socks !== undefined ? { socks } : {}),
       ...(auth !== undefined ? { auth } : {}),
       allowedClients: allowedClients ?? [...DEFAULT_ALLOWED_CLIENTS],
       allowedDestinations: allowedDestinations ?? [],

@@ -19,7 +19,7 @@
  *   judged by {@link judgeStatus} like a reply from here.
  */
 import http from "node:http";
-import type { Socket } from "node:net";
+import net, { type Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
@@ -344,4 +344,72 @@ export async function waitHealthy(
     }
     await sleep(pollMs);
   }
+}
+
+/**
+ * What a SOCKS5 listener answered a greeting offering "no authentication"
+ * and "username/password" (RFC 1928): its choice as hex (`0502`), `closed`
+ * when it closed or reset the connection without a byte (Dante resets a
+ * client outside its client rules), or why nothing answered.
+ */
+export type SocksAnswer = { reply: string } | { closed: true } | { error: string };
+
+/** The SOCKS5 greeting sent to `ip:port`, or through `connect`. */
+export function socksGreeting(
+  t: { ip: string; port: number; connect?: () => Promise<Duplex> },
+  timeoutMs: number,
+): Promise<SocksAnswer> {
+  return new Promise((resolve) => {
+    let got = Buffer.alloc(0);
+    let stream: Duplex | undefined;
+    const timer = setTimeout(() => finish({ error: `no answer in ${timeoutMs} ms` }), timeoutMs);
+    const finish = (a: SocksAnswer) => {
+      clearTimeout(timer);
+      stream?.destroy();
+      resolve(a);
+    };
+    const opened = t.connect !== undefined ? t.connect() : Promise.resolve(net.connect(t.port, t.ip));
+    opened.then(
+      (s) => {
+        stream = s;
+        s.on("data", (d: Buffer) => {
+          got = Buffer.concat([got, d]);
+          if (got.length >= 2) finish({ reply: got.subarray(0, 2).toString("hex") });
+        });
+        s.once("end", () => finish(got.length === 0 ? { closed: true } : { reply: got.toString("hex") }));
+        s.once("close", () => finish(got.length === 0 ? { closed: true } : { reply: got.toString("hex") }));
+        // Dante resets a client outside its client rules (its unread greeting): a refusal, as a close is.
+        s.once("error", (e: NodeJS.ErrnoException) =>
+          finish(
+            e.code === "ECONNRESET" && got.length === 0 ? { closed: true } : { error: e.code ?? e.message },
+          ),
+        );
+        s.write(Buffer.from([5, 2, 0, 2]));
+      },
+      (e: unknown) => finish({ error: e instanceof Error ? e.message : String(e) }),
+    );
+  });
+}
+
+/**
+ * A SOCKS answer judged for a listener set up with (or without) auth: it
+ * must choose username/password (`0502`), or with no auth none (`0500`).
+ * A connection closed without a byte is a listener refusing this client
+ * (outside allowedClients): healthy only when `closedIsRefusal`.
+ */
+export function judgeSocks(
+  a: SocksAnswer,
+  o: { auth: boolean; where: string; closedIsRefusal: boolean },
+): ProbeResult {
+  if ("error" in a) return { ok: false, reason: `SOCKS5 at ${o.where}: ${a.error}` };
+  if ("closed" in a) {
+    return o.closedIsRefusal
+      ? { ok: true, note: `SOCKS5 at ${o.where} refuses the probe's source (outside allowedClients)` }
+      : { ok: false, reason: `SOCKS5 at ${o.where} closed the connection without an answer` };
+  }
+  const want = o.auth ? "0502" : "0500";
+  if (a.reply === want) return { ok: true };
+  if (o.auth && a.reply === "0500")
+    return { ok: false, reason: `SOCKS5 at ${o.where} admits clients without a password` };
+  return { ok: false, reason: `SOCKS5 at ${o.where} answered ${a.reply}, not ${want}` };
 }

@@ -78,6 +78,13 @@ export class KvmProxy extends pulumi.dynamic.Resource {
    * provider output carries the password, so no engine or SDK log can.
    */
   readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
+  /** `socks5://<ip>:<port>` when `proxy.socks` is set, never with credentials; absent until the IP is known. */
+  declare readonly socksUrl: pulumi.Output<string | undefined>;
+  /**
+   * `socks5://<user>:<password>@<ip>:<port>` when the proxy has SOCKS and
+   * auth (secret), made here in the program like `proxyUrlWithCredentials`.
+   */
+  readonly socksUrlWithCredentials: pulumi.Output<string | undefined>;
   /** The address `egressCheck.url` saw the proxy's requests come from (last create, update or refresh). */
   declare readonly egressAddress: pulumi.Output<string | undefined>;
   /** The proxy's last probe: `{ok, checkedAt, reason}`. */
@@ -120,6 +127,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "ipAddress",
       "macAddress",
       "proxyUrl",
+      "socksUrl",
       "egressAddress",
       "health",
       "state",
@@ -154,6 +162,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "KvmProxy",
     );
     this.proxyUrlWithCredentials = withCredentials(this.proxyUrl, args.proxy);
+    this.socksUrlWithCredentials = withCredentials(this.socksUrl, args.proxy);
   }
 
   /**

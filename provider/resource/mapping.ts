@@ -91,6 +91,7 @@ export function proxySetupOf(c: Pick<CheckedInputs, "proxyPort" | "proxy" | "nic
   const passwordHash = proxyPasswordHashOf(c);
   return {
     ...conf,
+    ...(c.proxy?.socks !== undefined ? { socks: { port: c.proxy.socks.port } } : {}),
     ...(auth !== undefined && passwordHash !== undefined
       ? { auth: { username: auth.username, passwordHash } }
       : {}),
@@ -126,6 +127,12 @@ export function squidConfOf(c: {
 /** `http://<ip>:<port>`: never with credentials (the KvmProxy class adds them in the program). */
 export function proxyUrl(ip: string, port: number): string {
   return `http://${hostPort(ip, port)}`;
+}
+
+/** `socks5://<ip>:<port>` of a proxy with SOCKS (from the checked inputs or the state's outputs), else undefined. */
+export function socksUrlOf(proxy: unknown, ip: string | undefined): string | undefined {
+  const port = (proxy as { socks?: { port?: unknown } } | undefined)?.socks?.port;
+  return ip === undefined || typeof port !== "number" ? undefined : `socks5://${hostPort(ip, port)}`;
 }
 
 /** The bytes a seed part gets from the checked inputs (text or base64), or undefined when neither is given. */
@@ -206,6 +213,7 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
   if (urlHost !== undefined) {
     out.proxyUrl = proxyUrl(urlHost, proxyPort);
   }
+  out.socksUrl = socksUrlOf(props.proxy, urlHost);
   if (status.domain !== undefined) {
     out.memoryMiB = status.domain.memoryMiB;
     out.vcpus = status.domain.vcpus;
@@ -260,6 +268,8 @@ export function outputsFrom(
   Object.assign(out, addresses);
   const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
   if (urlHost !== undefined) out.proxyUrl = proxyUrl(urlHost, c.proxyPort);
+  const socksUrl = socksUrlOf(c.proxy, urlHost);
+  if (socksUrl !== undefined) out.socksUrl = socksUrl;
   if (health !== undefined) {
     out.health = health;
     if (!health.ok && status.state === "running") out.state = "degraded";

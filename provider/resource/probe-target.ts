@@ -28,6 +28,7 @@ export interface ProbeInputs
     allowedClients: readonly string[];
     allowedDestinations: readonly string[];
     outgoingAddress?: string;
+    socks?: { port: number };
   };
   nics?: NicSpec[];
 }
@@ -110,6 +111,7 @@ export function probeInputsOf(props: Props): ProbeInputs {
             allowedDestinations: shown.allowedDestinations ?? [],
             ...(shown.outgoingAddress !== undefined ? { outgoingAddress: shown.outgoingAddress } : {}),
             ...(shown.auth !== undefined ? { auth: { username: shown.auth.username } } : {}),
+            ...(shown.socks !== undefined ? { socks: { port: shown.socks.port } } : {}),
           },
         }
       : {}),

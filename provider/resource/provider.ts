@@ -377,6 +377,7 @@ export class KvmProxyRuntime {
       delete next.ipAddress;
       delete next.ipv6Address;
       delete next.proxyUrl;
+      delete next.socksUrl;
     }
     // The proxy itself: one request from here, no libvirt call. A VM that runs but whose proxy fails is degraded.
     const health =

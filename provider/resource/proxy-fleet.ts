@@ -63,6 +63,10 @@ export class ProxyFleet extends pulumi.ComponentResource {
   readonly urls: pulumi.Output<(string | undefined)[]>;
   /** The members' URLs with credentials when the proxy block has auth (secret). */
   readonly urlsWithCredentials: pulumi.Output<(string | undefined)[]>;
+  /** The members' SOCKS5 URLs (`proxy.proxy.socks`), without credentials. */
+  readonly socksUrls: pulumi.Output<(string | undefined)[]>;
+  /** The members' SOCKS5 URLs with credentials (secret). */
+  readonly socksUrlsWithCredentials: pulumi.Output<(string | undefined)[]>;
   /** The host each member was placed on. */
   readonly hosts: pulumi.Output<string[]>;
   /**
@@ -120,6 +124,10 @@ export class ProxyFleet extends pulumi.ComponentResource {
     this.ids = pulumi.all(this.proxies.map((p) => p.id));
     this.urls = pulumi.all(this.proxies.map((p) => p.proxyUrl));
     this.urlsWithCredentials = pulumi.secret(pulumi.all(this.proxies.map((p) => p.proxyUrlWithCredentials)));
+    this.socksUrls = pulumi.all(this.proxies.map((p) => p.socksUrl));
+    this.socksUrlsWithCredentials = pulumi.secret(
+      pulumi.all(this.proxies.map((p) => p.socksUrlWithCredentials)),
+    );
     this.hosts = pulumi.all(this.proxies.map((p) => p.host));
     this.egressAddresses = pulumi.all(this.proxies.map((p) => p.egressAddress)).apply((addresses) => {
       const members = addresses.map((a, i) => ({ name: `${name}-${i}`, egressAddress: a }));
@@ -130,6 +138,8 @@ export class ProxyFleet extends pulumi.ComponentResource {
       ids: this.ids,
       urls: this.urls,
       urlsWithCredentials: this.urlsWithCredentials,
+      socksUrls: this.socksUrls,
+      socksUrlsWithCredentials: this.socksUrlsWithCredentials,
       hosts: this.hosts,
       egressAddresses: this.egressAddresses,
     });

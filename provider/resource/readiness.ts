@@ -8,16 +8,19 @@
  */
 import { ProviderError, TimeoutError } from "../errors";
 import type { KvmOperations, VmStatus } from "../kvm/host/operations";
+import { hostPort } from "../kvm/network/ip";
 import type { ProgressListener } from "../kvm/progress";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
 import {
   fetchThrough,
+  judgeSocks,
   judgeStatus,
   type ProbeResult,
   type ProbeTarget,
   probeOnce,
+  socksGreeting,
   waitHealthy,
 } from "./health-check";
 import { egressProbeOf, guestProbeOf, type ProbeInputs, probeTargetOf, probeVia } from "./probe-target";
@@ -90,6 +93,12 @@ export class Readiness {
         signal,
       );
     }
+    const socksPort = c.proxy?.socks?.port;
+    if (socksPort !== undefined) {
+      const left = remainingMs - (performance.now() - since);
+      const socks = await this.waitSocks(c, status, ip as string, socksPort, left, signal);
+      if (socks.ok && socks.note !== undefined) this.o.warn(c.owner?.urn, socks.note);
+    }
     if (r.ok && r.note !== undefined) this.o.warn(c.owner?.urn, r.note);
     return {
       ok: true,
@@ -98,16 +107,70 @@ export class Readiness {
     };
   }
 
+  /** One SOCKS greeting: inside the guest when `inGuest` (its agent), else from here (or through the host). */
+  private async socksOnce(
+    c: ProbeInputs,
+    vm: Pick<VmStatus, "host" | "name">,
+    ip: string,
+    port: number,
+    inGuest: boolean,
+    signal?: AbortSignal,
+  ): Promise<ProbeResult> {
+    const auth = c.proxy?.auth !== undefined;
+    if (inGuest) {
+      const a = await this.ops.socksInGuest(vm.host, vm.name, port, signal);
+      if (a === undefined)
+        return {
+          ok: false,
+          reason: "the guest agent does not answer (the SOCKS check runs inside the guest)",
+        };
+      return judgeSocks(a, { auth, where: `port ${port}, inside the guest`, closedIsRefusal: false });
+    }
+    const connect = this.connector(c, vm.host, ip, port);
+    const a = await socksGreeting(
+      { ip, port, ...(connect !== undefined ? { connect } : {}) },
+      this.o.probeTimeoutMs,
+    );
+    return judgeSocks(a, { auth, where: hostPort(ip, port), closedIsRefusal: true });
+  }
+
+  /**
+   * The SOCKS listener at create: its greeting inside the guest when the
+   * agent was installed (its loopback is always a client), else from here,
+   * until it answers as set up or the time is up.
+   */
+  private async waitSocks(
+    c: CheckedInputs,
+    status: Pick<VmStatus, "host" | "name">,
+    ip: string,
+    port: number,
+    remainingMs: number,
+    signal: AbortSignal,
+  ): Promise<ProbeResult> {
+    const until = performance.now() + remainingMs;
+    for (;;) {
+      const r = await this.socksOnce(c, status, ip, port, c.installGuestAgent, signal);
+      if (r.ok) return r;
+      if (performance.now() + this.o.pollMs > until) {
+        throw new TimeoutError(
+          `a healthy proxy (its SOCKS5 listener); last failure: ${r.reason}`,
+          remainingMs,
+        );
+      }
+      await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+    }
+  }
+
   /**
    * How a probe of the VM at `ip` on `host` connects when it goes through
    * the host (probe-target.ts probeVia): an SSH channel from there to the
    * proxy port. Undefined: directly from here (also for a host that is this
    * machine, a unix socket).
    */
-  private connector(c: ProbeInputs, host: string, ip: string): ProbeTarget["connect"] {
+  private connector(c: ProbeInputs, host: string, ip: string, port = c.proxyPort): ProbeTarget["connect"] {
     const config = this.ops.hosts.config(host);
     if (config.endpoint.kind !== "ssh" || probeVia(c, config) !== "host") return undefined;
-    return () => this.ops.hosts.tunnel(host, ip, c.proxyPort) ?? Promise.reject(new Error("no tunnel"));
+    return () => this.ops.hosts.tunnel(host, ip, port) ?? Promise.reject(new Error("no tunnel"));
   }
 
   /** One probe of `url` inside the guest (proxies with auth): judged as a reply from here. */
@@ -218,7 +281,12 @@ export class Readiness {
   async probeNow(c: ProbeInputs, host: string, ip: string | undefined): Promise<ProxyHealth | undefined> {
     const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, host, ip));
     if (target === undefined) return undefined;
-    const r = await probeOnce(target, this.o.probeTimeoutMs);
+    let r = await probeOnce(target, this.o.probeTimeoutMs);
+    const socksPort = c.proxy?.socks?.port;
+    if (r.ok && socksPort !== undefined && ip !== undefined) {
+      const socks = await this.socksOnce(c, { host, name: "" }, ip, socksPort, false);
+      if (!socks.ok) r = socks;
+    }
     const checkedAt = new Date().toISOString();
     if (r.ok) return { ok: true, checkedAt, ...(r.note !== undefined ? { reason: r.note } : {}) };
     return { ok: false, checkedAt, reason: r.reason };

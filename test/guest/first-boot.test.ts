@@ -146,7 +146,12 @@ function proxyArgs(r: (typeof RELEASES)[number]): Record<string, unknown> {
         gateway6: bridge.address6,
       },
     ],
-    proxy: { auth: { username: USER }, allowedClients: [`${bridge.address4}/32`, `${bridge.address6}/128`] },
+    proxy: {
+      auth: { username: USER },
+      allowedClients: [`${bridge.address4}/32`, `${bridge.address6}/128`],
+      // Debian 12's proxy speaks SOCKS5 too: Dante installed from the mirror like squid.
+      ...(d12 ? { socks: {} } : {}),
+    },
     proxyPasswordFromSecret: true,
     healthCheck: { url: env.targetUrl, expectStatus: 204 },
     timeouts: { create: "25m" },
@@ -324,6 +329,39 @@ describe("the first boot of stock images, and of user-data that fails", () => {
       expect(code).toBe("204");
     },
   );
+
+  it("Debian 12's proxy speaks SOCKS5 too (Dante from the mirror): with the credentials it reaches the target; without them, from outside allowedClients, and to a private destination it is refused", async () => {
+    const r = RELEASES[0];
+    const agent = await agentFor(agents.libvirt("local"), r.name);
+    expect((await agent.sh(`dpkg-query -W -f='\${Status}' dante-server`)).trim()).toBe(
+      "install ok installed",
+    );
+    expect(readFileSync(stock[r.key]?.log as string, "utf8")).toMatch(
+      /^200 \/(\.\/)?dante-server_[^ ]+\.deb$/m,
+    );
+    const log = (await agent.readFile("/var/log/cloud-init-output.log")).toString();
+    expect(log).toMatch(/kvm-proxy-squid: SOCKS5 is listening on port 1080/);
+    // The proxy user is a system account no login service admits: expired since 1970, no shell.
+    const account = (await agent.sh(`getent passwd ${USER}; getent shadow ${USER} | cut -d: -f8`))
+      .trim()
+      .split("\n");
+    expect(account[0]).toMatch(
+      new RegExp(`^${USER}:x:\\d+:\\d+:pulumi-kvm-proxy socks:/nonexistent:/usr/sbin/nologin$`),
+    );
+    expect(account[1]).toBe("1");
+    const out = ws.proxies().find((p) => p.outputs?.name === r.name)?.outputs;
+    expect(out?.socksUrl).toBe(`socks5://192.0.2.${r.n}:1080`);
+    const socks = (url: string, o: { credentials?: string; from?: string } = {}) =>
+      requestThrough(env, `socks5h://192.0.2.${r.n}:1080`, url, { maxSeconds: 15, ...o }).then(
+        (x) => x.status,
+      );
+    expect(await socks(env.targetUrl, { credentials: CREDENTIALS })).toBe("204");
+    expect(await socks(env.targetUrl)).toBe("000");
+    expect(await socks(env.targetUrl, { credentials: `${USER}:wrong-password-1` })).toBe("000");
+    expect(await socks(env.targetUrl, { credentials: CREDENTIALS, from: env.gateway })).toBe("000");
+    expect(await socks(env.inwardUrl, { credentials: CREDENTIALS })).toBe("000");
+    expect(await socks(`http://192.0.2.${r.n}:3128/`, { credentials: CREDENTIALS })).toBe("000");
+  });
 
   it("Debian 13's installs waited for the dpkg lock its user-data held 30 s past their start, and went on", async () => {
     const agent = await agentFor(agents.libvirt("local"), RELEASES[1].name);

@@ -358,7 +358,8 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
   it("an egressCheck added is an update in place: the echo inside the namespace saw the outgoing address (asked inside the guest: the proxy has auth), at up and at refresh", async () => {
     ws.setConfig({ "pair:proxies": { edge: edgeArgs({ egressCheck: { url: env.whoamiUrl } }) } });
     const preview = await cli.must("preview", "--diff");
-    expect(preview.output).toMatch(/~ +egressCheck/);
+    expect(preview.output).toMatch(/~ pulumi-nodejs:dynamic:KvmProxy: \(update\)/);
+    expect(preview.output).toMatch(/\+ egressCheck +: \{/);
     expect(preview.output).not.toMatch(/\+-|replace/);
     const up = await cli.must("up", "--yes", "--skip-preview");
     expect(up.output).not.toMatch(/egress check failed|saw the proxy's requests come from/);

@@ -544,6 +544,27 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "waitForIp",
     /healthCheck needs the guest's IP/,
   ],
+  ["socks not an object", { proxy: { socks: 1080 } }, "proxy.socks", /must be \{\} or \{port\}/],
+  ["socks on sshd's port", { proxy: { socks: { port: 22 } } }, "proxy.socks.port", /taken by sshd/],
+  [
+    "socks on the HTTP port",
+    { proxy: { port: 8080, socks: { port: 8080 } } },
+    "proxy.socks.port",
+    /HTTP proxy's port/,
+  ],
+  ["socks unknown field", { proxy: { socks: { udp: true } } }, "proxy.socks.udp", /unknown property/],
+  [
+    "socks with a username no system account can have",
+    { proxy: { socks: {}, auth: { username: "Crawler.1", password: "a-long-enough-secret" } } },
+    "proxy.auth.username",
+    /with proxy\.socks, must be 1-32 lower-case letters/,
+  ],
+  [
+    "socks with a system account's username",
+    { proxy: { socks: {}, auth: { username: "root", password: "a-long-enough-secret" } } },
+    "proxy.auth.username",
+    /root would be a system or image account of the VM/,
+  ],
   ["egress check not an object", { egressCheck: "https://echo.example/" }, "egressCheck", /must be \{url\}/],
   ["egress check without a URL", { egressCheck: {} }, "egressCheck.url", /is required: an IP echo/],
   [

@@ -23,6 +23,7 @@ import {
   parseGuestProbe,
 } from "../guest/guest-probe";
 import type { NicBandwidth } from "../network/nic";
+import { SOCKS_GREETING_PROGRAM } from "../socks/dante";
 import { addressFields, guestAddresses, type WaitForIpOptions, waitForAddress } from "./addresses";
 import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
@@ -420,6 +421,43 @@ export class KvmOperations {
           ...(signal !== undefined ? { signal } : {}),
         });
         return run === undefined ? undefined : parseGuestProbe(run.stdout.toString("utf8"), run.exitcode);
+      },
+      signal,
+    );
+  }
+
+  /**
+   * The SOCKS greeting inside the guest (kvm/socks/dante.ts), through its
+   * agent: the server's choice as hex (`0502`), `{error}` when there is no
+   * answer, undefined when the agent does not answer.
+   */
+  async socksInGuest(
+    hostKey: string,
+    name: string,
+    port: number,
+    signal?: AbortSignal,
+  ): Promise<{ reply: string } | { error: string } | undefined> {
+    const ctx: OperationContext = { operation: "SOCKS greeting in the guest", host: hostKey, domain: name };
+    return this.retrying(
+      ctx,
+      async () => {
+        const { lv, dom } = await this.domainOf(hostKey, name);
+        const run = await runInGuest(
+          lv,
+          dom,
+          GUEST_PROBE_INTERPRETER,
+          ["-c", SOCKS_GREETING_PROGRAM, String(port)],
+          {
+            timeoutMs: 20_000,
+            ...(signal !== undefined ? { signal } : {}),
+          },
+        );
+        if (run === undefined) return undefined;
+        const out = run.stdout.toString("utf8").trim();
+        if (out.startsWith("socks ")) return { reply: out.slice(6) };
+        return {
+          error: out.startsWith("error ") ? out.slice(6) : `no greeting (exit ${run.exitcode ?? "unknown"})`,
+        };
       },
       signal,
     );

@@ -21,6 +21,7 @@
  */
 import { createHash } from "node:crypto";
 import { RETRY_FUNCTION } from "../guest/vendor-shell";
+import { buildSocksSetup } from "../socks/dante";
 import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./access";
 
 /** Where the script writes the password file (AppArmor lets squid's helpers read /etc/squid only). */
@@ -32,10 +33,12 @@ export const AUTH_REALM = "pulumi-kvm-proxy";
 /** The file name of the script part in vendor-data. */
 export const PROXY_SETUP_SCRIPT_FILENAME = "kvm-proxy-squid.sh";
 
-/** What the guest's squid is set up with. */
+/** What the guest's squid (and its SOCKS5 listener beside it) is set up with. */
 export interface ProxySetup extends SquidConfInputs {
   /** Basic authentication: the username and the hash of the password (password-hash.ts). */
   auth?: { username: string; passwordHash: string };
+  /** SOCKS5 on `port` too (kvm/socks/dante.ts), with the same clients, credentials and destinations. */
+  socks?: { port: number };
 }
 
 /** What squid.conf is written from: the setup without the password hash (the password file holds it). */
@@ -141,8 +144,20 @@ export function buildProxySetupScript(p: ProxySetup): string {
   for (const text of [conf, passwd ?? ""]) {
     if (text.split("\n").includes("KVMP_EOF")) throw new Error("the squid setup holds the heredoc delimiter");
   }
+  const socks =
+    p.socks === undefined
+      ? undefined
+      : buildSocksSetup({
+          port: p.socks.port,
+          ...(p.auth !== undefined ? { auth: p.auth } : {}),
+          allowedClients: p.allowedClients,
+          allowedDestinations: p.allowedDestinations,
+          ownAddresses: p.ownAddresses,
+          onLink: p.onLink,
+          ...(p.outgoingAddress !== undefined ? { outgoingAddress: p.outgoingAddress } : {}),
+        });
   return `#!/bin/sh
-# pulumi-kvm-proxy: squid as the VM's forward proxy (port ${p.port}${p.auth !== undefined ? ", basic auth" : ""}).
+# pulumi-kvm-proxy: squid as the VM's forward proxy (port ${p.port}${p.auth !== undefined ? ", basic auth" : ""}${p.socks !== undefined ? `, SOCKS5 on ${p.socks.port}` : ""}).
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 log() { echo "kvm-proxy-squid: $*"; }
@@ -176,7 +191,7 @@ if ! command -v squid >/dev/null 2>&1; then
 fi
 command -v squid >/dev/null 2>&1 || fail "squid is not installed and no package manager could install it"
 
-user=$(squid -v 2>/dev/null | tr ' ' '\\n' | sed -n "s/^'*--with-default-user=\\([A-Za-z0-9_.-]*\\).*/\\1/p" | head -n 1)
+${socks === undefined ? "" : `socks_setup() {\n${socks.trim()}\n}\n`}user=$(squid -v 2>/dev/null | tr ' ' '\\n' | sed -n "s/^'*--with-default-user=\\([A-Za-z0-9_.-]*\\).*/\\1/p" | head -n 1)
 if [ -z "$user" ]; then
 	if id squid >/dev/null 2>&1; then user=squid; else user=proxy; fi
 fi
@@ -249,7 +264,7 @@ i=0
 while [ "$i" -lt 60 ]; do
 	if tail -n "+$((seen + 1))" "$log_file" 2>/dev/null | grep -q "Accepting HTTP Socket connections at.*:${p.port}[, ]"; then
 		log "squid is listening on port ${p.port}"
-		exit 0
+${socks === undefined ? "\t\texit 0" : "\t\tsocks_setup\n\t\texit 0"}
 	fi
 	if tail -n "+$((seen + 1))" "$log_file" 2>/dev/null | grep -q "FATAL"; then break; fi
 	i=$((i + 1))

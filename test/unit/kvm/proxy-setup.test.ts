@@ -161,6 +161,8 @@ describe("the setup script", () => {
   it.each([
     ["with auth", AUTH],
     ["without auth", NO_AUTH],
+    ["with auth and SOCKS", { ...AUTH, socks: { port: 1080 } }],
+    ["with SOCKS, without auth", { ...NO_AUTH, socks: { port: 1081 } }],
   ])("%s is a POSIX sh script dash parses", (_what, p) => {
     const script = buildProxySetupScript(p);
     expect(script.startsWith("#!/bin/sh\n")).toBe(true);
@@ -193,6 +195,33 @@ describe("the setup script", () => {
     expect(script).toContain("ip -o addr show scope global");
     expect(script).toContain(">/etc/squid/kvm-proxy-own.acl.new");
     expect(script).toContain(">/etc/squid/kvm-proxy-onlink.acl.new");
+  });
+
+  it("with SOCKS, sets Dante up once squid listens: installs it, makes the expired system account with the hash, fills in what the VM found, checks the greeting", () => {
+    const script = buildProxySetupScript({ ...AUTH, socks: { port: 1080 } });
+    expect(script.indexOf('log "squid is listening on port 3128"')).toBeLessThan(
+      script.lastIndexOf("\t\tsocks_setup\n"),
+    );
+    for (const part of [
+      "apt-get -o DPkg::Lock::Timeout=300 -q -y install dante-server",
+      "retry socks_install",
+      `useradd --system --no-create-home --home-dir /nonexistent --shell "$nologin"`,
+      "--expiredate 1970-01-02",
+      `--password '${AUTH.auth?.passwordHash}' "$socks_user"`,
+      "is not the proxy's: choose another proxy.auth.username",
+      "block_rules /etc/squid/kvm-proxy-own.acl",
+      "block_rules /etc/squid/kvm-proxy-onlink.acl",
+      '"$socks_bin" -V -f "$socks_conf"',
+      '= "socks 0502" ]',
+    ]) {
+      expect(script).toContain(part);
+    }
+    expect(script).not.toContain("s3cret-Pa55-long");
+  });
+
+  it("without SOCKS is the script it was before SOCKS existed: no Dante, the same bytes whatever the socks code", () => {
+    const script = buildProxySetupScript(AUTH);
+    expect(script).not.toMatch(/dante|socks/i);
   });
 
   it("is byte-identical for the same setup", () => {

@@ -98,6 +98,20 @@ describe("check accepts", () => {
     expect(r.inputs.userData).toMatch(/^#cloud-config\n/);
   });
 
+  it("a SOCKS5 listener beside the HTTP one: port 1080 by default, or its own; an egress check", () => {
+    const auth = { username: "crawler", password: "a-long-enough-secret" };
+    const socks = (block: Record<string, unknown>) => check({ ...good, proxy: { auth, ...block } });
+    expect(socks({ socks: {} }).failures).toEqual([]);
+    expect(socks({ socks: {} }).inputs.proxy).toMatchObject({ port: 3128, socks: { port: 1080 } });
+    expect(socks({ port: 1080, socks: { port: 1081 } }).inputs.proxy).toMatchObject({
+      port: 1080,
+      socks: { port: 1081 },
+    });
+    const egress = check({ ...good, egressCheck: { url: "https://echo.example/ip" } });
+    expect(egress.failures).toEqual([]);
+    expect(egress.inputs.egressCheck).toEqual({ url: "https://echo.example/ip" });
+  });
+
   it("keeps the old autoname, and makes a new one when the olds are gone (replacement)", () => {
     const olds = { ...good, name: "edge-12345678", autoname: true };
     expect(check(good, olds).inputs.name).toBe("edge-12345678");

@@ -110,6 +110,7 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
     "replace",
     "proxy",
   ],
+  ["proxy socks added", { proxy: {} }, { proxy: { socks: { port: 1080 } } }, "replace", "proxy"],
   ["memoryMiB", {}, { memoryMiB: 1024 }, "replace", "memoryMiB"],
   ["vcpus", {}, { vcpus: 2 }, "replace", "vcpus"],
   ["diskGiB", {}, { diskGiB: 20 }, "replace", "diskGiB"],

@@ -8,7 +8,13 @@
 import http from "node:http";
 import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { fetchThrough, type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
+import {
+  fetchThrough,
+  judgeSocks,
+  type ProbeTarget,
+  probeOnce,
+  socksGreeting,
+} from "../../../provider/resource/health-check";
 
 const servers: net.Server[] = [];
 /** The name this proxy's squid.conf gives squid, and what the test image's default configuration calls it. */
@@ -190,6 +196,65 @@ describe("a fetch through the proxy (the egress check)", () => {
     expect(await fetchThrough(at(closed), "http://echo.test/", 2_000)).toEqual({
       ok: false,
       reason: expect.stringMatching(new RegExp(`^via proxy 127\\.0\\.0\\.1:${closed}: `)),
+    });
+  });
+});
+
+describe("the SOCKS5 greeting", () => {
+  /** A listener that answers the greeting with `reply`, closes, or resets. */
+  function socksLike(behaviour: Buffer | "close" | "reset"): net.Server {
+    return net.createServer((socket) => {
+      socket.on("error", () => {});
+      socket.once("data", () => {
+        if (behaviour === "close") socket.end();
+        else if (behaviour === "reset") socket.resetAndDestroy();
+        else socket.write(behaviour);
+      });
+    });
+  }
+
+  it.each<[string, Buffer | "close" | "reset", boolean, { ok: boolean; reason?: RegExp; note?: RegExp }]>([
+    ["the password method, with auth", Buffer.from([5, 2]), true, { ok: true }],
+    ["no method, without auth", Buffer.from([5, 0]), false, { ok: true }],
+    [
+      "no method where auth is set up: an open SOCKS",
+      Buffer.from([5, 0]),
+      true,
+      { ok: false, reason: /admits clients without a password/ },
+    ],
+    ["no acceptable method", Buffer.from([5, 0xff]), true, { ok: false, reason: /answered 05ff, not 0502/ }],
+    [
+      "a close without a byte: a client refused",
+      "close",
+      true,
+      { ok: true, note: /refuses the probe's source/ },
+    ],
+    [
+      "a reset without a byte (Dante's refusal)",
+      "reset",
+      true,
+      { ok: true, note: /refuses the probe's source/ },
+    ],
+  ])("judges %s", async (_what, behaviour, auth, want) => {
+    const port = await listen(socksLike(behaviour));
+    const a = await socksGreeting({ ip: "127.0.0.1", port }, 2_000);
+    const r = judgeSocks(a, { auth, where: `127.0.0.1:${port}`, closedIsRefusal: true });
+    expect(r.ok).toBe(want.ok);
+    if (want.reason !== undefined) expect(r.ok ? "" : r.reason).toMatch(want.reason);
+    if (want.note !== undefined) expect(r.ok ? r.note : "").toMatch(want.note);
+  });
+
+  it("fails on nothing listening, and on a refusal where the client must be admitted (inside the guest)", async () => {
+    const closed = await listen(net.createServer((s) => s.destroy()));
+    await new Promise<void>((r) => servers.pop()?.close(() => r()));
+    const refused = await socksGreeting({ ip: "127.0.0.1", port: closed }, 2_000);
+    expect(judgeSocks(refused, { auth: true, where: "x", closedIsRefusal: true })).toEqual({
+      ok: false,
+      reason: "SOCKS5 at x: ECONNREFUSED",
+    });
+    expect(judgeSocks({ closed: true }, { auth: true, where: "x", closedIsRefusal: false })).toEqual({
+      ok: false,
+      reason: "SOCKS5 at x closed the connection without an answer",
     });
   });
 });

@@ -272,6 +272,13 @@ export interface NicInput {
   macAddress?: pulumi.Input<string>;
   /** Static addresses, CIDR, IPv4 and IPv6 (`203.0.113.7/24`, `2001:db8::7/64`); none: DHCP. */
   addresses?: pulumi.Input<pulumi.Input<string>[]>;
+  /**
+   * Take the static address at create from these ranges instead
+   * (`"203.0.113.10-203.0.113.40/24"`, `"2001:db8::10-2001:db8::40/64"`; one
+   * of each family), free over every stack's VMs on the segment; kept for
+   * the VM's life, a replacement takes another. Not with `addresses`.
+   */
+  addressPool?: pulumi.Input<{ ranges: pulumi.Input<pulumi.Input<string>[]> }>;
   gateway4?: pulumi.Input<string>;
   gateway6?: pulumi.Input<string>;
   nameservers?: pulumi.Input<pulumi.Input<string>[]>;

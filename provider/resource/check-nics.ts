@@ -159,6 +159,13 @@ export function checkNetworking(
       }
     });
   }
+  specs.forEach((nic, i) => {
+    if (nic.addressPool !== undefined && nic.addresses.length > 0)
+      f.fail(
+        `nics[${i}].addresses`,
+        "give addresses or addressPool, not both: a pool NIC's address is taken at create",
+      );
+  });
   const seed = ctx.owner ?? ctx.name;
   const nics = specs.map((nic, i) =>
     canonicalNic({ ...nic, mac: nic.mac ?? deriveMac(`${seed}/${ctx.name}/${i}`) }),

@@ -25,6 +25,7 @@ import { MAX_TAGS, tagProblem } from "../kvm/domain/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/domain/names";
 import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
 import { given, isObject } from "../kvm/fields";
+import { poolCapacity } from "../kvm/network/address-pool";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
@@ -425,6 +426,19 @@ export function checkInputs(
       ...(ctx.claimAddress !== undefined ? { claim: ctx.claimAddress } : {}),
     }),
   );
+
+  // A rotating fleet's members each hold a pool address, and a batch of replacements takes more at once.
+  if (Array.isArray(networking.nics) && rotation !== undefined) {
+    const need = BigInt((rotation.size ?? 1) + rotation.batch);
+    networking.nics.forEach((n, i) => {
+      const room = n.addressPool === undefined ? undefined : poolCapacity(n.addressPool);
+      if (room !== undefined && room < need)
+        f.fail(
+          `nics[${i}].addressPool`,
+          `holds ${room} address${room === 1n ? "" : "es"} per family; the fleet needs ${need}: its size (${rotation.size ?? 1}) and a rotation batch (${rotation.batch}) created before their predecessors go`,
+        );
+    });
+  }
 
   const outgoing = checkedProxy.proxy?.outgoingAddress;
   if (typeof outgoing === "string" && outgoing !== UNKNOWN) {

@@ -7,6 +7,7 @@
  * provider code or renaming the stack does not show as a change.
  */
 import { canonicalJson } from "../kvm/domain/metadata";
+import { inPool } from "../kvm/network/address-pool";
 import { bare } from "../kvm/network/ip";
 import type { NicBandwidth, NicSpec } from "../kvm/network/nic";
 import {
@@ -21,7 +22,7 @@ import { isUnknown } from "./check";
 import { hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeBase64 } from "./check-seed";
 import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
-import { nicsWithoutBandwidth, proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
+import { nicsAsBuilt, proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
 
 /** What diff decided. */
 export interface DiffOutcome {
@@ -190,7 +191,8 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
     }
     if (key === "nics") {
       // Rate limits change in place; anything else about a NIC is fixed at first boot.
-      if (!same(nicsWithoutBandwidth(olds.nics), nicsWithoutBandwidth(news.nics))) replaces.push("nics");
+      if (!same(nicsAsBuilt(olds.nics), nicsAsBuilt(news.nics)) || poolLeft(olds.nics, news.nics))
+        replaces.push("nics");
       else if (bandwidthChanges(olds.nics, news.nics as NicSpec[] | undefined).length > 0)
         updates.push("nics");
       continue;
@@ -258,6 +260,19 @@ function staticAddresses(nics: unknown): string[] {
     return Array.isArray(addresses)
       ? addresses.filter((a): a is string => typeof a === "string").map(bare)
       : [];
+  });
+}
+
+/**
+ * A pool NIC whose address the new pool no longer holds (its ranges shrank
+ * or moved): the VM must take another one. NICs compared by position.
+ */
+function poolLeft(olds: unknown, news: unknown): boolean {
+  if (!Array.isArray(olds) || !Array.isArray(news) || isUnknown(news)) return false;
+  return news.some((n, i) => {
+    const pool = (n as NicSpec | undefined)?.addressPool;
+    const had = (olds[i] as NicSpec | undefined)?.addresses;
+    return pool !== undefined && Array.isArray(had) && had.some((a) => !inPool(pool, a));
   });
 }
 

@@ -51,8 +51,8 @@ export function specHashOf(c: CheckedInputs): string {
   // and a host given in full counts by its key (how it is reached is no part of the VM).
   const placed = placementOf(c.host);
   spec.host = placed.pool !== undefined ? "pool" : placed.key;
-  // Rate limits are updated in place: not part of how the VM is built.
-  if (c.nics !== undefined) spec.nics = nicsWithoutBandwidth(c.nics);
+  // Rate limits are updated in place, a pool's address is taken at create: not part of how the VM is built.
+  if (c.nics !== undefined) spec.nics = nicsAsBuilt(c.nics);
   // The metadata is readable on the host: the password enters only as the salted hash the seed holds.
   if (c.proxy !== undefined) spec.proxy = publicProxy(c);
   return hashSpec(spec);
@@ -60,15 +60,19 @@ export function specHashOf(c: CheckedInputs): string {
 
 /**
  * The NICs as they decide how the VM is built (the spec hash, a replacement
- * in diff): without their rate limits, which are updated in place. Takes the
+ * in diff): without their rate limits, which are updated in place, and a
+ * pool NIC without its addresses (taken at create) and ranges (a pool that
+ * still holds the address changes nothing: diff's `poolLeft`). Takes the
  * state's values as they come.
  */
-export function nicsWithoutBandwidth(nics: unknown): unknown {
+export function nicsAsBuilt(nics: unknown): unknown {
   if (!Array.isArray(nics)) return nics;
   return nics.map((n) => {
     if (typeof n !== "object" || n === null) return n;
     const { bandwidth: _b, ...rest } = n as Props;
-    return rest;
+    if (rest.addressPool === undefined) return rest;
+    const { addresses: _a, addressPool: _p, ...built } = rest;
+    return { ...built, pooled: true };
   });
 }
 
@@ -107,11 +111,13 @@ export function squidConfOf(c: {
     allowedDestinations?: readonly string[];
     outgoingAddress?: string;
   };
-  nics?: readonly Pick<NicSpec, "addresses" | "gateway4" | "gateway6">[];
+  nics?: readonly Pick<NicSpec, "addresses" | "gateway4" | "gateway6" | "addressPool">[];
 }): SquidConfInputs {
   const auth = c.proxy?.auth;
   const nics = c.nics ?? [];
-  const addresses = nics.flatMap((n) => n.addresses);
+  // A pool NIC's address is taken at create: squid.conf (and the name it gives squid) is written
+  // without it, before and after; the guest's setup script finds it at first boot (access.ts OWN_ACL_FILE).
+  const addresses = nics.flatMap((n) => (n.addressPool === undefined ? n.addresses : []));
   const gateways = nics.flatMap((n) => [n.gateway4, n.gateway6].filter((g) => g !== undefined));
   return {
     port: c.proxyPort,
@@ -121,6 +127,25 @@ export function squidConfOf(c: {
     onLink: [...new Set([...addresses.map((a) => subnetOf(a) ?? bare(a)), ...gateways])],
     ...(auth !== undefined ? { auth: { username: auth.username } } : {}),
     ...(c.proxy?.outgoingAddress !== undefined ? { outgoingAddress: c.proxy.outgoingAddress } : {}),
+  };
+}
+
+/**
+ * The checked inputs with the addresses their pool NICs have: `nics`' (the
+ * NICs as a create made them, `createdNics`, or as the state records them),
+ * by position. Other NICs, and inputs without pools, are as they are.
+ */
+export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | undefined): CheckedInputs {
+  if (c.nics === undefined || nics === undefined || !c.nics.some((n) => n.addressPool !== undefined))
+    return c;
+  return {
+    ...c,
+    nics: c.nics.map((n, i) => {
+      const had = nics[i]?.addresses;
+      return n.addressPool !== undefined && n.addresses.length === 0 && had !== undefined && had.length > 0
+        ? { ...n, addresses: [...had] }
+        : n;
+    }),
   };
 }
 

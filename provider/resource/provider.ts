@@ -31,7 +31,7 @@ import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
-import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom } from "./mapping";
+import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom, withPoolAddresses } from "./mapping";
 import { type ProbeInputs, probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
@@ -313,7 +313,12 @@ export class KvmProxyRuntime {
         ...waitOptionsOf(c),
         pollMs: this.pollMs,
         ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal) => {
-          health = await this.readiness().gate(c, status, remainingMs, signal);
+          health = await this.readiness().gate(
+            withPoolAddresses(c, status.createdNics),
+            status,
+            remainingMs,
+            signal,
+          );
         },
         // The guest's cloud-init log through its agent; without an agent, what its serial console printed.
         explain: async (status: VmStatus, consoleText: string | undefined) => {
@@ -322,10 +327,12 @@ export class KvmProxyRuntime {
           return consoleLinesText(consoleLines(consoleText ?? "", this.secrets));
         },
       });
-      const outs = outputsFrom(c, status, health);
+      // The state records a pool NIC's address as the VM has it (diff compares pool NICs without it).
+      const made = withPoolAddresses(c, status.createdNics);
+      const outs = outputsFrom(made, status, health);
       // Once it is healthy (or not checked), which address targets see: a warning at worst, never a rollback.
       if (health?.ok !== false) {
-        const egress = await this.egressOf(c, status, proxyAddressOf(c.nics, status), c.owner?.urn, 3);
+        const egress = await this.egressOf(made, status, proxyAddressOf(made.nics, status), c.owner?.urn, 3);
         if (egress !== undefined) outs.egressAddress = egress;
       }
       return { id: formatProviderId(status.host, c.name), outs };
@@ -333,7 +340,10 @@ export class KvmProxyRuntime {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
       const id = err.providerId;
       const props: Props = {
-        ...outputsFrom(c, err.status ?? { host: parseProviderId(id).host, name: c.name, state: "failed" }),
+        ...outputsFrom(
+          withPoolAddresses(c, err.status?.createdNics),
+          err.status ?? { host: parseProviderId(id).host, name: c.name, state: "failed" },
+        ),
         __provider: inputs.__provider,
       };
       const cause = message(err.cause);
@@ -402,7 +412,8 @@ export class KvmProxyRuntime {
   }
 
   async update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
-    const c = asChecked(news);
+    // A pool NIC keeps the address its VM was made with (the state's).
+    const c = withPoolAddresses(asChecked(news), olds.nics as NicSpec[] | undefined);
     const { host, name } = parseProviderId(id);
     // How the host is reached now (a host given in full may have a new address or key).
     this.registerHost(c.host);

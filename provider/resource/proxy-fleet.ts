@@ -10,6 +10,7 @@
  * members.
  */
 import * as pulumi from "@pulumi/pulumi";
+import { poolCapacity } from "../kvm/network/address-pool";
 import type { HostInput, KvmProxyArgs, ProxyInput } from "./args";
 import { sharedEgress } from "./egress";
 import { KvmProxy } from "./kvm-proxy";
@@ -83,6 +84,8 @@ export class ProxyFleet extends pulumi.ComponentResource {
         `ProxyFleet ${name}: size must be a non-negative integer, got ${String(size)}`,
       );
     }
+    const room = poolRoomProblem(args.proxy.nics, size, args.rotation?.batch ?? 1);
+    if (room !== undefined) throw new pulumi.RunError(`ProxyFleet ${name}: ${room}`);
     const pool = pulumi.output(args.hosts).apply((hosts) => [...hosts]);
     const rotation = args.rotation;
     this.proxies = [];
@@ -144,4 +147,24 @@ export class ProxyFleet extends pulumi.ComponentResource {
       egressAddresses: this.egressAddresses,
     });
   }
+}
+
+/**
+ * Why the fleet's address pools are too small, or undefined: every member
+ * holds an address of each pool NIC, and a replacement (a rotation batch,
+ * or any change that rebuilds a member) takes its new one before its
+ * predecessor lets go. Judged when the NICs are plain values (preview
+ * knows them); check judges each member's pool too.
+ */
+export function poolRoomProblem(nics: unknown, size: number, batch: number): string | undefined {
+  if (!Array.isArray(nics)) return undefined;
+  for (const [i, nic] of nics.entries()) {
+    const ranges = (nic as { addressPool?: { ranges?: unknown } } | undefined)?.addressPool?.ranges;
+    if (!Array.isArray(ranges) || !ranges.every((r) => typeof r === "string")) continue;
+    const room = poolCapacity({ ranges: ranges as string[] });
+    if (room > 0n && room < BigInt(size + batch)) {
+      return `nics[${i}].addressPool holds ${room} addresses per family; ${size} members and a batch of ${batch} replacements need ${size + batch}`;
+    }
+  }
+  return undefined;
 }

@@ -565,6 +565,29 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "proxy.auth.username",
     /root would be a system or image account of the VM/,
   ],
+  [
+    "a NIC with addresses and an addressPool",
+    {
+      nics: [
+        {
+          bridge: "br0",
+          addresses: ["203.0.113.10/24"],
+          addressPool: { ranges: ["203.0.113.10-203.0.113.20/24"] },
+        },
+      ],
+    },
+    "nics[0].addresses",
+    /give addresses or addressPool, not both/,
+  ],
+  [
+    "an address pool smaller than a rotating fleet needs",
+    {
+      nics: [{ bridge: "br0", addressPool: { ranges: ["203.0.113.10-203.0.113.12/24"] } }],
+      rotation: { maxAge: "7d", batch: 1, group: "f", size: 3 },
+    },
+    "nics[0].addressPool",
+    /holds 3 addresses per family; the fleet needs 4: its size \(3\) and a rotation batch \(1\)/,
+  ],
   ["egress check not an object", { egressCheck: "https://echo.example/" }, "egressCheck", /must be \{url\}/],
   ["egress check without a URL", { egressCheck: {} }, "egressCheck.url", /is required: an IP echo/],
   [

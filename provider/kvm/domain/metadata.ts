@@ -14,6 +14,7 @@
  *   <kvmp:image ref="debian" url="https://..." format="qcow2" sha256="..."/>
  *   <kvmp:spec hash="<sha256 hex>" proxyPort="3128" diskGiB="10"/>
  *   <kvmp:tag key="team" value="crawl"/>
+ *   <kvmp:address segment="bridge:br-public" value="203.0.113.10/24"/>
  * </kvmp:proxy>
  * ```
  *
@@ -84,6 +85,18 @@ export interface ProxyMetadata {
   /** The storage pool holding its disks: whose capacity it counts against (absent on VMs made before). */
   storagePool?: string;
   tags: Record<string, string>;
+  /**
+   * The VM's static addresses (CIDR) and the segment each is on (nic.ts
+   * segmentOf): what an address pool counts as taken, whichever stack made
+   * the VM (absent on VMs made before it was recorded).
+   */
+  addresses?: MetadataAddress[];
+}
+
+/** A static address of a VM and the segment (bridge, network, macvtap parent) it is on. */
+export interface MetadataAddress {
+  segment: string;
+  cidr: string;
 }
 
 /** Our own metadata element exists but is not valid. Always permanent. */
@@ -168,6 +181,12 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
       if (problem !== undefined) f.fail(`tags.${k}`, problem);
     }
   }
+  for (const [i, a] of (m.addresses ?? []).entries()) {
+    if (typeof a?.segment !== "string" || !/^[a-z]+:\S{1,128}$/.test(a.segment))
+      f.fail(`addresses[${i}].segment`, "must be <kind>:<name>");
+    if (typeof a?.cidr !== "string" || !/^[0-9a-f.:]+\/\d{1,3}$/.test(a.cidr))
+      f.fail(`addresses[${i}].cidr`, "must be an address with its prefix");
+  }
   return f;
 }
 
@@ -206,6 +225,7 @@ export function buildMetadataElement(m: ProxyMetadata): XmlElement {
       storagePool: m.storagePool,
     }),
     ...Object.entries(m.tags ?? {}).map(([key, value]) => el(p("tag"), { key, value })),
+    ...(m.addresses ?? []).map((a) => el(p("address"), { segment: a.segment, value: a.cidr })),
   );
 }
 
@@ -310,6 +330,10 @@ function decode(root: XmlNode): ProxyMetadata {
     if (Object.hasOwn(tags, key)) throw new MetadataError(`duplicate tag ${JSON.stringify(key)}`);
     tags[key] = need(tag, "value");
   }
+  const addresses = childElements(root, "address").map((a) => ({
+    segment: need(a, "segment"),
+    cidr: need(a, "value"),
+  }));
   const backend = attribute(owner, "backend");
   const m: ProxyMetadata = {
     owner: {
@@ -324,6 +348,7 @@ function decode(root: XmlNode): ProxyMetadata {
     proxyPort: int(spec, "proxyPort"),
     diskGiB: int(spec, "diskGiB"),
     tags,
+    ...(addresses.length > 0 ? { addresses } : {}),
   };
   for (const k of ["memoryMiB", "vcpus"] as const) if (attribute(spec, k) !== undefined) m[k] = int(spec, k);
   const storagePool = attribute(spec, "storagePool");

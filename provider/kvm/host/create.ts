@@ -16,7 +16,7 @@ import { overlayVolumeName, seedVolumeName } from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
 import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../domain/volume-xml";
 import { buildSeed, type SeedSpec } from "../guest/seed";
-import { resolveHostNics } from "../network/nic";
+import { resolveHostNics, segmentOf } from "../network/nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
 import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
@@ -193,6 +193,7 @@ export async function createOnce(
     vcpus: spec.vcpus,
     storagePool: host.pool,
     tags: spec.tags ?? {},
+    addresses: nics.flatMap((n) => n.addresses.map((cidr) => ({ segment: segmentOf(n) as string, cidr }))),
   };
   const xml = buildDomainXml({
     name: spec.name,

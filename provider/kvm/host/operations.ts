@@ -24,6 +24,7 @@ import {
 } from "../guest/guest-probe";
 import type { NicBandwidth } from "../network/nic";
 import { SOCKS_GREETING_PROGRAM } from "../socks/dante";
+import { AddressPools } from "./address-pools";
 import { addressFields, guestAddresses, type WaitForIpOptions, waitForAddress } from "./addresses";
 import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
@@ -86,6 +87,8 @@ export class KvmOperations {
   readonly provisioning = new Map<string, Promise<unknown>>();
   /** Placement over pools of hosts (placer.ts). */
   readonly placer: Placer;
+  /** Address pools over the hosts (address-pools.ts). */
+  readonly addresses: AddressPools;
   /** Creates in flight per host, bounded by its capacity's concurrentCreates. */
   private readonly createSlots = new Map<string, Semaphore>();
 
@@ -95,6 +98,7 @@ export class KvmOperations {
     this.images = options.images ?? new ImageCache({ retryEnv: this.env });
     this.retry = options.retry ?? {};
     this.placer = new Placer(hosts, this.env);
+    this.addresses = new AddressPools(hosts, this.env);
     this.ledger = new DefineLedger({
       env: this.env,
       ...(options.defineGraceMs !== undefined ? { graceMs: options.defineGraceMs } : {}),

@@ -22,6 +22,7 @@ import { ProviderError, TimeoutError } from "../../errors";
 import type { ParsedDomain } from "../domain/domain-xml";
 import { formatProviderId } from "../domain/provider-id";
 import { report } from "../progress";
+import type { AddressPools, Allocation } from "./address-pools";
 import type { WaitForIpOptions } from "./addresses";
 import type { ConsoleTail } from "./console";
 import type { CreateOptions, CreateResult, CreateSpec } from "./create";
@@ -136,6 +137,7 @@ export function messageOf(err: unknown): string {
 /** What a provision needs of the operations (KvmOperations is one). */
 export interface ProvisionHost {
   readonly placer: Pick<Placer, "place" | "release">;
+  readonly addresses: Pick<AddressPools, "allocate" | "release">;
   /** Provisions in flight in this process, by host and name. */
   readonly provisioning: Map<string, Promise<unknown>>;
   now(): number;
@@ -167,12 +169,22 @@ export async function provision(
     });
     spec = { ...given, host: placed.host };
   }
+  // Pool NICs take their addresses on the host chosen, unique over the hosts the VM could have gone to.
+  let allocation: Allocation;
+  try {
+    allocation = await ops.addresses.allocate(spec.name, spec.host, options.pool ?? [spec.host], spec.nics);
+  } catch (err) {
+    if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);
+    throw err;
+  }
+  const pooled = allocation.reservations.volumes.length > 0;
+  if (pooled) spec = { ...spec, nics: allocation.nics };
   const key = `${spec.host}\0${spec.name}`;
   const previous = ops.provisioning.get(key);
   if (previous !== undefined) report(options.onProgress, { kind: "queued" });
   const mine = (previous ?? Promise.resolve())
     .catch(() => undefined)
-    .then(() => provisionNow(ops, spec, options, placed));
+    .then(() => provisionNow(ops, spec, options, placed, pooled ? allocation : undefined));
   ops.provisioning.set(key, mine);
   try {
     return await mine;
@@ -186,6 +198,7 @@ async function provisionNow(
   spec: CreateSpec,
   options: ProvisionOptions,
   placed: Placed | undefined,
+  allocation: Allocation | undefined,
 ): Promise<VmStatus> {
   const id = formatProviderId(spec.host, spec.name);
   const deadlineMs = options.deadlineMs ?? 600_000;
@@ -228,6 +241,8 @@ async function provisionNow(
     }
     // Defined, the domain counts on its host: its reservation goes (best effort; a rollback removes it too).
     if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);
+    // Defined, its metadata records the pool's addresses: their reservations go too.
+    if (allocation !== undefined) await ops.addresses.release(allocation).catch(() => undefined);
     // create's UUID and parsed XML save the lookup and the XML read.
     status = await ops.readStatus(spec.host, spec.name, { uuid: made.uuid, domain: made.domain });
     if (options.waitForIp !== false) {
@@ -240,6 +255,7 @@ async function provisionNow(
         ...(options.staticAddresses !== undefined ? { staticAddresses: options.staticAddresses } : {}),
       });
     }
+    if (allocation !== undefined) status = { ...status, createdNics: allocation.nics };
     if (options.ready !== undefined) {
       const since = ops.now();
       const tick = () => report(options.onProgress, { kind: "ready", elapsedMs: ops.now() - since });
@@ -255,6 +271,7 @@ async function provisionNow(
   } catch (caught) {
     const err = await explained(caught, status, options, consoleTail?.text());
     if (options.rollback === false) throw err;
+    if (allocation !== undefined) await ops.addresses.release(allocation).catch(() => undefined);
     // Only what is ours: a domain of another owner (taken before us, or winning the define) stays with
     // its volumes; this create's own volumes carry its owner's tag and go (names.ts).
     let rollback: DeleteResult;

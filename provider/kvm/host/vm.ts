@@ -3,9 +3,11 @@
  * helpers (addresses, delete, provision) share with them and with the
  * resource layer. Types only.
  */
+
 import type { ParsedDomain } from "../domain/domain-xml";
 import type { ProxyMetadata } from "../domain/metadata";
 import type { NicAddresses, ProxyState } from "../domain/states";
+import type { NicSpec } from "../network/nic";
 import type { LibvirtState } from "./domains";
 
 /** What get reports. */
@@ -30,6 +32,8 @@ export interface VmStatus {
   metadata?: ProxyMetadata;
   /** The parsed domain XML. */
   domain?: ParsedDomain;
+  /** After a provision whose address pools gave NICs their addresses: the NICs as the VM was made. */
+  createdNics?: NicSpec[];
 }
 
 /** What delete did. */

@@ -11,6 +11,7 @@
 import { createHash } from "node:crypto";
 import { given, isObject, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
+import { type AddressPool, poolGatewayBasis, readAddressPool } from "./address-pool";
 import {
   cidrProblem,
   family,
@@ -84,8 +85,13 @@ export interface NicSpec {
    * only for the one-NIC shorthand without `macAddress` (libvirt picks one).
    */
   mac?: string;
-  /** Static addresses, CIDR (`203.0.113.7/24`, `2001:db8::7/64`); empty: DHCP / RA. */
+  /**
+   * Static addresses, CIDR (`203.0.113.7/24`, `2001:db8::7/64`); empty: DHCP / RA,
+   * or, with `addressPool`, the addresses create takes from the pool.
+   */
   addresses: string[];
+  /** Ranges the NIC's static address is taken from at create (address-pool.ts), one of each family. */
+  addressPool?: AddressPool;
   gateway4?: string;
   gateway6?: string;
   nameservers: string[];
@@ -104,6 +110,21 @@ export function attachmentOf(
   if (nic.bridge !== undefined) return { kind: "bridge", bridge: nic.bridge };
   if (nic.network !== undefined) return { kind: "network", network: nic.network };
   return HOST_DEFAULT;
+}
+
+/**
+ * The segment a NIC is on (`bridge:br0`, `network:default`, `direct:eth1`):
+ * where two static addresses clash, and what an address pool counts its
+ * taken addresses by. Undefined for the host's NIC before create resolves it.
+ */
+export function segmentOf(nic: Pick<NicSpec, "network" | "bridge" | "direct">): string | undefined {
+  const a = attachmentOf(nic);
+  if (a.kind === "host") return undefined;
+  return a.kind === "direct"
+    ? `direct:${a.dev}`
+    : a.kind === "bridge"
+      ? `bridge:${a.bridge}`
+      : `network:${a.network}`;
 }
 
 /** The fields of a NIC that say it attaches to `a`. */
@@ -154,6 +175,7 @@ const NIC_RECORD_KEYS = [
   "macAddress",
   "mac",
   "addresses",
+  "addressPool",
   "gateway4",
   "gateway6",
   "nameservers",
@@ -550,7 +572,11 @@ function readNic(
     if (first !== undefined) at.fail(`addresses[${j}]`, `${address} is also given at ${first}`);
     else st.addresses.set(address, `${where}.addresses[${j}]`);
   });
-  const all = complete ? addresses : undefined;
+  const pool = readAddressPool(raw.addressPool, at, st.pending);
+  st.unknown ||= pool.unknown;
+  const addressPool = pool.pool;
+  const basis = addressPool === undefined ? addresses : poolGatewayBasis(addressPool, addresses ?? [], at);
+  const all = complete ? basis : undefined;
   const gateway4 = readGateway(raw.gateway4, 4, at, st, all);
   const gateway6 = readGateway(raw.gateway6, 6, at, st, all);
   const ip = (n: string) => parseIp(n)?.text as string;
@@ -575,6 +601,7 @@ function readNic(
     macAddress: mac,
     mac,
     addresses: addresses as string[],
+    addressPool,
     gateway4,
     gateway6,
     nameservers: nameservers as string[],
@@ -587,8 +614,8 @@ function readNic(
 /**
  * Reads a resource's `nics` input: a non-empty list (at most {@link MAX_NICS})
  * of `{ network | bridge | direct: { dev, mode }, macAddress, addresses,
- * gateway4, gateway6, nameservers, bandwidth: { inboundKbps, outboundKbps },
- * filter, primary }`. Every failure is recorded at `nics`, `nics[i]` or
+ * addressPool: { ranges }, gateway4, gateway6, nameservers,
+ * bandwidth: { inboundKbps, outboundKbps }, filter, primary }`. Every failure is recorded at `nics`, `nics[i]` or
  * `nics[i].<field>` (`nics[i].addresses[j]`, `nics[i].direct.mode`,
  * `nics[i].bandwidth.inboundKbps`). Values for which `options.isPending` is
  * true are passed over.

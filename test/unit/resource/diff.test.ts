@@ -221,6 +221,40 @@ describe("diff", () => {
     expect(d.deleteBeforeReplace).toBe(first);
   });
 
+  describe("a NIC on an address pool", () => {
+    const pool = (ranges: string[], more: Record<string, unknown> = {}) => ({
+      ...base,
+      nics: [{ bridge: "br0", addressPool: { ranges }, gateway4: "203.0.113.1" }],
+      ...more,
+    });
+    /** Outputs as create stores them: the NIC with the address the pool gave it. */
+    const made = (args: Record<string, unknown>, address: string) => {
+      const olds = created(args);
+      const [nic] = olds.nics as { addresses: string[] }[];
+      return { ...olds, nics: [{ ...nic, addresses: [address] }] };
+    };
+    const diffFrom = (olds: Record<string, unknown>, args: Record<string, unknown>) =>
+      diffProxy(olds, { ...checked(args, olds), __provider: "new provider text" });
+
+    it("is no change with the address its pool gave it, nor when the pool grows around it", () => {
+      const olds = made(pool(["203.0.113.10-203.0.113.14/24"]), "203.0.113.12/24");
+      expect(diffFrom(olds, pool(["203.0.113.10-203.0.113.14/24"])).changes).toBe(false);
+      expect(diffFrom(olds, pool(["203.0.113.10-203.0.113.40/24"])).changes).toBe(false);
+    });
+
+    it("is replaced when the pool no longer holds its address", () => {
+      const olds = made(pool(["203.0.113.10-203.0.113.14/24"]), "203.0.113.12/24");
+      expect(diffFrom(olds, pool(["203.0.113.20-203.0.113.24/24"])).replaces).toEqual(["nics"]);
+    });
+
+    it("is created before its predecessor goes when replaced: it takes another address of the pool", () => {
+      const olds = made(pool(["203.0.113.10-203.0.113.14/24"]), "203.0.113.12/24");
+      const d = diffFrom(olds, pool(["203.0.113.10-203.0.113.14/24"], { memoryMiB: 1024 }));
+      expect(d.replaces).toEqual(["memoryMiB"]);
+      expect(d.deleteBeforeReplace).toBe(false);
+    });
+  });
+
   it("says what is kept when a replacement must delete first", () => {
     const olds = created({ ...base, nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }] });
     const news = checked(

@@ -1,0 +1,141 @@
+/**
+ * Address pools' rules (kvm/network/address-pool.ts): the ranges' grammar,
+ * their size, and the choice of the lowest free address of each family.
+ */
+import { describe, expect, it } from "vitest";
+import {
+  allocate,
+  inPool,
+  parsePoolRange,
+  poolCapacity,
+  poolRangeText,
+  poolSize,
+  representativeAddresses,
+} from "../../../provider/kvm/network/address-pool";
+import { readNics } from "../../../provider/kvm/network/nic";
+import { Failures } from "../../../provider/kvm/validation";
+
+describe("a pool range", () => {
+  it.each([
+    ["an IPv4 span", "203.0.113.10-203.0.113.40/24", 31n],
+    ["one IPv4 address", "203.0.113.9/24", 1n],
+    ["an IPv6 span", "2001:db8::10-2001:db8::40/64", 49n],
+    ["a /31's both addresses (no network or broadcast there)", "198.51.100.0-198.51.100.1/31", 2n],
+  ])("reads %s: %s holds %i", (_what, text, size) => {
+    const r = parsePoolRange(text);
+    expect(typeof r).toBe("object");
+    expect(poolRangeText(r as Exclude<typeof r, string>)).toBe(text);
+    expect(poolSize({ ranges: [text] })).toEqual({ [text.includes(":") ? 6 : 4]: size });
+  });
+
+  it.each([
+    ["no prefix", "203.0.113.10-203.0.113.40", /needs the interface prefix/],
+    ["last below first", "203.0.113.40-203.0.113.10/24", /below its first/],
+    ["across subnets", "203.0.113.250-203.0.114.5/24", /not in one \/24 subnet/],
+    ["the network address", "203.0.113.0-203.0.113.5/24", /network address/],
+    ["the broadcast address", "203.0.113.250-203.0.113.255/24", /broadcast address/],
+    ["mixed families", "203.0.113.1-2001:db8::1/24", /different families/],
+    ["not canonical", "2001:DB8::10-2001:db8::40/64", /write it as 2001:db8::10-2001:db8::40\/64/],
+    ["not an address", "edge-1/24", /not an address with a prefix/],
+    ["not a string", 7, /must be a string/],
+  ])("refuses %s: %j", (_what, text, problem) => {
+    expect(parsePoolRange(text)).toMatch(problem);
+  });
+});
+
+describe("a pool", () => {
+  const dual = { ranges: ["203.0.113.10-203.0.113.12/24", "2001:db8::10-2001:db8::11/64"] };
+
+  it("serves as many NICs as its smaller family holds", () => {
+    expect(poolSize(dual)).toEqual({ 4: 3n, 6: 2n });
+    expect(poolCapacity(dual)).toBe(2n);
+  });
+
+  it("gives the lowest free address of each family, with the range's prefix", () => {
+    expect(allocate(dual, new Set())).toEqual({ addresses: ["203.0.113.10/24", "2001:db8::10/64"] });
+    expect(allocate(dual, new Set(["203.0.113.10", "2001:db8::10"]))).toEqual({
+      addresses: ["203.0.113.11/24", "2001:db8::11/64"],
+    });
+    // A freed address is taken again before the range's tail.
+    expect(allocate(dual, new Set(["203.0.113.11"]))).toEqual({
+      addresses: ["203.0.113.10/24", "2001:db8::10/64"],
+    });
+  });
+
+  it("goes on to the next range, and says which family ran out", () => {
+    const two = { ranges: ["203.0.113.10/24", "203.0.113.20-203.0.113.21/24"] };
+    expect(allocate(two, new Set(["203.0.113.10"]))).toEqual({ addresses: ["203.0.113.20/24"] });
+    expect(allocate(dual, new Set(["2001:db8::10", "2001:db8::11"]))).toEqual({
+      full: "all 2 IPv6 addresses of the pool (203.0.113.10-203.0.113.12/24, 2001:db8::10-2001:db8::11/64) are taken",
+    });
+  });
+
+  it("knows its own addresses, and gives each family's first for the gateway rules", () => {
+    expect(inPool(dual, "203.0.113.12/24")).toBe(true);
+    expect(inPool(dual, "203.0.113.13")).toBe(false);
+    expect(inPool(dual, "2001:db8::11/64")).toBe(true);
+    expect(representativeAddresses(dual)).toEqual(["203.0.113.10/24", "2001:db8::10/64"]);
+  });
+});
+
+describe("a NIC's addressPool", () => {
+  const read = (nic: Record<string, unknown>) => {
+    const f = new Failures();
+    const out = readNics([nic], f, {});
+    return { out, failures: f.list };
+  };
+
+  it("is read with its gateways, which must lie in the pool's subnets", () => {
+    const { out, failures } = read({
+      bridge: "br-public",
+      addressPool: { ranges: ["203.0.113.10-203.0.113.40/24", "2001:db8::10-2001:db8::40/64"] },
+      gateway4: "203.0.113.1",
+      gateway6: "fe80::1",
+    });
+    expect(failures).toEqual([]);
+    expect(out).toEqual([
+      expect.objectContaining({
+        addresses: [],
+        addressPool: { ranges: ["203.0.113.10-203.0.113.40/24", "2001:db8::10-2001:db8::40/64"] },
+        gateway4: "203.0.113.1",
+      }),
+    ]);
+  });
+
+  it.each<[string, Record<string, unknown>, string, RegExp]>([
+    [
+      "a gateway outside",
+      { addressPool: { ranges: ["203.0.113.10/24"] }, gateway4: "198.51.100.1" },
+      "nics[0].gateway4",
+      /outside this NIC's IPv4 subnets/,
+    ],
+    [
+      "an IPv6 gateway without IPv6 ranges",
+      { addressPool: { ranges: ["203.0.113.10/24"] }, gateway6: "2001:db8::1" },
+      "nics[0].gateway6",
+      /needs a static IPv6 address/,
+    ],
+    [
+      "overlapping ranges",
+      { addressPool: { ranges: ["203.0.113.10-203.0.113.20/24", "203.0.113.15/24"] } },
+      "nics[0].addressPool.ranges[1]",
+      /overlaps ranges\[0\]/,
+    ],
+    ["no ranges", { addressPool: { ranges: [] } }, "nics[0].addressPool.ranges", /must list 1 to 64 ranges/],
+    [
+      "an unknown field",
+      { addressPool: { ranges: ["203.0.113.10/24"], size: 3 } },
+      "nics[0].addressPool.size",
+      /unknown/,
+    ],
+    [
+      "an address not of the pool",
+      { addressPool: { ranges: ["203.0.113.10/24"] }, addresses: ["203.0.113.11/24"] },
+      "nics[0].addresses[0]",
+      /not an address of addressPool/,
+    ],
+  ])("refuses %s", (_what, nic, property, reason) => {
+    const { failures } = read({ bridge: "br0", ...nic });
+    expect(failures).toContainEqual({ property, reason: expect.stringMatching(reason) });
+  });
+});

@@ -1,7 +1,8 @@
 /**
- * The SOCKS5 listener beside squid (`proxy.socks`): Dante's server, the SOCKS
- * server every distribution packages (Debian and Ubuntu `dante-server`, run
- * as danted; Fedora, Alpine and openSUSE as sockd), with the same clients,
+ * The SOCKS5 listener beside squid (`proxy.socks`): Dante's server, the one
+ * packaged SOCKS server that checks passwords against hashes (Debian 12 and
+ * Ubuntu `dante-server`, run as danted; Alpine's as sockd; Debian 13 dropped
+ * the package, so its images need Dante baked in), with the same clients,
  * credentials and destination rules as the HTTP proxy (squid/access.ts).
  * Pure: danted.conf, the shell part of the proxy's setup script that
  * installs and starts it, and the greeting probe's program.
@@ -213,7 +214,7 @@ if command -v danted >/dev/null 2>&1; then
 elif command -v sockd >/dev/null 2>&1; then
 	socks_bin=sockd socks_conf=/etc/sockd.conf socks_service=sockd
 else
-	fail "dante-server is not installed and no package manager could install it"
+	fail "dante-server could not be installed: proxy.socks needs an image with Dante, or a distribution that packages it (Debian 12, Ubuntu, Alpine do; Debian 13 does not)"
 fi
 ${account}ifaces=$(ip -o link show 2>/dev/null | awk -F': ' '$2 != "lo" { sub(/@.*/, "", $2); print $2 }')
 [ -n "$ifaces" ] || fail "no network interface for SOCKS to go out through"

@@ -74,6 +74,12 @@ export class AddressPools {
   private chain: Promise<unknown> = Promise.resolve();
   /** The recorded addresses of domains already read, by UUID (they do not change). */
   private readonly recorded = new Map<string, MetadataAddress[]>();
+  /**
+   * Runs between an allocation's count and its reservation: where two
+   * processes without the lock would both see an address free. Tests widen
+   * that window through it; nothing else sets it.
+   */
+  counted: ((domain: string) => Promise<void>) | undefined;
 
   constructor(hosts: HostPool, env: RetryEnv = {}) {
     this.hosts = hosts;
@@ -181,6 +187,7 @@ export class AddressPools {
           const segment = segmentOf(nic) as string;
           const taken = await this.taken(segment, shared, name);
           const choice = allocate(pool, taken);
+          await this.counted?.(name);
           if ("full" in choice) {
             throw new ProviderError(
               "permanent",

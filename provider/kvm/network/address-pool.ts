@@ -10,8 +10,10 @@
  * address with its prefix (`203.0.113.9/24`); the prefix is the interface's
  * (the subnet the NIC is on), and the whole range lies in that subnet. A
  * pool may hold IPv4 and IPv6 ranges: a NIC then takes one address of each
- * family. The lowest free address is taken (so a pool's use reads in order,
- * and a freed address is reused before the range's tail).
+ * family. The free address taken is the next one after the highest taken
+ * (in the order the ranges list them), wrapping to the start: a rotating
+ * fleet moves through the whole pool before it reuses an address, so a
+ * replacement egresses from an address no member used lately.
  */
 import { given, isObject, rejectUnknown } from "../fields";
 import type { Failures } from "../validation";
@@ -137,9 +139,10 @@ export function inPool(pool: AddressPool, cidr: string): boolean {
 }
 
 /**
- * The lowest free address of each family the pool has, as the NIC's CIDRs
- * (with the range's prefix), given the addresses taken (canonical plain
- * text); or which family has none left.
+ * A free address of each family the pool has, as the NIC's CIDRs (with the
+ * range's prefix), given the addresses taken (canonical plain text): the
+ * next free one after the highest taken, wrapping (see the module header);
+ * or which family has none left.
  */
 export function allocate(
   pool: AddressPool,
@@ -148,14 +151,9 @@ export function allocate(
   const out: string[] = [];
   const families = [...new Set(rangesOf(pool).map((r) => r.family))].sort();
   for (const fam of families) {
-    let found: string | undefined;
-    for (const r of rangesOf(pool).filter((x) => x.family === fam)) {
-      for (let n = r.first; n <= r.last && found === undefined; n++) {
-        const text = fromBig(n, fam);
-        if (!taken.has(text)) found = `${text}/${r.prefix}`;
-      }
-      if (found !== undefined) break;
-    }
+    const ranges = rangesOf(pool).filter((x) => x.family === fam);
+    const after = highestTaken(ranges, fam, taken);
+    const found = firstFree(ranges, fam, taken, after) ?? firstFree(ranges, fam, taken, undefined);
     if (found === undefined) {
       const size = poolSize(pool)[fam] ?? 0n;
       return { full: `all ${size} IPv${fam} addresses of the pool (${pool.ranges.join(", ")}) are taken` };
@@ -163,6 +161,42 @@ export function allocate(
     out.push(found);
   }
   return { addresses: out };
+}
+
+/** Where in the pool's order (range, address) the highest taken address of the pool is. */
+function highestTaken(
+  ranges: readonly PoolRange[],
+  fam: IpFamily,
+  taken: ReadonlySet<string>,
+): { range: number; n: bigint } | undefined {
+  let after: { range: number; n: bigint } | undefined;
+  for (const t of taken) {
+    const ip = parseIp(t);
+    if (ip === undefined || ip.family !== fam) continue;
+    const n = toBig(ip.bytes);
+    const i = ranges.findIndex((r) => r.first <= n && n <= r.last);
+    if (i < 0) continue;
+    if (after === undefined || i > after.range || (i === after.range && n > after.n)) after = { range: i, n };
+  }
+  return after;
+}
+
+/** The first free address after `after` (from the start without it), as a CIDR; undefined when none. */
+function firstFree(
+  ranges: readonly PoolRange[],
+  fam: IpFamily,
+  taken: ReadonlySet<string>,
+  after: { range: number; n: bigint } | undefined,
+): string | undefined {
+  for (let i = after?.range ?? 0; i < ranges.length; i++) {
+    const r = ranges[i] as PoolRange;
+    const start = after !== undefined && i === after.range ? after.n + 1n : r.first;
+    for (let n = start; n <= r.last; n++) {
+      const text = fromBig(n, fam);
+      if (!taken.has(text)) return `${text}/${r.prefix}`;
+    }
+  }
+  return undefined;
 }
 
 /**

@@ -51,15 +51,27 @@ describe("a pool", () => {
     expect(poolCapacity(dual)).toBe(2n);
   });
 
-  it("gives the lowest free address of each family, with the range's prefix", () => {
+  it("gives the next free address after the highest taken of each family, with the range's prefix", () => {
     expect(allocate(dual, new Set())).toEqual({ addresses: ["203.0.113.10/24", "2001:db8::10/64"] });
     expect(allocate(dual, new Set(["203.0.113.10", "2001:db8::10"]))).toEqual({
       addresses: ["203.0.113.11/24", "2001:db8::11/64"],
     });
-    // A freed address is taken again before the range's tail.
+    // A freed address is not taken again before the rest of the pool: a rotation moves on.
     expect(allocate(dual, new Set(["203.0.113.11"]))).toEqual({
-      addresses: ["203.0.113.10/24", "2001:db8::10/64"],
+      addresses: ["203.0.113.12/24", "2001:db8::10/64"],
     });
+  });
+
+  it("wraps to the start once the highest address is taken, and skips what is taken there", () => {
+    const five = { ranges: ["203.0.113.10-203.0.113.14/24"] };
+    expect(allocate(five, new Set(["203.0.113.11", "203.0.113.14"]))).toEqual({
+      addresses: ["203.0.113.10/24"],
+    });
+    expect(allocate(five, new Set(["203.0.113.10", "203.0.113.14"]))).toEqual({
+      addresses: ["203.0.113.11/24"],
+    });
+    // Addresses outside the pool (another pool's on the segment) do not move the cursor.
+    expect(allocate(five, new Set(["203.0.113.200"]))).toEqual({ addresses: ["203.0.113.10/24"] });
   });
 
   it("goes on to the next range, and says which family ran out", () => {

@@ -45,6 +45,21 @@ describe("buildMetadataXml", () => {
     ).toThrow(/owner\.backend/);
   });
 
+  it("records each static address with its segment (what address pools count), and reads them back as libvirt returns them", () => {
+    const addresses = [
+      { segment: "bridge:br-public", cidr: "203.0.113.10/24" },
+      { segment: "bridge:br-public", cidr: "2001:db8::10/64" },
+      { segment: "direct:eth1", cidr: "198.51.100.4/24" },
+    ];
+    const xml = buildMetadataXml(sampleMetadata({ addresses }));
+    expect(xml).toContain('  <kvmp:address segment="bridge:br-public" value="203.0.113.10/24"/>');
+    expect(parseMetadata(asLibvirtReturnsIt(xml))?.addresses).toEqual(addresses);
+    expect(parseMetadata(asLibvirtReturnsIt(buildMetadataXml(sampleMetadata())))?.addresses).toBeUndefined();
+    expect(() => buildMetadataXml(sampleMetadata({ addresses: [{ segment: "br0", cidr: "x" }] }))).toThrow(
+      /addresses\[0\]\.segment: must be <kind>:<name>.*addresses\[0\]\.cidr/s,
+    );
+  });
+
   it("leaves out an unpinned checksum", () => {
     const m = sampleMetadata();
     delete m.image.sha256;

@@ -11,10 +11,13 @@ import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseConfig } from "../../provider/kvm/config/host-config";
 import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
+import { HostPool } from "../../provider/kvm/host/hosts";
+import { KvmOperations } from "../../provider/kvm/host/operations";
 import { squidPasswordHash } from "../../provider/kvm/squid/password-hash";
 import { memberPassword } from "../../provider/resource/proxy-auth";
-import { type TestHost, testHost, virshUri } from "../support/test-host";
+import { staticBridgeOf, type TestHost, testHost, virshUri } from "../support/test-host";
 import { cacheVolumeOf, TEST_IMAGE, TEST_PROXY_ARGS, virsh, virshQuiet, Workspace } from "./harness";
 
 const run = promisify(execFile);
@@ -336,6 +339,117 @@ describe("rotation", () => {
     expect(plannedOps(ws)).toEqual({});
     ws.destroy();
     expect(domainsIn(pool)).toEqual([]);
+  });
+});
+
+describe("address pools", () => {
+  const RANGE = "192.0.2.113-192.0.2.117/24";
+  const POOL_ADDRESSES = ["192.0.2.113", "192.0.2.114", "192.0.2.115", "192.0.2.116", "192.0.2.117"];
+
+  /** The fleet stack's config: `size` members on host "one" (storage pool `pool`), their NIC on the pool. */
+  function pooledFleet(pool: string, name: string, size: number) {
+    const nics = [
+      { bridge: staticBridgeOf(host).name, addressPool: { ranges: [RANGE] }, gateway4: "192.0.2.1" },
+    ];
+    return {
+      ...hostsConfig({ one: { pool } }),
+      "fleet:fleets": {
+        [name]: {
+          size,
+          hosts: ["one"],
+          rotation: { maxAge: "1h", batch: 1 },
+          proxy: { image: "tiny", ...TEST_PROXY_ARGS, nics },
+        },
+      },
+    };
+  }
+
+  /** Each member's pool address, by member name, as the state records it. */
+  function addressesOf(ws: Workspace): Record<string, string> {
+    return Object.fromEntries(
+      ws
+        .proxies()
+        .map((p) => [
+          String(p.urn).replace(/.*::/, ""),
+          (((p.outputs?.nics ?? []) as { addresses: string[] }[])[0]?.addresses[0] ?? "").replace(
+            /\/24$/,
+            "",
+          ),
+        ]),
+    );
+  }
+
+  it("a fleet of 3 on a pool of 5: distinct addresses, stable, another stack never shares one, two rotations onto addresses no member held with never fewer than 3 running, all 5 free after destroy; a fleet too big is refused at preview", async () => {
+    const pool = makePool("addr");
+    const name = `ap${PID}`;
+    const ws = fleetStack("fleet-addr", pooledFleet(pool, name, 3));
+    ws.up();
+    const first = addressesOf(ws);
+    expect(Object.keys(first).sort()).toEqual([`${name}-0`, `${name}-1`, `${name}-2`]);
+    expect(Object.values(first).sort()).toEqual(POOL_ADDRESSES.slice(0, 3));
+    expect(plannedOps(ws)).toEqual({});
+
+    // Another stack on the same host and segment takes the next free address, never one of these.
+    const other = fleetStack("fleet-addr2", pooledFleet(pool, `aq${PID}`, 1));
+    other.up();
+    expect(Object.values(addressesOf(other))).toEqual([POOL_ADDRESSES[3]]);
+    other.destroy();
+
+    // Too big for the pool with a rotation batch: refused at preview, nothing made.
+    const big = fleetStack("fleet-addr3", pooledFleet(pool, `ar${PID}`, 5));
+    const refused = big.run("preview");
+    expect(refused.code).not.toBe(0);
+    expect(refused.output).toContain(
+      "nics[0].addressPool holds 5 addresses per family; 5 members and a batch of 1 replacements need 6",
+    );
+    expect(domainsIn(pool).filter((d) => d.startsWith(`ar${PID}`))).toEqual([]);
+
+    // Members made 3, 2 and 1 days ago; two ups each replace the oldest, created before its predecessor goes.
+    Object.keys(first)
+      .sort()
+      .forEach((member, i) => {
+        const id = ws.proxies().find((p) => String(p.urn).endsWith(`::${member}`))?.id as string;
+        backdate(id.split("/").pop() as string, new Date(Date.now() - (3 - i) * 86_400_000).toISOString());
+      });
+    ws.mustRun("refresh", "--yes", "--skip-preview");
+    let held = first;
+    const seen = new Set(Object.values(first));
+    for (const round of [0, 1]) {
+      let fewest = Number.POSITIVE_INFINITY;
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          fewest = Math.min(fewest, await runningOf(`${name}-`));
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      })();
+      const r = await ws.runAsync(["up", "--yes", "--skip-preview"]);
+      sampling = false;
+      await sampler;
+      expect(r.code, r.output.slice(-3000)).toBe(0);
+      expect(fewest).toBeGreaterThanOrEqual(3);
+      const now = addressesOf(ws);
+      const moved = Object.keys(now).filter((m) => now[m] !== held[m]);
+      expect(moved, `round ${round}`).toEqual([`${name}-${round}`]);
+      const fresh = now[`${name}-${round}`] as string;
+      expect(Object.values(held)).not.toContain(fresh);
+      expect(POOL_ADDRESSES).toContain(fresh);
+      expect(new Set(Object.values(now)).size).toBe(3);
+      seen.add(fresh);
+      held = now;
+    }
+    // The pool was walked through: the two replacements took the two addresses the fleet had not used.
+    expect([...seen].sort()).toEqual(POOL_ADDRESSES);
+
+    ws.destroy();
+    const config = hostsConfig({ one: { pool } });
+    const probe = new KvmOperations(new HostPool(parseConfig({ hosts: config["kvm:hosts"] }).hosts));
+    try {
+      const taken = await probe.addresses.taken(`bridge:${staticBridgeOf(host).name}`, ["one"]);
+      expect(POOL_ADDRESSES.filter((a) => !taken.has(a))).toHaveLength(5);
+    } finally {
+      await probe.hosts.closeAll();
+    }
   });
 });
 

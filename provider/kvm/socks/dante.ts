@@ -174,8 +174,10 @@ else
 	nologin=/usr/sbin/nologin
 	[ -x "$nologin" ] || nologin=/sbin/nologin
 	useradd --system --no-create-home --home-dir /nonexistent --shell "$nologin" \\
-		--comment '${SOCKS_ACCOUNT_COMMENT}' --expiredate 1970-01-02 \\
-		--password '${s.auth.passwordHash}' "$socks_user" || fail "useradd $socks_user failed"
+		--comment '${SOCKS_ACCOUNT_COMMENT}' --password '${s.auth.passwordHash}' "$socks_user" ||
+		fail "useradd $socks_user failed"
+	# useradd leaves a system account's expiry unset, whatever --expiredate says.
+	usermod --expiredate 1970-01-02 "$socks_user" || fail "usermod --expiredate failed"
 fi
 `;
   const external =

@@ -206,7 +206,7 @@ describe("the setup script", () => {
       "apt-get -o DPkg::Lock::Timeout=300 -q -y install dante-server",
       "retry socks_install",
       `useradd --system --no-create-home --home-dir /nonexistent --shell "$nologin"`,
-      "--expiredate 1970-01-02",
+      `usermod --expiredate 1970-01-02 "$socks_user"`,
       `--password '${AUTH.auth?.passwordHash}' "$socks_user"`,
       "is not the proxy's: choose another proxy.auth.username",
       "block_rules /etc/squid/kvm-proxy-own.acl",

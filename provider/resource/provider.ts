@@ -487,20 +487,18 @@ export class KvmProxyRuntime {
     const timeouts = props.timeouts as { delete?: number } | undefined;
     const deadlineMs =
       (typeof timeouts?.delete === "number" ? timeouts.delete : DEFAULTS.deleteSeconds) * 1000;
-    const urn = (props.owner as { urn?: unknown } | undefined)?.urn;
+    const urn = ownerUrn(props);
     const log = this.engineLog();
-    log.status(typeof urn === "string" ? urn : undefined, "deleting the domain and its volumes", {
-      force: true,
-    });
+    log.status(urn, "deleting the domain and its volumes", { force: true });
     try {
       // The operation retries transient failures until timeouts.delete.
       const r = await this.ops().delete(host, name, {
         deadlineMs,
-        ...(typeof urn === "string" ? { volumeOwner: urn } : {}),
+        ...(urn !== undefined ? { volumeOwner: urn } : {}),
       });
       if (r.noop === "host-not-configured") {
         log.warn(
-          typeof urn === "string" ? urn : undefined,
+          urn,
           `host ${JSON.stringify(host)} is not in kvm:hosts; ${id} is dropped from the state without touching libvirt`,
         );
       }

@@ -1,0 +1,211 @@
+/**
+ * An egress fleet with booted guests (issue 25), through the real Pulumi CLI
+ * run inside the test host's namespace: a ProxyFleet of 3 whose NICs take
+ * their static addresses from a pool of 5 on the namespace's bridge without
+ * DHCP (kvmpbr1), each with an egress check against an IP echo in the
+ * namespace, rotated twice in batches of 1.
+ *
+ * - Each member's `egressAddress` is the address its pool gave it: the echo
+ *   saw the proxy's requests come from there.
+ * - While each rotation's `up` runs, a request through every pool address is
+ *   sent each second from the namespace: never fewer than 3 answer through
+ *   squid (each replacement is created and passes its health check before
+ *   its predecessor goes). The replacement takes an address no member held,
+ *   and the namespace's neighbour table never sees one address at two MACs.
+ * - After destroy, no domain holds an address of the pool.
+ *
+ * The members admit the namespace's bridge address without auth
+ * (publicClientsWithoutAuth, a /32), so the sampler needs no password.
+ */
+import { execFile, execFileSync } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { parseConfig } from "../../provider/kvm/config/host-config";
+import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
+import { HostPool } from "../../provider/kvm/host/hosts";
+import { KvmOperations } from "../../provider/kvm/host/operations";
+import { allDomains, removeByHand, virsh, Workspace } from "../pulumi/harness";
+import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { NetnsCli } from "./netns-cli";
+import { since } from "./support";
+
+const run = promisify(execFile);
+const env = inject("guest");
+const FLEET = `egf${process.pid}`;
+const POOL = ["192.0.2.60", "192.0.2.61", "192.0.2.62", "192.0.2.63", "192.0.2.64"];
+const RANGE = "192.0.2.60-192.0.2.64/24";
+
+let host: TestHost;
+let bridge: StaticBridge;
+let ws: Workspace;
+let cli: NetnsCli;
+const timings: Record<string, number> = {};
+
+function hostsConfig() {
+  return {
+    local: {
+      uri: `unix://${host.socketPath}`,
+      domainType: "qemu",
+      pool: host.poolName,
+      network: host.network,
+    },
+  };
+}
+
+/** The fleet's members as the state records them: name, address, MAC, egress. */
+function members(): { name: string; address: string; mac: string; egress?: string; domain: string }[] {
+  return ws
+    .proxies()
+    .map((p) => {
+      const o = p.outputs ?? {};
+      const nic = (o.nics as { addresses: string[]; mac: string }[])[0];
+      return {
+        name: String(p.urn).replace(/.*::/, ""),
+        address: (nic?.addresses[0] ?? "").replace(/\/24$/, ""),
+        mac: nic?.mac ?? "",
+        ...(typeof o.egressAddress === "string" ? { egress: o.egressAddress } : {}),
+        domain: String(o.domainName),
+      };
+    })
+    .sort((a, b) => a.name.localeCompare(b.name));
+}
+
+/** How many pool addresses answer a request through squid now (from the namespace), and the MAC each has. */
+async function sample(): Promise<{ healthy: number; macs: Map<string, string> }> {
+  const codes = await Promise.all(
+    POOL.map(async (a) => {
+      try {
+        const { stdout } = await run("ip", [
+          ...["netns", "exec", env.netns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"],
+          ...["--max-time", "3", "--noproxy", "", "-x", `http://${a}:3128`, env.targetUrl],
+        ]);
+        return stdout.trim();
+      } catch (err) {
+        return (err as { stdout?: string }).stdout?.trim() || "000";
+      }
+    }),
+  );
+  const macs = new Map<string, string>();
+  const neigh = execFileSync("ip", ["-n", env.netns, "neigh", "show", "dev", bridge.name], {
+    encoding: "utf8",
+  });
+  for (const line of neigh.split("\n")) {
+    const m = /^(\S+) lladdr (\S+)/.exec(line);
+    if (m !== null && POOL.includes(m[1] as string)) macs.set(m[1] as string, (m[2] as string).toLowerCase());
+  }
+  return { healthy: codes.filter((c) => c === "204").length, macs };
+}
+
+/** Sets a domain's recorded creation time (what rotation measures age from). */
+function backdate(dom: string, createdAt: string): void {
+  const xml = virsh(host, "metadata", dom, METADATA_NAMESPACE).replace(
+    /createdAt="[^"]+"/,
+    `createdAt="${createdAt}"`,
+  );
+  virsh(host, "metadata", dom, METADATA_NAMESPACE, "--key", "kvmp", "--set", xml, "--config", "--live");
+}
+
+beforeAll(() => {
+  host = testHost();
+  bridge = staticBridgeOf(host);
+  for (let i = 0; i < 3; i++) removeByHand(host, `${FLEET}-${i}`);
+  ws = new Workspace("guest-fleet", { name: "kvmpt-guest-fleet", main: "test/pulumi/programs/fleet" });
+  ws.setConfig({
+    "kvm:hosts": hostsConfig(),
+    // A cache entry of its own (the server ignores the query).
+    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=egress-fleet`, sha256: env.imageSha256 } },
+    "fleet:fleets": {
+      [FLEET]: {
+        size: 3,
+        hosts: ["local"],
+        rotation: { maxAge: "1h", batch: 1 },
+        proxy: {
+          image: "guest",
+          memoryMiB: 512,
+          diskGiB: 4,
+          timeouts: { create: "20m" },
+          nics: [{ bridge: bridge.name, addressPool: { ranges: [RANGE] }, gateway4: bridge.address4 }],
+          proxy: { allowedClients: [`${bridge.address4}/32`], publicClientsWithoutAuth: true },
+          healthCheck: { url: env.targetUrl, expectStatus: 204 },
+          egressCheck: { url: env.whoamiUrl },
+        },
+      },
+    },
+  });
+  cli = new NetnsCli(env.netns, ws);
+});
+
+afterAll(async () => {
+  console.log(`egress fleet: ${JSON.stringify(timings)}`);
+  await cli?.stopAll();
+  if (allDomains(host).some((d) => d.startsWith(`${FLEET}-`))) ws.cleanup();
+  for (const d of allDomains(host).filter((n) => n.startsWith(`${FLEET}-`))) removeByHand(host, d);
+}, 300_000);
+
+describe("an egress fleet of 3 on an address pool of 5, booted", () => {
+  it("pulumi up boots 3 members on 3 addresses of the pool; each one's egressAddress is that address", async () => {
+    const t0 = performance.now();
+    await cli.must("up", "--yes", "--skip-preview");
+    timings.up = since(t0);
+    const m = members();
+    expect(m.map((x) => x.name)).toEqual([0, 1, 2].map((i) => `${FLEET}-${i}`));
+    expect(new Set(m.map((x) => x.address)).size).toBe(3);
+    for (const x of m) {
+      expect(POOL).toContain(x.address);
+      expect(x.egress, x.name).toBe(x.address);
+    }
+    expect((await sample()).healthy).toBe(3);
+  });
+
+  it("rotated twice, batch 1: every second at least 3 addresses answer through squid; each replacement takes an address no member held; no address is ever seen at two MACs", async () => {
+    const before = members();
+    for (const [i, x] of before.entries()) {
+      backdate(x.domain, new Date(Date.now() - (3 - i) * 86_400_000).toISOString());
+    }
+    await cli.must("refresh", "--yes", "--skip-preview");
+    const seenAt = new Map<string, Set<string>>();
+    let held = before;
+    for (const round of [0, 1]) {
+      let fewest = Number.POSITIVE_INFINITY;
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          const s = await sample();
+          fewest = Math.min(fewest, s.healthy);
+          for (const [a, mac] of s.macs) seenAt.set(a, new Set([...(seenAt.get(a) ?? []), mac]));
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
+      })();
+      const t0 = performance.now();
+      const r = await cli.run("up", "--yes", "--skip-preview");
+      timings[`rotation${round}`] = since(t0);
+      sampling = false;
+      await sampler;
+      expect(r.code, r.output.slice(-4000)).toBe(0);
+      expect(fewest, `round ${round}`).toBeGreaterThanOrEqual(3);
+      const now = members();
+      const moved = now.filter((x) => held.find((h) => h.name === x.name)?.address !== x.address);
+      expect(moved.map((x) => x.name)).toEqual([`${FLEET}-${round}`]);
+      const fresh = moved[0] as (typeof now)[number];
+      expect(held.map((h) => h.address)).not.toContain(fresh.address);
+      expect(fresh.egress).toBe(fresh.address);
+      held = now;
+    }
+    for (const [address, macs] of seenAt) expect([...macs], address).toHaveLength(1);
+    // And the MAC the namespace sees at each member's address is that member's.
+    const last = await sample();
+    for (const x of held) expect(last.macs.get(x.address), x.name).toBe(x.mac);
+  });
+
+  it("pulumi destroy leaves no domain of the fleet and every address of the pool free", async () => {
+    await cli.must("destroy", "--yes", "--skip-preview");
+    expect(allDomains(host).filter((d) => d.startsWith(`${FLEET}-`))).toEqual([]);
+    const probe = new KvmOperations(new HostPool(parseConfig({ hosts: hostsConfig() }).hosts));
+    try {
+      const taken = await probe.addresses.taken(`bridge:${bridge.name}`, ["local"]);
+      expect(POOL.filter((a) => taken.has(a))).toEqual([]);
+    } finally {
+      await probe.hosts.closeAll();
+    }
+  });
+});

@@ -172,6 +172,8 @@ export class AddressPools {
         ADDRESS_LOCK,
         LOCK_TIMING,
         this.env,
+        undefined,
+        this,
       );
       if (lock.kind === "released") continue;
       try {

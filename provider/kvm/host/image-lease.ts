@@ -42,12 +42,28 @@ export interface LeaseTiming {
 
 const DEFAULTS: Required<LeaseTiming> = { heartbeatMs: 5_000, staleMs: 30_000, pollMs: 1_000 };
 
+type Held = { state: "active" } | { state: "idle" } | { state: "doubt"; start: number };
+
 /**
- * Markers this process holds or held, by host, pool and name: "active"
- * while an upload runs, "idle" once it stopped (failed or cut), "doubt" when
- * the create's reply never came (ours only if its count is the one we chose).
+ * Markers a holder holds or held, by host, pool and name: "active" while
+ * its work runs, "idle" once it stopped (failed or cut), "doubt" when the
+ * create's reply never came (ours only if its count is the one we chose).
+ * A holder is this process unless the caller names one of its own (one
+ * object per placer or address pool: two of them in one process, as the
+ * tests make them, are two holders, as two processes would be).
  */
-const mine = new Map<string, { state: "active" } | { state: "idle" } | { state: "doubt"; start: number }>();
+const held = new WeakMap<object, Map<string, Held>>();
+/** The holder of callers that name none: the process. */
+const PROCESS = {};
+
+function mineOf(holder: object): Map<string, Held> {
+  let m = held.get(holder);
+  if (m === undefined) {
+    m = new Map();
+    held.set(holder, m);
+  }
+  return m;
+}
 
 function key(host: string, pool: StoragePool, marker: string): string {
   return `${host}\0${pool.name}\0${marker}`;
@@ -82,7 +98,9 @@ export async function takeLease(
   timing: LeaseTiming = {},
   env: RetryEnv = {},
   signal?: AbortSignal,
+  holder: object = PROCESS,
 ): Promise<LeaseOutcome> {
+  const mine = mineOf(holder);
   const t = { ...DEFAULTS, ...stripUndefined(timing) };
   const { lv, pool } = where;
   const k = key(where.host, pool, markerName);

@@ -100,7 +100,14 @@ export class Placer {
           `storage pool ${this.hosts.config(host).pool} does not exist on host ${host}`,
         );
       }
-      const lock = await takeLease({ host, lv, pool: storage }, PLACEMENT_LOCK, LOCK_TIMING, this.env);
+      const lock = await takeLease(
+        { host, lv, pool: storage },
+        PLACEMENT_LOCK,
+        LOCK_TIMING,
+        this.env,
+        undefined,
+        this,
+      );
       if (lock.kind === "released") continue;
       try {
         // Counted again under the lock: another process may have taken room since.

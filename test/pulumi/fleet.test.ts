@@ -283,6 +283,22 @@ function backdate(dom: string, createdAt: string): void {
   virsh(host, "metadata", dom, METADATA_NAMESPACE, "--key", "kvmp", "--set", xml, "--config", "--live");
 }
 
+/** `pulumi up` while the running domains named `prefix*` are counted every 100 ms: its result and the fewest seen. */
+async function upCountingRunning(ws: Workspace, prefix: string) {
+  let fewest = Number.POSITIVE_INFINITY;
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      fewest = Math.min(fewest, await runningOf(prefix));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const r = await ws.runAsync(["up", "--yes", "--skip-preview"]);
+  sampling = false;
+  await sampler;
+  return { r, fewest };
+}
+
 async function runningOf(prefix: string): Promise<number> {
   const { stdout } = await run("virsh", ["-q", "-c", virshUri(host), "list", "--state-running", "--name"]);
   return stdout.split("\n").filter((n) => n.startsWith(prefix)).length;
@@ -314,17 +330,7 @@ describe("rotation", () => {
         preview.output.match(/rotating: \d+d \d+h old, over its maxAge of 1h 0m/g),
         preview.output,
       ).toHaveLength(2);
-      let fewest = Number.POSITIVE_INFINITY;
-      let sampling = true;
-      const sampler = (async () => {
-        while (sampling) {
-          fewest = Math.min(fewest, await runningOf(`${name}-`));
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      })();
-      const r = await ws.runAsync(["up", "--yes", "--skip-preview"]);
-      sampling = false;
-      await sampler;
+      const { r, fewest } = await upCountingRunning(ws, `${name}-`);
       expect(r.code, r.output.slice(-3000)).toBe(0);
       expect(fewest).toBeGreaterThanOrEqual(6);
       const next = ids();
@@ -415,17 +421,7 @@ describe("address pools", () => {
     let held = first;
     const seen = new Set(Object.values(first));
     for (const round of [0, 1]) {
-      let fewest = Number.POSITIVE_INFINITY;
-      let sampling = true;
-      const sampler = (async () => {
-        while (sampling) {
-          fewest = Math.min(fewest, await runningOf(`${name}-`));
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      })();
-      const r = await ws.runAsync(["up", "--yes", "--skip-preview"]);
-      sampling = false;
-      await sampler;
+      const { r, fewest } = await upCountingRunning(ws, `${name}-`);
       expect(r.code, r.output.slice(-3000)).toBe(0);
       expect(fewest).toBeGreaterThanOrEqual(3);
       const now = addressesOf(ws);

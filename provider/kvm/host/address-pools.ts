@@ -34,8 +34,8 @@ import { type AddressPool, allocate } from "../network/address-pool";
 import { bare } from "../network/ip";
 import { type NicSpec, resolveHostNics, segmentOf } from "../network/nic";
 import { managedMetadata } from "./domains";
+import { underHostLock } from "./host-lock";
 import type { HostPool } from "./hosts";
-import { takeLease } from "./image-lease";
 import type { RetryEnv } from "./retry";
 import { deleteVolumeByName, hasCode } from "./volumes";
 
@@ -45,7 +45,6 @@ export const ADDRESS_LOCK = "kvmp-addresses.lock";
 export const ADDRESS_RESERVATION_PREFIX = "kvmp-ipr-";
 /** Age past which a reservation whose domain was never defined is stale: a day and an hour, seconds. */
 export const RESERVATION_STALE_SECONDS = 25 * 3600;
-const LOCK_TIMING = { heartbeatMs: 2_000, staleMs: 15_000, pollMs: 200 };
 
 /** A create's pool NICs given addresses, and the reservations to drop once its domain is defined. */
 export interface Allocation {
@@ -158,25 +157,13 @@ export class AddressPools {
     nics: readonly NicSpec[],
   ): Promise<Allocation> {
     const lockHost = lockHostOf(shared);
-    const lv = this.hosts.libvirt(lockHost);
-    const storage = await this.hosts.pool(lockHost);
-    if (storage === undefined) {
-      throw new ProviderError(
-        "permanent",
-        `storage pool ${this.hosts.config(lockHost).pool} does not exist on host ${lockHost}`,
-      );
-    }
-    for (;;) {
-      const lock = await takeLease(
-        { host: lockHost, lv, pool: storage },
-        ADDRESS_LOCK,
-        LOCK_TIMING,
-        this.env,
-        undefined,
-        this,
-      );
-      if (lock.kind === "released") continue;
-      try {
+    return underHostLock(
+      this.hosts,
+      lockHost,
+      ADDRESS_LOCK,
+      this,
+      this.env,
+      async ({ lv, pool: storage }) => {
         const resolved = resolveHostNics(nics, this.hosts.config(host).nic);
         const filled: NicSpec[] = [];
         const volumes: string[] = [];
@@ -204,10 +191,8 @@ export class AddressPools {
           filled.push({ ...nic, addresses: choice.addresses });
         }
         return { nics: filled, reservations: { host: lockHost, volumes } };
-      } finally {
-        await lock.lease.release();
-      }
-    }
+      },
+    );
   }
 
   /** A domain's recorded static addresses (none: not ours, made before they were recorded, or gone). */

@@ -37,15 +37,13 @@ import {
   roomLeft,
 } from "../placement/placement";
 import { managedMetadata } from "./domains";
+import { underHostLock } from "./host-lock";
 import type { HostPool } from "./hosts";
-import { takeLease } from "./image-lease";
 import type { RetryEnv } from "./retry";
 import { deleteVolumeByName, hasCode, volumeInfo } from "./volumes";
 
 /** The lock volume a placement on a host holds while it counts and reserves. */
 export const PLACEMENT_LOCK = "kvmp-placement.lock";
-/** The lock is held for a second or so: short beats, a short wait before a dead holder's lock is taken over. */
-const LOCK_TIMING = { heartbeatMs: 2_000, staleMs: 15_000, pollMs: 200 };
 
 /** A create placed on a host: where, and the reservation to drop once its domain is defined. */
 export interface Placed {
@@ -92,41 +90,30 @@ export class Placer {
       const choice = choosePlacement(usage, req);
       if ("full" in choice) throw new ProviderError("permanent", choice.full);
       const host = choice.host;
-      const lv = this.hosts.libvirt(host);
-      const storage = await this.hosts.pool(host);
-      if (storage === undefined) {
-        throw new ProviderError(
-          "permanent",
-          `storage pool ${this.hosts.config(host).pool} does not exist on host ${host}`,
-        );
-      }
-      const lock = await takeLease(
-        { host, lv, pool: storage },
+      const placed = await underHostLock(
+        this.hosts,
+        host,
         PLACEMENT_LOCK,
-        LOCK_TIMING,
-        this.env,
-        undefined,
         this,
+        this.env,
+        async ({ lv, pool: storage }) => {
+          // Counted again under the lock: another process may have taken room since (then choose again).
+          if (roomLeft(await this.usageOf(host), req) < 0) return undefined;
+          const xml = buildCachedImageVolumeXml({
+            name: reservation,
+            format: "raw",
+            capacityBytes: reservationCapacity(req),
+          });
+          try {
+            await lv.storageVolCreateXml(storage, xml);
+          } catch (err) {
+            // A reservation of ours from an earlier attempt of this create: it stands.
+            if (!hasCode(err, ErrorCode.STORAGE_VOL_EXIST)) throw err;
+          }
+          return { host, reservation };
+        },
       );
-      if (lock.kind === "released") continue;
-      try {
-        // Counted again under the lock: another process may have taken room since.
-        if (roomLeft(await this.usageOf(host), req) < 0) continue;
-        const xml = buildCachedImageVolumeXml({
-          name: reservation,
-          format: "raw",
-          capacityBytes: reservationCapacity(req),
-        });
-        try {
-          await lv.storageVolCreateXml(storage, xml);
-        } catch (err) {
-          // A reservation of ours from an earlier attempt of this create: it stands.
-          if (!hasCode(err, ErrorCode.STORAGE_VOL_EXIST)) throw err;
-        }
-        return { host, reservation };
-      } finally {
-        await lock.lease.release();
-      }
+      if (placed !== undefined) return placed;
     }
   }
 

@@ -15,7 +15,9 @@
  * - After destroy, no domain holds an address of the pool.
  *
  * The members admit the namespace's bridge address without auth
- * (publicClientsWithoutAuth, a /32), so the sampler needs no password.
+ * (publicClientsWithoutAuth, a /32), so the sampler needs no password. It
+ * starts beside the stock first boot (vitest.config.mts): its ups get the
+ * time first-boot's have.
  */
 import { execFile, execFileSync } from "node:child_process";
 import { promisify } from "node:util";
@@ -143,59 +145,67 @@ afterAll(async () => {
 }, 300_000);
 
 describe("an egress fleet of 3 on an address pool of 5, booted", () => {
-  it("pulumi up boots 3 members on 3 addresses of the pool; each one's egressAddress is that address", async () => {
-    const t0 = performance.now();
-    await cli.must("up", "--yes", "--skip-preview");
-    timings.up = since(t0);
-    const m = members();
-    expect(m.map((x) => x.name)).toEqual([0, 1, 2].map((i) => `${FLEET}-${i}`));
-    expect(new Set(m.map((x) => x.address)).size).toBe(3);
-    for (const x of m) {
-      expect(POOL).toContain(x.address);
-      expect(x.egress, x.name).toBe(x.address);
-    }
-    expect((await sample()).healthy).toBe(3);
-  });
-
-  it("rotated twice, batch 1: every second at least 3 addresses answer through squid; each replacement takes an address no member held; no address is ever seen at two MACs", async () => {
-    const before = members();
-    for (const [i, x] of before.entries()) {
-      backdate(x.domain, new Date(Date.now() - (3 - i) * 86_400_000).toISOString());
-    }
-    await cli.must("refresh", "--yes", "--skip-preview");
-    const seenAt = new Map<string, Set<string>>();
-    let held = before;
-    for (const round of [0, 1]) {
-      let fewest = Number.POSITIVE_INFINITY;
-      let sampling = true;
-      const sampler = (async () => {
-        while (sampling) {
-          const s = await sample();
-          fewest = Math.min(fewest, s.healthy);
-          for (const [a, mac] of s.macs) seenAt.set(a, new Set([...(seenAt.get(a) ?? []), mac]));
-          await new Promise((r) => setTimeout(r, 1_000));
-        }
-      })();
+  it(
+    "pulumi up boots 3 members on 3 addresses of the pool; each one's egressAddress is that address",
+    async () => {
       const t0 = performance.now();
-      const r = await cli.run("up", "--yes", "--skip-preview");
-      timings[`rotation${round}`] = since(t0);
-      sampling = false;
-      await sampler;
-      expect(r.code, r.output.slice(-4000)).toBe(0);
-      expect(fewest, `round ${round}`).toBeGreaterThanOrEqual(3);
-      const now = members();
-      const moved = now.filter((x) => held.find((h) => h.name === x.name)?.address !== x.address);
-      expect(moved.map((x) => x.name)).toEqual([`${FLEET}-${round}`]);
-      const fresh = moved[0] as (typeof now)[number];
-      expect(held.map((h) => h.address)).not.toContain(fresh.address);
-      expect(fresh.egress).toBe(fresh.address);
-      held = now;
-    }
-    for (const [address, macs] of seenAt) expect([...macs], address).toHaveLength(1);
-    // And the MAC the namespace sees at each member's address is that member's.
-    const last = await sample();
-    for (const x of held) expect(last.macs.get(x.address), x.name).toBe(x.mac);
-  });
+      await cli.must("up", "--yes", "--skip-preview");
+      timings.up = since(t0);
+      const m = members();
+      expect(m.map((x) => x.name)).toEqual([0, 1, 2].map((i) => `${FLEET}-${i}`));
+      expect(new Set(m.map((x) => x.address)).size).toBe(3);
+      for (const x of m) {
+        expect(POOL).toContain(x.address);
+        expect(x.egress, x.name).toBe(x.address);
+      }
+      expect((await sample()).healthy).toBe(3);
+    },
+    40 * 60_000,
+  );
+
+  it(
+    "rotated twice, batch 1: every second at least 3 addresses answer through squid; each replacement takes an address no member held; no address is ever seen at two MACs",
+    async () => {
+      const before = members();
+      for (const [i, x] of before.entries()) {
+        backdate(x.domain, new Date(Date.now() - (3 - i) * 86_400_000).toISOString());
+      }
+      await cli.must("refresh", "--yes", "--skip-preview");
+      const seenAt = new Map<string, Set<string>>();
+      let held = before;
+      for (const round of [0, 1]) {
+        let fewest = Number.POSITIVE_INFINITY;
+        let sampling = true;
+        const sampler = (async () => {
+          while (sampling) {
+            const s = await sample();
+            fewest = Math.min(fewest, s.healthy);
+            for (const [a, mac] of s.macs) seenAt.set(a, new Set([...(seenAt.get(a) ?? []), mac]));
+            await new Promise((r) => setTimeout(r, 1_000));
+          }
+        })();
+        const t0 = performance.now();
+        const r = await cli.run("up", "--yes", "--skip-preview");
+        timings[`rotation${round}`] = since(t0);
+        sampling = false;
+        await sampler;
+        expect(r.code, r.output.slice(-4000)).toBe(0);
+        expect(fewest, `round ${round}`).toBeGreaterThanOrEqual(3);
+        const now = members();
+        const moved = now.filter((x) => held.find((h) => h.name === x.name)?.address !== x.address);
+        expect(moved.map((x) => x.name)).toEqual([`${FLEET}-${round}`]);
+        const fresh = moved[0] as (typeof now)[number];
+        expect(held.map((h) => h.address)).not.toContain(fresh.address);
+        expect(fresh.egress).toBe(fresh.address);
+        held = now;
+      }
+      for (const [address, macs] of seenAt) expect([...macs], address).toHaveLength(1);
+      // And the MAC the namespace sees at each member's address is that member's.
+      const last = await sample();
+      for (const x of held) expect(last.macs.get(x.address), x.name).toBe(x.mac);
+    },
+    40 * 60_000,
+  );
 
   it("pulumi destroy leaves no domain of the fleet and every address of the pool free", async () => {
     await cli.must("destroy", "--yes", "--skip-preview");

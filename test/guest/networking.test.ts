@@ -8,6 +8,10 @@
  *   1 MiB/s `bandwidth`, and a macvtap (`direct`) NIC on a veth whose other
  *   end is a second namespace ("the other side") with static IPv4 and IPv6.
  *
+ * A is replaced at the end (renamed, its static addresses kept): deleted
+ * first, which the namespace sees as ARP and ND answers from one MAC at a
+ * time (test/guest/neighbours.ts).
+ *
  * Every probe runs inside a namespace the test host created (`ip netns
  * exec`), to the documentation ranges of its fixtures (test/support/test-host.ts).
  * The test process itself talks to guests only through libvirt and the agent.
@@ -37,12 +41,15 @@ import {
   type TestHost,
   testHost,
 } from "../support/test-host";
+import { answerers, NeighbourWatch } from "./neighbours";
 import { NetnsCli } from "./netns-cli";
 import { agentFor, type GuestAgent, proxyUrlOf, requestThrough } from "./support";
 
 const env = inject("guest");
 const A = `kvmpt-neta-${process.pid}`;
 const B = `kvmpt-netb-${process.pid}`;
+/** A's name after its replacement (a rename: what stays is its static addresses). */
+const A2 = `kvmpt-netr-${process.pid}`;
 /** 1 MiB/s in kbit/s: libvirt gets ceil(8389 * 1000 / 8 / 1024) = 1025 KiB/s. */
 const ONE_MIB_KBPS = 8389;
 /** 4 MiB/s after the in-place change: 4097 KiB/s. */
@@ -72,7 +79,7 @@ const addr = {
   other: () => "192.0.2.50",
 };
 
-function proxies(bandwidthKbps: number): Record<string, unknown> {
+function proxies(bandwidthKbps: number, nameA = A): Record<string, unknown> {
   const common = {
     host: "local",
     image: "guest",
@@ -95,7 +102,7 @@ function proxies(bandwidthKbps: number): Record<string, unknown> {
   return {
     a: {
       ...common,
-      name: A,
+      name: nameA,
       nics: [
         {
           bridge: bridge.name,
@@ -205,7 +212,7 @@ beforeAll(async () => {
   host = testHost();
   bridge = staticBridgeOf(host);
   mv = macvtapOf(host);
-  for (const n of [A, B]) removeByHand(host, n);
+  for (const n of [A, A2, B]) removeByHand(host, n);
   dir = mkdtempSync(path.join(tmpdir(), "kvmpt-net-"));
   writeFileSync(path.join(dir, "ok.txt"), "ok\n");
   writeFileSync(path.join(dir, "ten.bin"), Buffer.alloc(TEN_MIB, 7));
@@ -236,8 +243,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cli?.stopAll();
-  if (allDomains(host).some((d) => d === A || d === B)) ws.cleanup();
-  for (const n of [A, B]) removeByHand(host, n);
+  if (allDomains(host).some((d) => d === A || d === A2 || d === B)) ws.cleanup();
+  for (const n of [A, A2, B]) removeByHand(host, n);
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
@@ -440,8 +447,50 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
     expect(await through(addr.b4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
   });
 
+  it("A renamed (a replacement keeping its static addresses): preview says it deletes first and why; at no moment do two MACs answer ARP or ND for its addresses, and the new VM answers after up", async () => {
+    const [oldMac] = macsOf(A) as [string];
+    ws.setConfig({ "pair:proxies": proxies(FOUR_MIB_KBPS, A2) });
+    const preview = await cli.must("preview");
+    expect(preview.output).toContain(
+      `replace (delete first: static address ${addr.a4()} kept, static address ${addr.a6()} kept)`,
+    );
+
+    const watch = new NeighbourWatch(env.netns, bridge.name, addr.a4(), addr.a6());
+    let up: Awaited<ReturnType<NetnsCli["must"]>>;
+    try {
+      await watch.more(2);
+      up = await cli.must("up", "--yes", "--skip-preview", "--json");
+      await watch.more(3);
+    } finally {
+      watch.stop();
+    }
+    // In the engine's order: the old VM goes first.
+    const ops = up.stdout
+      .split("\n")
+      .filter((l) => l.startsWith("{"))
+      .flatMap((l) => {
+        const e = JSON.parse(l) as { resourcePreEvent?: { metadata: { op: string; urn: string } } };
+        return e.resourcePreEvent?.metadata.urn.endsWith("::a") ? [e.resourcePreEvent.metadata.op] : [];
+      });
+    expect(ops).toEqual(["delete-replaced", "replace", "create-replacement"]);
+    const [newMac] = macsOf(A2) as [string];
+    expect(newMac).not.toBe(oldMac);
+    const rounds = watch.rounds();
+    expect(rounds.filter((r) => answerers(r).length > 1)).toEqual([]);
+    // Who answered, round by round: the old VM, (nobody,) then only the new one.
+    const seq = rounds.flatMap((r) => answerers(r));
+    const firstNew = seq.indexOf(newMac);
+    expect(seq[0]).toBe(oldMac);
+    expect(firstNew).toBeGreaterThan(0);
+    expect(seq.slice(0, firstNew).filter((m) => m !== oldMac)).toEqual([]);
+    expect(seq.slice(firstNew).filter((m) => m !== newMac)).toEqual([]);
+    expect(rounds.at(-1)).toMatchObject({ v4: [newMac], v6: [newMac] });
+    expect(allDomains(host).filter((d) => d === A || d === A2)).toEqual([A2]);
+    expect(await through(addr.a4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
+  });
+
   it("pulumi destroy removes both VMs and their volumes", async () => {
     await cli.must("destroy", "--yes", "--skip-preview");
-    expect(allDomains(host).filter((d) => d === A || d === B)).toEqual([]);
+    expect(allDomains(host).filter((d) => d === A || d === A2 || d === B)).toEqual([]);
   });
 });

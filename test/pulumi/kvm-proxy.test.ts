@@ -237,7 +237,6 @@ function upSteps(ws: Workspace): { op: string; urn: string; keys: string[] }[] {
     .map(({ op, urn, keys }) => ({ op, urn, keys: keys ?? [] }));
 }
 
-/** The steps `pulumi preview --json` plans. */
 function virshUuid(name: string): string {
   return virsh(host, "domuuid", name).trim();
 }

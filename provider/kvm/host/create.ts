@@ -2,13 +2,13 @@
  * One attempt at creating a VM: the steps of {@link createOnce}, in order,
  * each converging rather than assuming. An existing domain of the name is
  * only started (after checking whose it is); otherwise the image is cached
- * on the host, the overlay reused or made, the seed rebuilt, the domain
+ * on the host, the overlay and the seed made afresh, the domain
  * defined with our metadata and started. KvmOperations.create retries it.
  */
 import { Readable } from "node:stream";
 import { ProviderError } from "../../errors";
 import type { Libvirt } from "../../libvirt/libvirt";
-import type { StoragePool } from "../../libvirt/types";
+import type { StoragePool, StorageVol } from "../../libvirt/types";
 import type { ImageIdentity } from "../config/image";
 import { buildDomainXml, type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
 import type { MetadataOwner, ProxyMetadata } from "../domain/metadata";
@@ -24,7 +24,7 @@ import type { HostPool } from "./hosts";
 import type { ImageCache } from "./image-cache";
 import { checkNicsOnHost } from "./interfaces";
 import type { RetryEnv } from "./retry";
-import { createFreshVolume, lookupVolume, volumeInfo } from "./volumes";
+import { createFreshVolume } from "./volumes";
 
 /** What create needs for one VM: the seed's parts plus the machine and its record. */
 export interface CreateSpec extends SeedSpec {
@@ -150,16 +150,27 @@ export async function createOnce(
   }
 
   await step("image");
+  const loc = { host: spec.host, lv, pool };
   // Other creates may share this upload: the signal ends this create's wait, not the upload.
-  const image = await untilAborted(
-    ctx.images.ensure({ host: spec.host, lv, pool }, spec.image, {
-      ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
-    }),
-    signal,
-  );
+  const cached = () =>
+    untilAborted(
+      ctx.images.ensure(loc, spec.image, {
+        ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
+      }),
+      signal,
+    );
+  let image = await cached();
 
   await step("overlay");
-  const overlay = await ensureOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
+  let overlay: StorageVol;
+  try {
+    overlay = await freshOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
+  } catch (err) {
+    // An image this connection remembered may be gone since: look for it afresh, once.
+    if (!ctx.images.forget(loc, image.name)) throw err;
+    image = await cached();
+    overlay = await freshOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
+  }
 
   await step("seed-volume");
   const iso = buildSeed(spec);
@@ -221,18 +232,21 @@ export async function createOnce(
   };
 }
 
-/** Reuses the per-VM overlay when libvirt has it and its file exists; creates it otherwise. */
-async function ensureOverlay(
+/**
+ * A fresh per-VM overlay over the cached image. Create reaches this step only
+ * when no domain of this name exists, so an overlay already there is a cut
+ * attempt's leftover (possibly over another image): it is replaced, as the
+ * seed is, without a lookup first.
+ */
+function freshOverlay(
   ctx: CreateContext,
   lv: Libvirt,
   pool: StoragePool,
   spec: CreateSpec,
   backingPath: string,
   virtualSize: number,
-) {
+): Promise<StorageVol> {
   const name = overlayVolumeName(spec.name, spec.owner.urn);
-  const found = await lookupVolume(lv, pool, name);
-  if (found !== undefined && (await volumeInfo(lv, found)) !== undefined) return found;
   const xml = buildOverlayVolumeXml({
     name,
     backingPath,
@@ -240,7 +254,6 @@ async function ensureOverlay(
     imageVirtualSizeBytes: virtualSize,
     requestedSizeBytes: spec.diskGiB * GIB,
   });
-  // A stale entry (file gone) or an unknown file is replaced by a fresh overlay.
   return createFreshVolume(lv, pool, name, xml, ctx.env);
 }
 

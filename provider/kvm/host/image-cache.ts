@@ -20,6 +20,13 @@
  * host share one in-flight upload. Across processes the marker is a lease
  * the host arbitrates (image-lease.ts): one process uploads, the others wait
  * while its heartbeat moves, and take over only when it stops.
+ *
+ * An image found or made complete is remembered per pool handle, which
+ * lives for one connection (pools.ts): later creates on that connection ask
+ * libvirt nothing about it (four calls each otherwise: two lookups, info,
+ * path). A reconnect looks again. A remembered image removed since (by
+ * `kvmproxy-gc`, by hand) shows when an overlay over it cannot be made:
+ * the caller {@link ImageCache.forget}s it and ensures again.
  */
 import { pipeline, type Readable, Transform } from "node:stream";
 import { ProviderError } from "../../errors";
@@ -97,6 +104,8 @@ export class ImageCache {
   private readonly inflight = new Map<string, Inflight>();
   /** Virtual sizes learned from our own uploads, so no pool refresh is needed to know them. */
   private readonly sizes = new Map<string, number>();
+  /** Complete images by name, per pool handle (one connection's). */
+  private readonly known = new WeakMap<StoragePool, Map<string, CachedImage>>();
   private readonly options: ImageCacheOptions;
 
   constructor(options: ImageCacheOptions = {}) {
@@ -115,6 +124,8 @@ export class ImageCache {
    */
   ensure(loc: CacheLocation, image: ImageIdentity, options: EnsureOptions = {}): Promise<CachedImage> {
     const name = ImageCache.volumeName(image);
+    const remembered = this.known.get(loc.pool)?.get(name);
+    if (remembered !== undefined) return Promise.resolve({ ...remembered, uploaded: false });
     const key = this.key(loc, name);
     const running = this.inflight.get(key);
     if (running) {
@@ -129,9 +140,32 @@ export class ImageCache {
     const listeners = new Set<ProgressListener>(options.onProgress !== undefined ? [options.onProgress] : []);
     const p = this.ensureNow(loc, image, name, (progress) => {
       for (const l of listeners) report(l, progress);
-    }).finally(() => this.inflight.delete(key));
+    })
+      .then((c) => {
+        this.remember(loc, c);
+        return c;
+      })
+      .finally(() => this.inflight.delete(key));
     this.inflight.set(key, { promise: p, listeners });
     return p;
+  }
+
+  /**
+   * Stops trusting what this connection remembers of image volume `name`
+   * (an overlay over it could not be made: it may be gone). True when
+   * something was remembered.
+   */
+  forget(loc: Pick<CacheLocation, "pool">, name: string): boolean {
+    return this.known.get(loc.pool)?.delete(name) ?? false;
+  }
+
+  private remember(loc: Pick<CacheLocation, "pool">, image: CachedImage): void {
+    let byName = this.known.get(loc.pool);
+    if (byName === undefined) {
+      byName = new Map();
+      this.known.set(loc.pool, byName);
+    }
+    byName.set(image.name, { ...image, uploaded: false });
   }
 
   /** True while this process uploads `name` into the location's pool. */
@@ -162,6 +196,7 @@ export class ImageCache {
       }
       if (await deleteVolume(loc.lv, vol)) removed.push(vol.name);
       this.sizes.delete(this.key(loc, parsed.imageVolumeName));
+      this.forget(loc, parsed.imageVolumeName);
     }
     return removed;
   }

@@ -451,6 +451,42 @@ describe("image cache", () => {
     expect(poolVolumes()).toContain(volName);
   });
 
+  it("a create on a connection that saw the image complete asks libvirt nothing about it; removed by hand, the next create looks again and uploads anew; another connection looks again", async () => {
+    const dir = subdir("known-img");
+    const img = makeQcow2(dir, "known", 2);
+    const image = imageConfig({ url: img.path });
+    const volName = trackImage(image);
+    const asking = new Set(["virStorageVolLookupByName", "virStorageVolGetInfo", "virStorageVolGetPath"]);
+    /** Calls that ask about the image volume or its marker. */
+    const askedAbout = (log: TraceLog) =>
+      log.records.filter((r) => asking.has(r.call) && r.fields.some((f) => f.includes(volName))).length;
+    const log = new TraceLog();
+    const o = ops({ pool: hostPool(host, { tracer: log.tracer }) });
+    const [a, b, c, d] = ["known-a", "known-b", "known-c", "known-d"].map((n) => track(uniqueName(n))) as [
+      string,
+      string,
+      string,
+      string,
+    ];
+    expect((await o.create(baseSpec("local", a, image))).imageUploaded).toBe(true);
+    const asked = askedAbout(log);
+    expect(asked).toBeGreaterThan(0);
+    expect((await o.create(baseSpec("local", b, image))).imageUploaded).toBe(false);
+    expect(askedAbout(log)).toBe(asked);
+
+    virsh(host, "vol-delete", "--pool", host.poolName, volName);
+    const rc = await o.create(baseSpec("local", c, image));
+    expect(rc.imageUploaded).toBe(true);
+    expect(log.uploads(volName)).toBe(2);
+    expect(sha256File(path.join(host.poolPath, volName))).toBe(img.sha256);
+
+    const other = new TraceLog();
+    const o2 = ops({ pool: hostPool(host, { tracer: other.tracer }) });
+    expect((await o2.create(baseSpec("local", d, image))).imageUploaded).toBe(false);
+    expect(askedAbout(other)).toBeGreaterThan(0);
+    for (const n of [a, b, c, d]) await o.delete("local", n, ownedBy(n));
+  });
+
   it("an http body cut half-way is not reused: the next create uploads again", async () => {
     const dir = subdir("cut-img");
     const img = makeQcow2(dir, "cut", 3);

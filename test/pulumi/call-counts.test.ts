@@ -105,11 +105,13 @@ describe("libvirt calls of Pulumi runs, five proxies on one host", () => {
     expect(lines.filter((l) => l.call === "virDomainDefineXML")).toHaveLength(5);
     // The host's storage pool is looked up once for the five (host/pools.ts), not once per proxy.
     expect(lines.filter((l) => l.call === "virStoragePoolLookupByName")).toHaveLength(1);
-    // 12 calls per proxy (domain lookup; overlay and seed: create, path; seed upload; define, start,
-    // XML, console, state, addresses) and 12 per host (handshake 2, pool 1; the image cache: lookups
-    // of the volume and its marker 3, the marker's info 1, marker and volume created 2, upload 1,
-    // path 1, marker removed 1). Creates after the first ask nothing about the image (remembered).
-    expect(lines.length).toBe(5 * 12 + 12);
+    // 10 calls per proxy (domain lookup; overlay and seed created; seed upload; define, start, XML,
+    // console, state, addresses) and 11 per host (handshake 2, pool 1; the image cache: lookups of
+    // the volume and its marker 3, the marker's info 1, marker and volume created 2, upload 1, marker
+    // removed 1). Creates after the first ask nothing about the image (remembered), and no volume's
+    // path is asked for: a dir pool's volume key is its path (volumes.ts volumePath).
+    expect(lines.length).toBe(5 * 10 + 11);
+    expect(lines.filter((l) => l.call === "virStorageVolGetPath")).toEqual([]);
     expect(lines.filter((l) => l.call === "virDomainCreate")).toHaveLength(5);
     for (const d of domains) {
       const calls = lines.filter((l) => l.domain === d).map((l) => l.call);

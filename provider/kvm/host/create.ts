@@ -24,7 +24,7 @@ import type { HostPool } from "./hosts";
 import type { ImageCache } from "./image-cache";
 import { checkNicsOnHost } from "./interfaces";
 import type { RetryEnv } from "./retry";
-import { createFreshVolume } from "./volumes";
+import { createFreshVolume, volumePath } from "./volumes";
 
 /** What create needs for one VM: the seed's parts plus the machine and its record. */
 export interface CreateSpec extends SeedSpec {
@@ -181,8 +181,8 @@ export async function createOnce(
   await lv.storageVolUpload(seed, Readable.from([iso]), signal === undefined ? {} : { signal });
 
   await step("paths");
-  const diskPath = await lv.storageVolGetPath(overlay);
-  const seedPath = await lv.storageVolGetPath(seed);
+  const diskPath = await volumePath(lv, overlay);
+  const seedPath = await volumePath(lv, seed);
 
   await step("define");
   const nics = resolveHostNics(spec.nics, host.nic);

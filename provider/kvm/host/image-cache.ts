@@ -23,8 +23,7 @@
  *
  * An image found or made complete is remembered per pool handle, which
  * lives for one connection (pools.ts): later creates on that connection ask
- * libvirt nothing about it (four calls each otherwise: two lookups, info,
- * path). A reconnect looks again. A remembered image removed since (by
+ * libvirt nothing about it (two lookups and an info each otherwise). A reconnect looks again. A remembered image removed since (by
  * `kvmproxy-gc`, by hand) shows when an overlay over it cannot be made:
  * the caller {@link ImageCache.forget}s it and ensures again.
  */
@@ -52,6 +51,7 @@ import {
   lookupVolume,
   refreshPool,
   volumeInfo,
+  volumePath,
 } from "./volumes";
 
 /** A cached image ready to back overlays. */
@@ -59,7 +59,7 @@ export interface CachedImage {
   /** The image volume's name in the pool. */
   name: string;
   volume: StorageVol;
-  /** Absolute path (virStorageVolGetPath): what overlays name as backing file. */
+  /** Absolute path (volumes.ts volumePath): what overlays name as backing file. */
   path: string;
   /** Virtual disk size in bytes. */
   virtualSize: number;
@@ -227,7 +227,7 @@ export class ImageCache {
         info = vol !== undefined && state === "complete" ? await volumeInfo(lv, vol) : undefined;
       }
       if (state === "complete" && vol !== undefined && info !== undefined) {
-        const path = await lv.storageVolGetPath(vol);
+        const path = await volumePath(lv, vol);
         let virtualSize = this.sizes.get(this.key(loc, name));
         if (virtualSize === undefined) {
           // Capacity 1 is the size we created it with: libvirt has not re-read the
@@ -280,7 +280,7 @@ export class ImageCache {
       if (result === undefined) {
         throw new ProviderError("transient", `upload of ${image.url} ended before the image was verified`);
       }
-      const path = await lv.storageVolGetPath(vol);
+      const path = await volumePath(lv, vol);
       // Only now is the image complete: remove the marker, if the lease is still ours.
       if (!(await lease.release())) throw new LeaseLostError(partialMarkerVolumeName(name));
       this.sizes.set(this.key(loc, name), result.virtualSize);

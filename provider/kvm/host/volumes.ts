@@ -45,6 +45,18 @@ export async function volumeInfo(lv: Libvirt, vol: StorageVol): Promise<StorageV
 }
 
 /**
+ * The volume's path. libvirt's file-system backends (dir, fs, netfs) key a
+ * volume by its path (storage_backend_fs.c sets the key to the target path):
+ * a key that is an absolute path ending in the volume's name is taken as
+ * is, saving a round trip per volume; any other key (an LV's UUID, an RBD
+ * name) asks virStorageVolGetPath.
+ */
+export async function volumePath(lv: Libvirt, vol: StorageVol): Promise<string> {
+  if (vol.key.startsWith("/") && vol.key.endsWith(`/${vol.name}`)) return vol.key;
+  return lv.storageVolGetPath(vol);
+}
+
+/**
  * Refreshes the pool, waiting while another job holds it ("asynchronous jobs
  * running", which libvirt reports while an upload or volume build is set up).
  * That wait is for a lock, not a retry of a failure: only the busy refusal

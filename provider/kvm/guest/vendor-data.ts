@@ -21,7 +21,7 @@ import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../../errors";
 import { PROXY_SETUP_SCRIPT_FILENAME } from "../squid/setup";
-import { RETRY_FUNCTION } from "./vendor-shell";
+import { ENABLE_FUNCTION, RETRY_FUNCTION } from "./vendor-shell";
 
 /**
  * The vendor-data script that installs, enables and starts qemu-guest-agent,
@@ -77,6 +77,8 @@ agent_present() {
 # A failed install (a mirror that stumbles) is tried three times, 10 and 20 s apart.
 ${RETRY_FUNCTION}
 
+${ENABLE_FUNCTION}
+
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q update ||
 		log "apt-get update failed; trying the install with the current lists"
@@ -107,8 +109,8 @@ install_agent() {
 start_agent() {
 	if [ -d /run/systemd/system ] && have systemctl; then
 		# Debian and Ubuntu ship a static unit that udev starts when the
-		# virtio port appears; enabling it is then a no-op that may complain.
-		systemctl enable qemu-guest-agent >/dev/null 2>&1 || true
+		# virtio port appears: only a disabled unit is enabled.
+		enable_unit qemu-guest-agent || true
 		systemctl start qemu-guest-agent
 	elif have rc-service; then
 		rc-update add qemu-guest-agent default >/dev/null 2>&1 || true

@@ -15,3 +15,18 @@ export const RETRY_FUNCTION = `retry() {
 		n=$((n + 1))
 	done
 }`;
+
+/**
+ * `enable_unit UNIT`: `systemctl enable UNIT` unless the unit already starts
+ * at boot (enabled, or static: pulled in by another unit or by udev). For a
+ * unit with a SysV script beside it, enable runs systemd-sysv-install and a
+ * daemon reload even when nothing changes: 17-21 s of a first boot under TCG
+ * (measured for qemu-guest-agent and squid on Debian 12), against 0.2 s for
+ * is-enabled.
+ */
+export const ENABLE_FUNCTION = `enable_unit() {
+	case "$(systemctl is-enabled "$1" 2>/dev/null)" in
+	enabled | static) ;;
+	*) systemctl enable "$1" >/dev/null 2>&1 ;;
+	esac
+}`;

@@ -240,7 +240,7 @@ awk -v ext="$socks_conf.external" -v own="$socks_conf.own" -v onlink="$socks_con
 rm -f "$socks_conf.new" "$socks_conf.external" "$socks_conf.own" "$socks_conf.onlink"
 "$socks_bin" -V -f "$socks_conf" || fail "$socks_conf does not parse"
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-	systemctl enable "$socks_service" >/dev/null 2>&1
+	enable_unit "$socks_service"
 	systemctl restart "$socks_service"
 elif command -v rc-service >/dev/null 2>&1; then
 	rc-update add "$socks_service" default >/dev/null 2>&1

@@ -20,7 +20,7 @@
  *   image's own squid.
  */
 import { createHash } from "node:crypto";
-import { RETRY_FUNCTION } from "../guest/vendor-shell";
+import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../guest/vendor-shell";
 import { buildSocksSetup } from "../socks/dante";
 import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./access";
 
@@ -167,6 +167,7 @@ fail() { log "$*"; exit 1; }
 # is waited for (5 minutes); a failed install (a mirror that stumbles) is
 # tried three times, 10 and 20 s apart.
 ${RETRY_FUNCTION}
+${ENABLE_FUNCTION}
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q -y install squid ||
 		{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install squid; }
@@ -248,7 +249,7 @@ squid -k parse -f /etc/squid/squid.conf >/dev/null 2>&1 || { squid -k parse -f /
 log_file=/var/log/squid/cache.log
 seen=$(wc -l <"$log_file" 2>/dev/null || echo 0)
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-	systemctl enable squid >/dev/null 2>&1
+	enable_unit squid
 	if systemctl is-active --quiet squid; then systemctl reload squid; else systemctl restart squid; fi
 elif command -v rc-service >/dev/null 2>&1; then
 	rc-update add squid default >/dev/null 2>&1

@@ -292,7 +292,7 @@ describe("GUEST_AGENT_SCRIPT: content", () => {
     ["RHEL/CentOS (yum)", /yum -y install qemu-guest-agent/],
     ["SUSE", /zypper --non-interactive install .*qemu-guest-agent/],
     ["Alpine", /apk add .*qemu-guest-agent/],
-    ["systemd", /systemctl enable qemu-guest-agent[\s\S]*systemctl start qemu-guest-agent/],
+    ["systemd", /enable_unit qemu-guest-agent[\s\S]*systemctl start qemu-guest-agent/],
     ["OpenRC", /rc-update add qemu-guest-agent default[\s\S]*rc-service qemu-guest-agent start/],
   ])("installs or starts the agent on %s", (_, pattern) => {
     expect(GUEST_AGENT_SCRIPT).toMatch(pattern);

@@ -4,7 +4,7 @@
  * exit, libvirtd's CPU counters, and the small statistics of bench/stats.ts.
  */
 import { spawn } from "node:child_process";
-import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { Libvirt, LibvirtConnection } from "../provider/libvirt";
 import { OpenSshTransport } from "../provider/transport/openssh";
@@ -64,6 +64,59 @@ export function cpuTicks(pid: number): number {
   // The command name may hold spaces: fields are counted after its closing parenthesis.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return Number(fields[11]) + Number(fields[12]);
+}
+
+/** The processes below `pid` (children, theirs, ...), from the parent field of every /proc/<pid>/stat. */
+export function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      continue; // gone meanwhile
+    }
+    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+  }
+  const out: number[] = [];
+  const walk = (p: number): void => {
+    for (const c of children.get(p) ?? []) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+/**
+ * CPU ticks of the processes below `pid` that are alive now (a process that
+ * exits between two readings takes its ticks with it: measure only what
+ * lives through the interval, such as a connection's ssh and sshd).
+ */
+export function treeTicks(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const p of descendants(pid)) {
+    try {
+      out.set(p, cpuTicks(p));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/** Ticks spent between two {@link treeTicks} readings by the processes in both. */
+export function ticksBetween(before: Map<number, number>, after: Map<number, number>): number {
+  let sum = 0;
+  for (const [p, t] of after) sum += t - (before.get(p) ?? t);
+  return sum;
+}
+
+export function sshdPid(): number {
+  return Number(readFileSync(path.join(host.stateDir, "pids/sshd.pid"), "utf8").trim());
 }
 
 /** Clock ticks per second (USER_HZ); 100 on Linux/x86. */

@@ -40,16 +40,22 @@ import {
   benchDir,
   config,
   connect,
+  cpuTicks,
   host,
+  libvirtdPid,
   log,
   median,
   opensshTransport,
   rotate,
   run,
   runWithInput,
+  sshdPid,
   sshTransport,
   sshUri,
   sshWrapper,
+  TICKS_PER_SECOND,
+  ticksBetween,
+  treeTicks,
   unixTransport,
   unixUri,
 } from "./common";
@@ -76,6 +82,20 @@ export interface UploadSample {
   overheadSeconds?: number;
   /** For ours: peak RSS growth in bytes over the RSS just before the upload. */
   rssGrowth?: number;
+  /** For the OpenSSH transport: the CPU seconds the upload cost each process involved. */
+  cpu?: UploadCpu;
+}
+
+/** CPU seconds of one upload over the OpenSSH transport, per process (figure 2g's ceiling). */
+export interface UploadCpu {
+  /** This process (the RPC framing and the file reads). */
+  ours: number;
+  /** Its child processes: the ssh client doing the crypto, and the watchdog shell. */
+  ssh: number;
+  /** The test host's sshd processes (the session's crypto and its socket forward). */
+  sshd: number;
+  /** libvirtd receiving the stream and writing the volume. */
+  libvirtd: number;
 }
 
 export interface UploadResults {
@@ -87,7 +107,7 @@ export interface UploadResults {
   readChunk: number;
   cipher: string;
   samples: Record<UploadContender, UploadSample[]>;
-  /** Figure 2g, run with this part (absent in results of runs before it existed). */
+  /** Figure 2i, run with this part (absent in results of runs before it existed). */
   seed?: SeedResults;
 }
 
@@ -213,12 +233,34 @@ function rssWatcher(): { stop: () => number } {
   };
 }
 
+/** CPU readings of the processes an upload over SSH involves; {@link cpuSince} turns two into seconds. */
+function cpuNow() {
+  return {
+    ours: process.cpuUsage(),
+    ssh: treeTicks(process.pid),
+    sshd: treeTicks(sshdPid()),
+    libvirtd: cpuTicks(libvirtdPid()),
+  };
+}
+
+function cpuSince(before: ReturnType<typeof cpuNow>): UploadCpu {
+  const after = cpuNow();
+  const used = process.cpuUsage(before.ours);
+  return {
+    ours: (used.user + used.system) / 1e6,
+    ssh: ticksBetween(before.ssh, after.ssh) / TICKS_PER_SECOND,
+    sshd: ticksBetween(before.sshd, after.sshd) / TICKS_PER_SECOND,
+    libvirtd: (after.libvirtd - before.libvirtd) / TICKS_PER_SECOND,
+  };
+}
+
 export async function ours(
   volumes: Volumes,
   make: () => Transport,
   file: string,
   bytes: number,
   readChunk = config.readChunk,
+  measureCpu = false,
 ): Promise<UploadSample> {
   const name = await volumes.create("ours");
   const { conn, lv } = connect(make);
@@ -227,12 +269,15 @@ export async function ours(
     const vol = await lv.storageVolLookupByName(pool, name);
     const source = createReadStream(file, { highWaterMark: readChunk });
     const watch = rssWatcher();
+    // Read once the connection (and so its ssh and sshd processes) is up.
+    const cpuBefore = measureCpu ? cpuNow() : undefined;
     const start = process.hrtime.bigint();
     const sent = await lv.storageVolUpload(vol, source, { chunkSize: config.uploadChunk });
     const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+    const cpu = cpuBefore === undefined ? undefined : cpuSince(cpuBefore);
     const rssGrowth = watch.stop();
     if (sent !== bytes) throw new Error(`upload sent ${sent} bytes, expected ${bytes}`);
-    return { mbPerSecond: bytes / 1e6 / seconds, seconds, rssGrowth };
+    return { mbPerSecond: bytes / 1e6 / seconds, seconds, rssGrowth, ...(cpu ? { cpu } : {}) };
   } finally {
     await conn.close();
     await volumes.remove(name);
@@ -348,7 +393,7 @@ export async function benchUpload(): Promise<UploadResults> {
   const { volumes, conn } = await Volumes.open(bytes);
   const contenders: [UploadContender, () => Promise<UploadSample>][] = [
     ["oursSsh", () => ours(volumes, sshTransport, file, bytes)],
-    ["oursOpenssh", () => ours(volumes, opensshTransport, file, bytes)],
+    ["oursOpenssh", () => ours(volumes, opensshTransport, file, bytes, config.readChunk, true)],
     ["oursSsh64k", () => ours(volumes, sshTransport, file, bytes, NODE_DEFAULT_READ_CHUNK)],
     ["virshSsh", () => virsh(volumes, sshUri(), file, bytes)],
     ["ssh2Bare", () => ssh2Bare(file, bytes)],

@@ -55,7 +55,7 @@ export function render(results: Results, notes: string): string {
   const { env, rpc, upload, scale, fleet, ready, firstboot } = results;
   const rows = [
     ...(rpc ? rpcRows(rpc, env.cpus) : []),
-    ...(upload ? uploadRows(upload) : []),
+    ...(upload ? uploadRows(upload, env.cpus) : []),
     ...(fleet ? fleetRows(fleet) : []),
     ...(scale ? scaleRows(scale, upload) : []),
     ...(ready ? readyRows(ready) : []),

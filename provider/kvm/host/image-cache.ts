@@ -23,9 +23,10 @@
  *
  * An image found or made complete is remembered per pool handle, which
  * lives for one connection (pools.ts): later creates on that connection ask
- * libvirt nothing about it (two lookups and an info each otherwise). A reconnect looks again. A remembered image removed since (by
- * `kvmproxy-gc`, by hand) shows when an overlay over it cannot be made:
- * the caller {@link ImageCache.forget}s it and ensures again.
+ * libvirt nothing about it (two lookups and an info each otherwise). A
+ * reconnect looks again. A remembered image removed since (by the orphan
+ * sweep, by hand) shows when an overlay over it cannot be made: the caller
+ * {@link ImageCache.forget}s it and ensures again.
  */
 import { pipeline, type Readable, Transform } from "node:stream";
 import { ProviderError } from "../../errors";

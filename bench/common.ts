@@ -58,11 +58,16 @@ export function libvirtdPid(): number {
   return Number(readFileSync(path.join(host.stateDir, "pids/libvirtd.pid"), "utf8").trim());
 }
 
-/** utime + stime of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat). */
-export function cpuTicks(pid: number): number {
+/** The fields of /proc/<pid>/stat after the command name (field 3, the state, first). */
+function statFields(pid: number | string): string[] {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   // The command name may hold spaces: fields are counted after its closing parenthesis.
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/** utime + stime of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat). */
+export function cpuTicks(pid: number): number {
+  const fields = statFields(pid);
   return Number(fields[11]) + Number(fields[12]);
 }
 
@@ -71,14 +76,15 @@ export function descendants(pid: number): number[] {
   const children = new Map<number, number[]>();
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
+    let ppid: number;
     try {
-      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      ppid = Number(statFields(entry)[1]);
     } catch {
       continue; // gone meanwhile
     }
-    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-    children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    const siblings = children.get(ppid);
+    if (siblings === undefined) children.set(ppid, [Number(entry)]);
+    else siblings.push(Number(entry));
   }
   const out: number[] = [];
   const walk = (p: number): void => {

@@ -31,7 +31,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
-import { allDomains, removeByHand, virsh, vmVolumeNames, Workspace } from "../pulumi/harness";
+import { allDomains, engineSteps, removeByHand, virsh, vmVolumeNames, Workspace } from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";
 import {
   type MacvtapFixture,
@@ -465,13 +465,9 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
       watch.stop();
     }
     // In the engine's order: the old VM goes first.
-    const ops = up.stdout
-      .split("\n")
-      .filter((l) => l.startsWith("{"))
-      .flatMap((l) => {
-        const e = JSON.parse(l) as { resourcePreEvent?: { metadata: { op: string; urn: string } } };
-        return e.resourcePreEvent?.metadata.urn.endsWith("::a") ? [e.resourcePreEvent.metadata.op] : [];
-      });
+    const ops = engineSteps(up.stdout)
+      .filter((st) => st.urn.endsWith("::a"))
+      .map((st) => st.op);
     expect(ops).toEqual(["delete-replaced", "replace", "create-replacement"]);
     const [newMac] = macsOf(A2) as [string];
     expect(newMac).not.toBe(oldMac);

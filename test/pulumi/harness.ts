@@ -384,3 +384,23 @@ export function proxyDiagnostics(
       ephemeral: d.ephemeral === true,
     }));
 }
+
+/** One step the engine began, from `pulumi up --json`: op, URN, and the keys named as forcing a replace. */
+export interface EngineStep {
+  op: string;
+  urn: string;
+  keys: string[];
+}
+
+/** The steps in `pulumi up --json` output, in the order the engine began them. */
+export function engineSteps(stdout: string): EngineStep[] {
+  return stdout
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map(
+      (l) =>
+        JSON.parse(l) as { resourcePreEvent?: { metadata: { op: string; urn: string; keys?: string[] } } },
+    )
+    .flatMap((e) => (e.resourcePreEvent === undefined ? [] : [e.resourcePreEvent.metadata]))
+    .map(({ op, urn, keys }) => ({ op, urn, keys: keys ?? [] }));
+}

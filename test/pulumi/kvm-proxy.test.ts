@@ -12,6 +12,8 @@ import { type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
   domainsOfStack,
+  type EngineStep,
+  engineSteps,
   hostsConfig,
   metadataOf,
   perVmVolumesOf,
@@ -224,17 +226,8 @@ describe("changes", () => {
  * The steps `pulumi up --json` took, in the order the engine began them: op,
  * URN, and the keys the provider named as forcing a replace.
  */
-function upSteps(ws: Workspace): { op: string; urn: string; keys: string[] }[] {
-  const r = ws.mustRun("up", "--yes", "--skip-preview", "--json");
-  return r.stdout
-    .split("\n")
-    .filter((l) => l.startsWith("{"))
-    .map(
-      (l) =>
-        JSON.parse(l) as { resourcePreEvent?: { metadata: { op: string; urn: string; keys?: string[] } } },
-    )
-    .flatMap((e) => (e.resourcePreEvent === undefined ? [] : [e.resourcePreEvent.metadata]))
-    .map(({ op, urn, keys }) => ({ op, urn, keys: keys ?? [] }));
+function upSteps(ws: Workspace): EngineStep[] {
+  return engineSteps(ws.mustRun("up", "--yes", "--skip-preview", "--json").stdout);
 }
 
 function virshUuid(name: string): string {

@@ -58,7 +58,8 @@ export default defineConfig({
       {
         test: {
           // Real guests (scripts/guest-image) booted under TCG: the setup
-          // builds the image when missing, prepares the Pulumi CLI and starts
+          // starts building the images in the background (each file waits
+          // for the one it boots), prepares the Pulumi CLI and starts
           // small HTTP servers inside the test host's namespace. Its two files
           // run side by side (the workers mostly wait on guests), in a group
           // of their own after the others so boots do not slow them down.

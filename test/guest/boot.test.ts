@@ -36,6 +36,7 @@ import { shorthandNic } from "../../provider/kvm/network/nic";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
+import { testImage } from "./images";
 import {
   agentFor,
   assertGuestAddress,
@@ -50,6 +51,8 @@ import {
 } from "./support";
 
 const env = inject("guest");
+/** The test image's SHA-256 (read in beforeAll, once the image is built). */
+let imageSha256 = "";
 const HOST = "local";
 /** How long one guest may take from create to cloud-init done (TCG, 2 shared cores, 3 guests). */
 const BOOT_DEADLINE_MS = 14 * 60_000;
@@ -115,7 +118,7 @@ type GuestKey = keyof typeof guests;
 
 function image(firmware: "uefi" | "bios"): ImageConfig {
   const f = new Failures();
-  const img = parseImage(undefined, { url: env.imageUrlFromRoot, sha256: env.imageSha256, firmware }, f);
+  const img = parseImage(undefined, { url: env.imageUrlFromRoot, sha256: imageSha256, firmware }, f);
   f.throwIfAny();
   return img as ImageConfig;
 }
@@ -185,6 +188,7 @@ function booted(key: GuestKey): Promise<Booted> {
 }
 
 beforeAll(async () => {
+  ({ sha256: imageSha256 } = await testImage(env));
   host = testHost();
   const hosts = parseConfig({
     hosts: {

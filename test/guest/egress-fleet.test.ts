@@ -28,6 +28,7 @@ import { HostPool } from "../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../provider/kvm/host/operations";
 import { allDomains, removeByHand, virsh, Workspace } from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import { since } from "./support";
 
@@ -107,7 +108,8 @@ function backdate(dom: string, createdAt: string): void {
   virsh(host, "metadata", dom, METADATA_NAMESPACE, "--key", "kvmp", "--set", xml, "--config", "--live");
 }
 
-beforeAll(() => {
+beforeAll(async () => {
+  const { sha256: imageSha256 } = await testImage(env);
   host = testHost();
   bridge = staticBridgeOf(host);
   for (let i = 0; i < 3; i++) removeByHand(host, `${FLEET}-${i}`);
@@ -115,7 +117,7 @@ beforeAll(() => {
   ws.setConfig({
     "kvm:hosts": hostsConfig(),
     // A cache entry of its own (the server ignores the query).
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=egress-fleet`, sha256: env.imageSha256 } },
+    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=egress-fleet`, sha256: imageSha256 } },
     "fleet:fleets": {
       [FLEET]: {
         size: 3,

@@ -36,8 +36,8 @@ import {
   type TestHost,
   testHost,
 } from "../support/test-host";
+import { buildMirror, buildStock, STOCK_SUITES, testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
-import { buildMirror, buildStock, STOCK_SUITES } from "./stock-images";
 import { agentFor, requestThrough, since, sshHostEntry } from "./support";
 
 const env = inject("guest");
@@ -169,6 +169,7 @@ function hostsConfig(): Record<string, unknown> {
 }
 
 beforeAll(async () => {
+  const { sha256: imageSha256 } = await testImage(env);
   host = testHost();
   bridge = staticBridgeOf(host);
   execFileSync("ip", ["-n", host.netns, "addr", "replace", `${OUTSIDE_CLIENT}/32`, "dev", bridge.name]);
@@ -216,7 +217,7 @@ beforeAll(async () => {
     "kvm:hosts": hostsConfig(),
     // A cache entry of its own (the server ignores the query): pulumi.test.ts, which may run at the
     // same time, empties the plain URL's entry to watch its own upload.
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=first-boot`, sha256: env.imageSha256 } },
+    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 } },
     "pair:proxies": {
       failing: {
         host: "local",

@@ -41,6 +41,7 @@ import {
   type TestHost,
   testHost,
 } from "../support/test-host";
+import { testImage } from "./images";
 import { answerers, NeighbourWatch } from "./neighbours";
 import { NetnsCli } from "./netns-cli";
 import { agentFor, type GuestAgent, proxyUrlOf, requestThrough } from "./support";
@@ -209,6 +210,7 @@ async function setGuestAddress(agent: GuestAgent, mac: string, cidr: string): Pr
 }
 
 beforeAll(async () => {
+  const { sha256: imageSha256 } = await testImage(env);
   host = testHost();
   bridge = staticBridgeOf(host);
   mv = macvtapOf(host);
@@ -235,7 +237,7 @@ beforeAll(async () => {
     },
     // A cache entry of its own (the server ignores the query): pulumi.test.ts, which may run at the
     // same time, empties the plain URL's entry to watch its own upload.
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=networking`, sha256: env.imageSha256 } },
+    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=networking`, sha256: imageSha256 } },
     "pair:proxies": proxies(ONE_MIB_KBPS),
   });
   cli = new NetnsCli(env.netns, ws);

@@ -37,6 +37,7 @@ import {
   Workspace,
 } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
+import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
@@ -52,6 +53,8 @@ import {
 } from "./support";
 
 const env = inject("guest");
+/** The test image's SHA-256 (read in beforeAll, once the image is built). */
+let imageSha256 = "";
 const NAME = `kvmpt-guest-pulumi-${process.pid}`;
 const BOUNDARY = "===kvmp-guest-test-boundary===";
 /** The proxy's credentials (the password from secret config, never in the program or the state). */
@@ -138,7 +141,7 @@ const cachedImage = () =>
   ImageCache.volumeName({
     url: env.imageUrlInNetns,
     format: "qcow2",
-    sha256: env.imageSha256,
+    sha256: imageSha256,
   });
 
 /** The proxy's arguments (the program's config), with `more` merged over them. */
@@ -164,7 +167,8 @@ function edgeArgs(more: Record<string, unknown> = {}): Record<string, unknown> {
   };
 }
 
-beforeAll(() => {
+beforeAll(async () => {
+  ({ sha256: imageSha256 } = await testImage(env));
   host = testHost();
   removeByHand(host, NAME);
   agentPool = new HostPool(
@@ -177,7 +181,7 @@ beforeAll(() => {
     "kvm:hosts": {
       remote: sshHostEntry(host),
     },
-    "kvm:images": { guest: { url: env.imageUrlInNetns, sha256: env.imageSha256 } },
+    "kvm:images": { guest: { url: env.imageUrlInNetns, sha256: imageSha256 } },
     "pair:proxies": { edge: edgeArgs() },
   });
   ws.setSecret("pair:proxyPassword", PROXY_PASSWORD);

@@ -26,9 +26,10 @@ const execFileAsync = promisify(execFile);
 export interface GuestEnv {
   /** The test host's network namespace. */
   netns: string;
-  /** The guest image (scripts/guest-image build). */
-  imagePath: string;
-  imageSha256: string;
+  /**
+   * The test image (test/guest/images.ts) over HTTP, once built: a file waits
+   * for it and learns its SHA-256 with `testImage(env)`.
+   */
   /** The image over HTTP from inside the namespace, reachable from the root namespace (veth). */
   imageUrlFromRoot: string;
   /** The image over HTTP on the namespace's loopback (for a provider running inside it). */

@@ -15,8 +15,13 @@ const FIRST_GROUP_WORKERS = 2;
 // The longest files of the guest group start first, side by side: the stock
 // first boot (four guests, two installing from a mirror) and the egress fleet
 // (three guests, then two rotations of one guest each, which leave a core
-// free if they run last and alone); the other files follow as workers free.
-const START_FIRST = ["test/guest/first-boot.test.ts", "test/guest/egress-fleet.test.ts"];
+// free if they run last and alone); then the bake (a stock builder, then three
+// guests at once); the other files follow as workers free.
+const START_FIRST = [
+  "test/guest/first-boot.test.ts",
+  "test/guest/egress-fleet.test.ts",
+  "test/guest/bake.test.ts",
+];
 
 export default defineConfig({
   test: {

@@ -9,6 +9,7 @@ export const CREATE_STEPS = [
   "lookup-domain",
   "pool",
   "image",
+  "bake",
   "overlay",
   "seed-volume",
   "seed-upload",
@@ -30,12 +31,21 @@ export type Progress =
   | { kind: "step"; step: CreateStep }
   /** The base image is being uploaded into the host's cache (or this create waits for another's upload). */
   | { kind: "image-upload"; bytes: number; totalBytes?: number; elapsedMs: number }
+  /**
+   * The image is being baked on the host (host/image-bake.ts), or this create
+   * waits for another's bake: another process's (`waiting`), or the builder
+   * booting, installing packages, or cleaning and powering off.
+   */
+  | { kind: "bake"; host: string; phase: BakePhase; elapsedMs: number }
   /** Waiting for the guest's address (since the wait began). */
   | { kind: "wait-ip"; elapsedMs: number }
   /** Waiting for cloud-init to finish the first boot: its stage now, or that the guest agent does not answer yet. */
   | { kind: "first-boot"; elapsedMs: number; stage?: string; agent?: false }
   /** Waiting for the caller's readiness gate (the health check). */
   | { kind: "ready"; elapsedMs: number };
+
+/** Where a bake is, as a waiter sees it. */
+export type BakePhase = "waiting" | "booting" | "installing" | "finishing";
 
 /** Receives progress reports; must not throw (what it throws is ignored). */
 export type ProgressListener = (p: Progress) => void;

@@ -417,6 +417,8 @@ export interface KvmProxyOutputs
   hostConnection?: HostEntry;
   /** When the VM was made (ISO 8601, from its metadata): what rotation measures age from. */
   createdAt?: string;
+  /** The baked volume on the host the VM's disk is backed by (an image with `bake`). */
+  bakedImage?: string;
   /** The proxy block without the password (username only). */
   proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth"> & { auth?: { username: string } };
   /**

@@ -162,6 +162,7 @@ function checkImage(
   if (image === undefined) return undefined;
   const resolved: ImageIdentity = { url: image.url, format: image.format, firmware: image.firmware };
   if (image.sha256 !== undefined) resolved.sha256 = image.sha256;
+  if (image.bake !== undefined) resolved.bake = image.bake;
   return resolved;
 }
 

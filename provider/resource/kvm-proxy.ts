@@ -67,6 +67,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly hostPool: pulumi.Output<string[] | undefined>;
   /** When the VM was made (ISO 8601): what rotation measures age from. */
   declare readonly createdAt: pulumi.Output<string | undefined>;
+  /** The baked volume on the host the disk is backed by, when the image has `bake` in kvm:images. */
+  declare readonly bakedImage: pulumi.Output<string | undefined>;
   /** The guest's first routable IPv4; absent until known. */
   declare readonly ipAddress: pulumi.Output<string | undefined>;
   declare readonly macAddress: pulumi.Output<string>;
@@ -134,6 +136,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "host",
       "hostPool",
       "createdAt",
+      "bakedImage",
       "name",
       "proxyPort",
       "memoryMiB",

@@ -4,7 +4,8 @@
  * VM's metadata → inputs (adoption with KvmProxy.get). Pure.
  */
 import { createHash } from "node:crypto";
-import type { ImageIdentity } from "../kvm/config/image";
+import { ProviderError } from "../errors";
+import type { ImageConfig, ImageIdentity } from "../kvm/config/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import { bare, hostPort, subnetOf } from "../kvm/network/ip";
@@ -171,6 +172,29 @@ export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): s
  * The operations layer's create spec for checked inputs; `backend`, the
  * identity of the Pulumi backend (backend.ts), goes into the owner record.
  */
+/**
+ * `spec` with the builder's user-data its image's bake recipe names by digest,
+ * read from the stack config's image entry (the text never enters the
+ * inputs or the state). Throws when the entry no longer holds that text.
+ */
+export function withBakeUserData(
+  spec: CreateSpec,
+  c: CheckedInputs,
+  images: Record<string, ImageConfig>,
+): CreateSpec {
+  const want = spec.image.bake?.userDataSha256;
+  if (want === undefined) return spec;
+  const entry = typeof c.image === "string" && Object.hasOwn(images, c.image) ? images[c.image] : undefined;
+  const text = entry?.bakeUserData;
+  if (text === undefined || createHash("sha256").update(text, "utf8").digest("hex") !== want) {
+    throw new ProviderError(
+      "permanent",
+      `the bake userData of image ${JSON.stringify(c.image)} in kvm:images is not the one checked at preview; run the update again`,
+    );
+  }
+  return { ...spec, bakeUserData: text };
+}
+
 /** The host of a proxy, or a pooled one's first (placement chooses at create). */
 function firstHostOf(c: CheckedInputs): string {
   const placed = placementOf(c.host);
@@ -188,6 +212,7 @@ export function createSpec(
     format: c.resolvedImage.format,
     firmware: c.resolvedImage.firmware,
     ...(c.resolvedImage.sha256 !== undefined ? { sha256: c.resolvedImage.sha256 } : {}),
+    ...(c.resolvedImage.bake !== undefined ? { bake: c.resolvedImage.bake } : {}),
   };
   const spec: CreateSpec = {
     host,
@@ -246,6 +271,7 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
   if (status.metadata !== undefined) {
     out.tags = status.metadata.tags;
     out.createdAt = status.metadata.createdAt;
+    out.bakedImage = status.metadata.image.baked;
   }
   return defined(out);
 }
@@ -282,6 +308,7 @@ export function outputsFrom(
     uuid: status.uuid ?? "",
     state: status.state,
     ...(createdAt !== undefined ? { createdAt } : {}),
+    ...(status.metadata?.image.baked !== undefined ? { bakedImage: status.metadata.image.baked } : {}),
   };
   const proxy = publicProxy(c);
   if (proxy !== undefined) out.proxy = proxy;
@@ -311,6 +338,7 @@ export function inputsFromMetadata(host: string, name: string, status: VmStatus)
     firmware: status.domain?.firmware ?? "uefi",
   };
   if (m.image.sha256 !== undefined) resolved.sha256 = m.image.sha256;
+  if (m.image.bake !== undefined) resolved.bake = m.image.bake;
   const nic = status.domain?.nic;
   return defined({
     host,

@@ -17,6 +17,7 @@ import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
 import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
 import { HostPool } from "../kvm/host/hosts";
+import { ImageBaker } from "../kvm/host/image-bake";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
@@ -31,7 +32,14 @@ import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
-import { createSpec, inputsFromMetadata, liveOutputs, outputsFrom, withPoolAddresses } from "./mapping";
+import {
+  createSpec,
+  inputsFromMetadata,
+  liveOutputs,
+  outputsFrom,
+  withBakeUserData,
+  withPoolAddresses,
+} from "./mapping";
 import { type ProbeInputs, probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
@@ -73,6 +81,7 @@ function message(err: unknown): string {
 export class KvmProxyRuntime {
   config: StackConfig = emptyStackConfig();
   private readonly images = new ImageCache();
+  private readonly baker = new ImageBaker();
   private operations: KvmOperations | undefined;
   /**
    * Milliseconds between IP and health polls. 1 s keeps the delay between the
@@ -136,7 +145,10 @@ export class KvmProxyRuntime {
 
   /** The operations over every configured host: one pool, one connection per host. */
   ops(): KvmOperations {
-    this.operations ??= new KvmOperations(new HostPool(this.config.hosts), { images: this.images });
+    this.operations ??= new KvmOperations(new HostPool(this.config.hosts), {
+      images: this.images,
+      baker: this.baker,
+    });
     return this.operations;
   }
 
@@ -301,7 +313,7 @@ export class KvmProxyRuntime {
     const c = asChecked(inputs);
     const { pool } = placementOf(c.host);
     this.registerHost(c.host);
-    const spec = createSpec(c, this.backend());
+    const spec = withBakeUserData(createSpec(c, this.backend()), c, this.config.images);
     let health: ProxyHealth | undefined;
     try {
       const status = await this.ops().provision(spec, {
@@ -438,14 +450,17 @@ export class KvmProxyRuntime {
     if (unfinished || status.state === "stopped" || status.state === "failed") {
       // Restart (or finish) the VM this resource records, whatever URN its
       // metadata holds (a stack rename changes it); never roll it back.
-      status = await o.provision(createSpec(c, this.backend(), host), {
-        ...deadline,
-        onProgress: this.progressTo(c.owner?.urn),
-        adopt: unfinished ? "own" : "any",
-        waitForIp: c.waitForIp !== false,
-        ...waitOptionsOf(c),
-        rollback: false,
-      });
+      status = await o.provision(
+        withBakeUserData(createSpec(c, this.backend(), host), c, this.config.images),
+        {
+          ...deadline,
+          onProgress: this.progressTo(c.owner?.urn),
+          adopt: unfinished ? "own" : "any",
+          waitForIp: c.waitForIp !== false,
+          ...waitOptionsOf(c),
+          rollback: false,
+        },
+      );
     }
     // Rate limits change in place, on the running domain and its definition.
     for (const [mac, bandwidth] of bandwidthChanges(olds.nics, c.nics)) {

@@ -36,7 +36,7 @@ import {
   type TestHost,
   testHost,
 } from "../support/test-host";
-import { buildMirror, buildStock, STOCK_SUITES, testImage } from "./images";
+import { buildMirror, buildStock, mirrorUserData, STOCK_SUITES, testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import { agentFor, requestThrough, since, sshHostEntry } from "./support";
 
@@ -103,20 +103,9 @@ time.sleep(30)
 open("/run/kvmp-dpkg-lock-held", "a").write("%f\\n" % time.time())
 `;
 
-/** A stock image's user-data: the mirror as its only package source (what it takes, written out in the README). */
+/** A stock image's user-data: the mirror on the static bridge as its only package source. */
 function stockUserData(port: number, extra: string[]): string {
-  return [
-    "#cloud-config",
-    "bootcmd:",
-    // A genericcloud image keeps its sources in deb822 form, which cloud-init's apt module leaves alone.
-    "  - [rm, -f, /etc/apt/sources.list.d/debian.sources]",
-    ...extra,
-    "apt:",
-    "  preserve_sources_list: false",
-    "  sources_list: |",
-    `    deb [trusted=yes] http://${bridge.address4}:${port}/ ./`,
-    "",
-  ].join("\n");
+  return mirrorUserData(`${bridge.address4}:${port}`, extra);
 }
 
 function proxyArgs(r: (typeof RELEASES)[number]): Record<string, unknown> {

@@ -100,6 +100,26 @@ export function buildMirror(suite: string, image: string): string {
 }
 
 /**
+ * A stock image's user-data with the mirror at `hostPort` as its only package
+ * source (what it takes, written out in the README), `bootcmd` lines after
+ * the first.
+ */
+export function mirrorUserData(hostPort: string, bootcmd: readonly string[] = []): string {
+  return [
+    "#cloud-config",
+    "bootcmd:",
+    // A genericcloud image keeps its sources in deb822 form, which cloud-init's apt module leaves alone.
+    "  - [rm, -f, /etc/apt/sources.list.d/debian.sources]",
+    ...bootcmd,
+    "apt:",
+    "  preserve_sources_list: false",
+    "  sources_list: |",
+    `    deb [trusted=yes] http://${hostPort}/ ./`,
+    "",
+  ].join("\n");
+}
+
+/**
  * Starts building the test image, then every stock image and its mirror, in a
  * process group of its own, its output in `.state/images/prebuild.log`. The
  * returned function ends the builds still running (the scripts build in

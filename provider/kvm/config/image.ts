@@ -6,6 +6,7 @@
  * which the domain XML carries) the VM's metadata. Where the bytes come from
  * is derived from the canonical URL ({@link imageSourceOf}). Pure.
  */
+import { createHash } from "node:crypto";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { given, isObject, optEnum, optString, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
@@ -28,12 +29,28 @@ export interface ImageIdentity {
   firmware: Firmware;
   /** Lower-case hex SHA-256 of the image file, when pinned. */
   sha256?: string;
+  /** Proxies boot from a copy baked on each host with their packages installed (host/image-bake.ts). */
+  bake?: BakeRecipe;
+}
+
+/**
+ * What a baked image is made with, beside the stock image and the provider's
+ * own install script: extra packages, and the builder's user-data by digest
+ * (its text stays in the stack config: it may hold a mirror's credentials).
+ */
+export interface BakeRecipe {
+  /** Distribution package names installed beside squid, the agent and Dante; sorted, unique. */
+  packages: string[];
+  /** Lower-case hex SHA-256 of the builder's user-data (UTF-8), when one is given. */
+  userDataSha256?: string;
 }
 
 /** An image of the stack config: the identity plus the key it is configured under. */
 export interface ImageConfig extends ImageIdentity {
   /** The key under `kvm:images`; undefined for an image given directly by URL. */
   key?: string;
+  /** The builder's user-data a bake recipe names by digest (never part of the resolved identity). */
+  bakeUserData?: string;
 }
 
 /** Where an image's bytes come from. */
@@ -44,7 +61,13 @@ export function imageSourceOf(url: string): ImageSource {
   return url.startsWith("file:") ? { kind: "file", path: fileURLToPath(url) } : { kind: "http", url };
 }
 
-const IMAGE_FIELDS = ["url", "format", "firmware", "sha256"] as const;
+const IMAGE_FIELDS = ["url", "format", "firmware", "sha256", "bake"] as const;
+const BAKE_FIELDS = ["packages", "userData"] as const;
+
+/** At most this many extra packages in a bake recipe. */
+export const MAX_BAKE_PACKAGES = 64;
+/** A Debian (and RPM, apk) package name: what the install script may name, so no shell text gets through. */
+const PACKAGE_NAME = /^[a-z0-9][a-z0-9+._-]{0,127}$/;
 
 /** Why a URL that carries `user:password@` is refused; it never quotes the URL. */
 export const URL_CREDENTIALS_REASON =
@@ -141,8 +164,53 @@ export function parseImageUrl(raw: string, f: Failures, field = "url"): { url: s
 }
 
 /**
+ * A `bake` field: `true`, `false`, or `{packages, userData}`. Returns the
+ * recipe and the user-data text, or undefined for no bake (or a failure,
+ * recorded at `bake...`). The user-data's failures never quote it.
+ */
+function parseBake(raw: unknown, f: Failures): { recipe: BakeRecipe; userData?: string } | undefined {
+  if (raw === undefined || raw === null || raw === false) return undefined;
+  if (raw === true) return { recipe: { packages: [] } };
+  if (!isObject(raw)) {
+    f.fail("bake", "must be true, false or {packages, userData}");
+    return undefined;
+  }
+  const before = f.list.length;
+  const fb = f.at("bake");
+  rejectUnknown(raw, BAKE_FIELDS, fb);
+  const packages = new Set<string>();
+  if (given(raw.packages)) {
+    if (!Array.isArray(raw.packages)) fb.fail("packages", "must be a list of package names");
+    else if (raw.packages.length > MAX_BAKE_PACKAGES)
+      fb.fail("packages", `must name at most ${MAX_BAKE_PACKAGES} packages`);
+    else
+      raw.packages.forEach((p, i) => {
+        if (typeof p === "string" && PACKAGE_NAME.test(p)) packages.add(p);
+        else
+          fb.fail(
+            `packages[${i}]`,
+            "must be a package name (lower-case letters, digits, '+', '.', '_', '-'; no version or option)",
+          );
+      });
+  }
+  let userData: string | undefined;
+  if (given(raw.userData)) {
+    if (typeof raw.userData !== "string") fb.fail("userData", "must be a string (cloud-init user-data)");
+    else userData = raw.userData;
+  }
+  if (f.list.length > before) return undefined;
+  const recipe: BakeRecipe = { packages: [...packages].sort() };
+  if (userData !== undefined)
+    recipe.userDataSha256 = createHash("sha256").update(userData, "utf8").digest("hex");
+  return userData !== undefined ? { recipe, userData } : { recipe };
+}
+
+/**
  * Validates one image entry, applying defaults (format qcow2, firmware uefi).
  * `f` is positioned at `images.<key>` (or wherever the caller wants failures).
+ * `bake` is read only in a `kvm:images` entry (a key given): an image given
+ * inline is a resource input, kept in the state, where a builder's user-data
+ * must not go.
  */
 export function parseImage(key: string | undefined, input: unknown, f: Failures): ImageConfig | undefined {
   const before = f.list.length;
@@ -161,10 +229,19 @@ export function parseImage(key: string | undefined, input: unknown, f: Failures)
     if (!/^[0-9a-fA-F]{64}$/.test(sha256)) f.fail("sha256", "must be 64 hexadecimal characters");
     sha256 = sha256.toLowerCase();
   }
+  let bake: ReturnType<typeof parseBake>;
+  if (given(input.bake)) {
+    if (key === undefined) f.fail("bake", "is read only from a kvm:images entry; name the image by its key");
+    else bake = parseBake(input.bake, f);
+  }
   if (f.list.length > before || location === undefined) return undefined;
   const image: ImageConfig = { url: location.url, format, firmware };
   if (key !== undefined) image.key = key;
   if (sha256 !== undefined) image.sha256 = sha256;
+  if (bake !== undefined) {
+    image.bake = bake.recipe;
+    if (bake.userData !== undefined) image.bakeUserData = bake.userData;
+  }
   return image;
 }
 

@@ -72,7 +72,8 @@ export interface DomainSpec {
    * rate limits and nwfilter.
    */
   nics: readonly NicSpec[];
-  metadata: ProxyMetadata;
+  /** Our metadata; a bake's builder (host/image-bake.ts), no proxy, has none. */
+  metadata?: ProxyMetadata;
 }
 
 function pathProblem(path: unknown): string | undefined {
@@ -111,8 +112,7 @@ export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()):
   if (spec.diskPath === spec.seedPath && diskProblem === undefined)
     f.fail("seedPath", "must differ from diskPath");
   checkNics(spec.nics, f);
-  if (spec.metadata === undefined) f.fail("metadata", "is required");
-  else checkMetadata(spec.metadata, f);
+  if (spec.metadata !== undefined) checkMetadata(spec.metadata, f);
   return f;
 }
 
@@ -148,7 +148,7 @@ export function buildDomainElement(spec: DomainSpec): XmlElement {
     "domain",
     { type: spec.domainType },
     el("name", {}, spec.name),
-    el("metadata", {}, buildMetadataElement(spec.metadata)),
+    spec.metadata !== undefined && el("metadata", {}, buildMetadataElement(spec.metadata)),
     el("memory", { unit: "MiB" }, spec.memoryMiB),
     el("vcpu", { placement: "static" }, spec.vcpus),
     el(

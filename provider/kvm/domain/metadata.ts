@@ -11,7 +11,8 @@
  * <kvmp:proxy xmlns:kvmp="https://pulumi-kvm-proxy.dev/xmlns/proxy/v1"
  *             version="1" managedBy="pulumi-kvm-proxy" createdAt="2026-01-02T03:04:05.000Z">
  *   <kvmp:owner project="infra" stack="prod" urn="urn:pulumi:prod::infra::kvm:Proxy::web" backend="3f9a01bc5e7d2a10"/>
- *   <kvmp:image ref="debian" url="https://..." format="qcow2" sha256="..."/>
+ *   <kvmp:image ref="debian" url="https://..." format="qcow2" sha256="..."
+ *               baked="kvmp-baked-<16 hex>.qcow2" bakePackages="htop jq" bakeUserDataSha256="..."/>
  *   <kvmp:spec hash="<sha256 hex>" proxyPort="3128" diskGiB="10"/>
  *   <kvmp:tag key="team" value="crawl"/>
  *   <kvmp:address segment="bridge:br-public" value="203.0.113.10/24"/>
@@ -66,7 +67,11 @@ export interface MetadataOwner {
  * domain XML carries that), plus the reference as the resource gave it (an
  * image key or a direct URL).
  */
-export type MetadataImage = Pick<ImageIdentity, "url" | "format" | "sha256"> & { ref: string };
+export type MetadataImage = Pick<ImageIdentity, "url" | "format" | "sha256" | "bake"> & {
+  ref: string;
+  /** The baked volume (host/image-bake.ts) the VM's disk is backed by: present exactly when `bake` is. */
+  baked?: string;
+};
 
 /** Everything stored in a VM's metadata element. */
 export interface ProxyMetadata {
@@ -159,6 +164,22 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
   if (m.image?.sha256 !== undefined && !HEX64.test(m.image.sha256)) {
     f.fail("image.sha256", "must be 64 lower-case hexadecimal characters");
   }
+  if ((m.image?.bake === undefined) !== (m.image?.baked === undefined)) {
+    f.fail("image.baked", "must be given exactly when image.bake is");
+  }
+  if (m.image?.baked !== undefined && !/^kvmp-baked-[0-9a-f]{16}\.qcow2$/.test(m.image.baked)) {
+    f.fail("image.baked", "must be a baked volume's name (kvmp-baked-<16 hex>.qcow2)");
+  }
+  if (m.image?.bake !== undefined) {
+    const { packages, userDataSha256 } = m.image.bake;
+    if (
+      !Array.isArray(packages) ||
+      packages.some((p) => typeof p !== "string" || !/^[a-z0-9][a-z0-9+._-]*$/.test(p))
+    )
+      f.fail("image.bake.packages", "must be package names");
+    if (userDataSha256 !== undefined && !HEX64.test(userDataSha256))
+      f.fail("image.bake.userDataSha256", "must be 64 lower-case hexadecimal characters");
+  }
   if (typeof m.specHash !== "string" || !HEX64.test(m.specHash)) {
     f.fail("specHash", "must be 64 lower-case hexadecimal characters");
   }
@@ -215,7 +236,15 @@ export function buildMetadataElement(m: ProxyMetadata): XmlElement {
       urn: m.owner.urn,
       backend: m.owner.backend,
     }),
-    el(p("image"), { ref: m.image.ref, url: m.image.url, format: m.image.format, sha256: m.image.sha256 }),
+    el(p("image"), {
+      ref: m.image.ref,
+      url: m.image.url,
+      format: m.image.format,
+      sha256: m.image.sha256,
+      baked: m.image.baked,
+      bakePackages: m.image.bake?.packages.join(" "),
+      bakeUserDataSha256: m.image.bake?.userDataSha256,
+    }),
     el(p("spec"), {
       hash: m.specHash,
       proxyPort: m.proxyPort,
@@ -355,6 +384,14 @@ function decode(root: XmlNode): ProxyMetadata {
   if (storagePool !== undefined) m.storagePool = storagePool;
   const sha256 = attribute(image, "sha256");
   if (sha256 !== undefined) m.image.sha256 = sha256;
+  const baked = attribute(image, "baked");
+  if (baked !== undefined) {
+    m.image.baked = baked;
+    const packages = attribute(image, "bakePackages") ?? "";
+    m.image.bake = { packages: packages === "" ? [] : packages.split(" ") };
+    const userDataSha256 = attribute(image, "bakeUserDataSha256");
+    if (userDataSha256 !== undefined) m.image.bake.userDataSha256 = userDataSha256;
+  }
   const failures = checkMetadata(m);
   if (!failures.empty) {
     throw new MetadataError(failures.list.map((x) => `${x.property}: ${x.reason}`).join("; "));

@@ -119,6 +119,10 @@ function checkedDomain(domain: string): string {
 
 /** Prefix of every cached-image volume (and its upload marker). */
 export const CACHED_IMAGE_PREFIX = "kvmp-image-";
+/** Prefix of every baked-image volume (and its bake marker): a cached image with the proxy's packages installed. */
+export const BAKED_IMAGE_PREFIX = "kvmp-baked-";
+/** Prefix of a bake's builder domain and its seed volume. */
+export const BAKE_BUILDER_PREFIX = "kvmp-bake-";
 
 /** Suffix of the marker volume that says "this image's upload has not completed". */
 export const PARTIAL_SUFFIX = ".partial";
@@ -169,6 +173,8 @@ export function partialMarkerVolumeName(imageVolumeName: string): string {
 export interface ParsedCachedImageName {
   /** The 16-hex cache key. */
   key: string;
+  /** A baked image (`kvmp-baked-`) rather than a stock one (`kvmp-image-`). */
+  baked: boolean;
   format: ImageFormat;
   /** True for the partial-upload marker rather than the image itself. */
   partial: boolean;
@@ -176,23 +182,57 @@ export interface ParsedCachedImageName {
   imageVolumeName: string;
 }
 
-const CACHED_NAME = /^kvmp-image-([0-9a-f]{16})\.(qcow2|raw)(\.partial)?$/;
+const CACHED_NAME = /^kvmp-(image|baked)-([0-9a-f]{16})\.(qcow2|raw)(\.partial)?$/;
 
 /**
- * Parses a cached-image volume name or marker name; undefined for any other
- * name. Lets pool sweeps recognise cache entries and stale markers.
+ * Parses a cached or baked image volume name, or its marker's name;
+ * undefined for any other name. Lets pool sweeps recognise cache entries and
+ * stale markers.
  */
 export function parseCachedImageVolumeName(name: string): ParsedCachedImageName | undefined {
   const m = CACHED_NAME.exec(name);
   if (!m) return undefined;
-  const key = m[1] as string;
-  const format = m[2] as ImageFormat;
+  const baked = m[1] === "baked";
+  const key = m[2] as string;
+  const format = m[3] as ImageFormat;
+  if (baked && format !== "qcow2") return undefined;
   return {
     key,
+    baked,
     format,
-    partial: m[3] !== undefined,
-    imageVolumeName: `${CACHED_IMAGE_PREFIX}${key}.${format}`,
+    partial: m[4] !== undefined,
+    imageVolumeName: `${baked ? BAKED_IMAGE_PREFIX : CACHED_IMAGE_PREFIX}${key}.${format}`,
   };
+}
+
+/**
+ * The baked-image volume of bake key `key` (16 hex, guest/bake-script.ts
+ * bakeKey): `kvmp-baked-<key>.qcow2`, a qcow2 over the cached stock image,
+ * complete by the same marker protocol as a cached image.
+ */
+export function bakedImageVolumeName(key: string): string {
+  return `${BAKED_IMAGE_PREFIX}${checkedKey(key)}.qcow2`;
+}
+
+/** The transient builder domain of bake key `key`: `kvmp-bake-<key>`. */
+export function bakeBuilderName(key: string): string {
+  return `${BAKE_BUILDER_PREFIX}${checkedKey(key)}`;
+}
+
+/** The builder's seed volume: `kvmp-bake-<key>-seed.iso`. */
+export function bakeSeedVolumeName(key: string): string {
+  return `${BAKE_BUILDER_PREFIX}${checkedKey(key)}-seed.iso`;
+}
+
+/** The bake key of a builder domain's name, or undefined for any other name. */
+export function parseBakeBuilderName(name: string): string | undefined {
+  return /^kvmp-bake-([0-9a-f]{16})$/.exec(name)?.[1];
+}
+
+function checkedKey(key: string): string {
+  if (!/^[0-9a-f]{16}$/.test(key))
+    throw new ProviderError("permanent", `${JSON.stringify(key)} is not a bake key`);
+  return key;
 }
 
 /** The state of one cache entry, from which volumes exist. */

@@ -2,14 +2,15 @@
  * One attempt at creating a VM: the steps of {@link createOnce}, in order,
  * each converging rather than assuming. An existing domain of the name is
  * only started (after checking whose it is); otherwise the image is cached
- * on the host, the overlay and the seed made afresh, the domain
+ * on the host (and baked, when its recipe asks: image-bake.ts), the overlay
+ * and the seed made afresh, the domain
  * defined with our metadata and started. KvmOperations.create retries it.
  */
 import { Readable } from "node:stream";
 import { ProviderError } from "../../errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool, StorageVol } from "../../libvirt/types";
-import type { ImageIdentity } from "../config/image";
+import type { ImageFormat, ImageIdentity } from "../config/image";
 import { buildDomainXml, type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
 import type { MetadataOwner, ProxyMetadata } from "../domain/metadata";
 import { overlayVolumeName, seedVolumeName } from "../domain/names";
@@ -21,6 +22,7 @@ import { type CreateStep, type ProgressListener, report } from "../progress";
 import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
 import type { HostPool } from "./hosts";
+import type { ImageBaker } from "./image-bake";
 import type { ImageCache } from "./image-cache";
 import { checkNicsOnHost } from "./interfaces";
 import type { RetryEnv } from "./retry";
@@ -34,6 +36,8 @@ export interface CreateSpec extends SeedSpec {
   image: ImageIdentity;
   /** The image reference as the resource gave it (key or URL), recorded in the metadata. */
   imageRef: string;
+  /** The builder's user-data of the image's bake recipe (from the stack config; only its digest is recorded). */
+  bakeUserData?: string;
   memoryMiB: number;
   vcpus: number;
   /** Requested root disk size; the overlay is at least the image's virtual size. */
@@ -59,6 +63,8 @@ export interface CreateResult {
   domain: ParsedDomain;
   /** True when this create uploaded the base image. */
   imageUploaded: boolean;
+  /** The baked volume the VM's disk is backed by, for an image with a bake recipe. */
+  bakedImage?: string;
 }
 
 /** Options of a create. */
@@ -90,6 +96,7 @@ export interface CreateOptions {
 export interface CreateContext {
   hosts: HostPool;
   images: ImageCache;
+  baker: ImageBaker;
   ledger: DefineLedger;
   env: RetryEnv;
 }
@@ -103,7 +110,8 @@ export async function createOnce(
   const { signal } = options;
   const step = async (s: CreateStep): Promise<void> => {
     signal?.throwIfAborted();
-    report(options.onProgress, { kind: "step", step: s });
+    // The bake step is shown only for an image that has a recipe; it runs (and may be cut at) for every create.
+    if (s !== "bake" || spec.image.bake !== undefined) report(options.onProgress, { kind: "step", step: s });
     await options.onStep?.(s);
   };
   const host = ctx.hosts.config(spec.host);
@@ -161,15 +169,41 @@ export async function createOnce(
     );
   let image = await cached();
 
+  await step("bake");
+  const { bake } = spec.image;
+  const baked = (stock: typeof image) =>
+    bake === undefined
+      ? Promise.resolve(undefined)
+      : untilAborted(
+          ctx.baker.ensure(
+            { ...loc, hostConfig: host },
+            {
+              image: { ...spec.image, bake },
+              stock,
+              ...(spec.bakeUserData !== undefined ? { userData: spec.bakeUserData } : {}),
+            },
+            options.onProgress !== undefined ? { onProgress: options.onProgress } : {},
+          ),
+          signal,
+        );
+  let bakedImage = await baked(image);
+  const backing = () =>
+    bakedImage !== undefined
+      ? { path: bakedImage.path, format: "qcow2" as const, virtualSize: bakedImage.virtualSize }
+      : { path: image.path, format: spec.image.format, virtualSize: image.virtualSize };
+
   await step("overlay");
   let overlay: StorageVol;
   try {
-    overlay = await freshOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
+    overlay = await freshOverlay(ctx, lv, pool, spec, backing());
   } catch (err) {
     // An image this connection remembered may be gone since: look for it afresh, once.
-    if (!ctx.images.forget(loc, image.name)) throw err;
+    const forgotBaked = bakedImage !== undefined && ctx.baker.forget(loc, bakedImage.name);
+    const forgotImage = ctx.images.forget(loc, image.name);
+    if (!forgotBaked && !forgotImage) throw err;
     image = await cached();
-    overlay = await freshOverlay(ctx, lv, pool, spec, image.path, image.virtualSize);
+    bakedImage = await baked(image);
+    overlay = await freshOverlay(ctx, lv, pool, spec, backing());
   }
 
   await step("seed-volume");
@@ -195,6 +229,7 @@ export async function createOnce(
       url: spec.image.url,
       format: spec.image.format,
       ...(spec.image.sha256 !== undefined ? { sha256: spec.image.sha256 } : {}),
+      ...(bake !== undefined && bakedImage !== undefined ? { bake, baked: bakedImage.name } : {}),
     },
     specHash: spec.specHash,
     createdAt: (options.now ?? (() => new Date()))().toISOString(),
@@ -228,6 +263,7 @@ export async function createOnce(
     mac: parsed.mac,
     defined: true,
     imageUploaded: image.uploaded,
+    ...(bakedImage !== undefined ? { bakedImage: bakedImage.name } : {}),
     domain: parsed,
   };
 }
@@ -243,15 +279,14 @@ function freshOverlay(
   lv: Libvirt,
   pool: StoragePool,
   spec: CreateSpec,
-  backingPath: string,
-  virtualSize: number,
+  backing: { path: string; format: ImageFormat; virtualSize: number },
 ): Promise<StorageVol> {
   const name = overlayVolumeName(spec.name, spec.owner.urn);
   const xml = buildOverlayVolumeXml({
     name,
-    backingPath,
-    backingFormat: spec.image.format,
-    imageVirtualSizeBytes: virtualSize,
+    backingPath: backing.path,
+    backingFormat: backing.format,
+    imageVirtualSizeBytes: backing.virtualSize,
     requestedSizeBytes: spec.diskGiB * GIB,
   });
   return createFreshVolume(lv, pool, name, xml, ctx.env);

@@ -175,11 +175,16 @@ export class ImageCache {
   }
 
   /**
-   * Deletes cached images (and stale markers) in the pool whose volume name
-   * is not in `inUse`, skipping entries this process is uploading. Returns
-   * the names deleted.
+   * Deletes cached and baked images (and stale markers) in the pool whose
+   * volume name is not in `inUse`, skipping entries this process is
+   * uploading and those `busy` names (bakes in flight). Returns the names
+   * deleted.
    */
-  async prune(loc: CacheLocation, inUse: ReadonlySet<string>): Promise<string[]> {
+  async prune(
+    loc: CacheLocation,
+    inUse: ReadonlySet<string>,
+    busy: (name: string) => boolean = () => false,
+  ): Promise<string[]> {
     const vols = await loc.lv.storagePoolListAllVolumes(loc.pool);
     const removed: string[] = [];
     // Images before markers, so an interrupted prune leaves markers (= partial, never reused).
@@ -189,7 +194,7 @@ export class ImageCache {
     for (const vol of ordered) {
       const parsed = parseCachedImageVolumeName(vol.name);
       if (parsed === undefined) continue;
-      if (this.uploading(loc, parsed.imageVolumeName)) continue;
+      if (this.uploading(loc, parsed.imageVolumeName) || busy(parsed.imageVolumeName)) continue;
       if (!parsed.partial && inUse.has(parsed.imageVolumeName)) continue;
       if (parsed.partial && inUse.has(parsed.imageVolumeName)) {
         // A marker beside an image a VM uses: leave both (the image may still be in use by a running VM).

@@ -14,6 +14,12 @@ import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
 import type { ProxyMetadata } from "../domain/metadata";
+import {
+  bakedImageVolumeName,
+  bakeSeedVolumeName,
+  parseBakeBuilderName,
+  partialMarkerVolumeName,
+} from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
 import { isActiveState, mapDomainState } from "../domain/states";
 import {
@@ -30,11 +36,19 @@ import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
-import { domainByUuid, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
+import {
+  domainByUuid,
+  lookupDomain,
+  managedMetadata,
+  removeDomain,
+  setManagedMetadata,
+  stateByUuid,
+} from "./domains";
 import { type FirstBootOptions, outputTail, waitFirstBoot } from "./first-boot";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import { runInGuest } from "./guest-agent";
 import type { HostPool } from "./hosts";
+import { ImageBaker } from "./image-bake";
 import { ImageCache } from "./image-cache";
 import { setInterfaceBandwidth } from "./interfaces";
 import { Placer } from "./placer";
@@ -42,7 +56,7 @@ import { type ProvisionOptions, provision } from "./provision";
 import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationError, withRetry } from "./retry";
 import { Semaphore } from "./semaphore";
 import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
-import { hasCode } from "./volumes";
+import { deleteVolumeByName, hasCode, lookupVolume } from "./volumes";
 
 /** A managed VM found by list. */
 export interface ManagedVm {
@@ -63,6 +77,7 @@ export interface ListResult {
 /** Options of {@link KvmOperations}. */
 export interface KvmOperationsOptions {
   images?: ImageCache;
+  baker?: ImageBaker;
   retry?: RetryPolicy;
   /** Clock and sleep, injectable so tests never wait on wall-clock time. */
   env?: RetryEnv;
@@ -80,6 +95,7 @@ export interface KvmOperationsOptions {
 export class KvmOperations {
   readonly hosts: HostPool;
   readonly images: ImageCache;
+  readonly baker: ImageBaker;
   readonly env: RetryEnv;
   private readonly retry: RetryPolicy;
   private readonly ledger: DefineLedger;
@@ -96,6 +112,7 @@ export class KvmOperations {
     this.hosts = hosts;
     this.env = options.env ?? {};
     this.images = options.images ?? new ImageCache({ retryEnv: this.env });
+    this.baker = options.baker ?? new ImageBaker({ retryEnv: this.env });
     this.retry = options.retry ?? {};
     this.placer = new Placer(hosts, this.env);
     this.addresses = new AddressPools(hosts, this.env);
@@ -142,7 +159,7 @@ export class KvmOperations {
   }
 
   private createContext() {
-    return { hosts: this.hosts, images: this.images, ledger: this.ledger, env: this.env };
+    return { hosts: this.hosts, images: this.images, baker: this.baker, ledger: this.ledger, env: this.env };
   }
 
   /**
@@ -468,9 +485,12 @@ export class KvmOperations {
   }
 
   /**
-   * Deletes cached images on `hostKey` that no managed domain uses, and stale
-   * partial markers. Refuses (permanent error) when some domain's metadata
-   * cannot be read, since its image would be unknown. Returns the volumes removed.
+   * Deletes cached and baked images on `hostKey` that no managed domain
+   * uses, stale partial markers, and bake builders (with their seeds) that
+   * are shut off and whose bake is over (no marker in the pool). A stock image stays while a proxy's
+   * baked image it backs is in use. Refuses (permanent error) when some
+   * domain's metadata cannot be read, since its image would be unknown.
+   * Returns the volumes and builder domains removed.
    */
   async pruneImages(hostKey: string): Promise<string[]> {
     const ctx: OperationContext = { operation: "prune images", host: hostKey };
@@ -484,12 +504,33 @@ export class KvmOperations {
         ),
       );
     }
-    const inUse = new Set(listed.vms.map((vm) => ImageCache.volumeName(vm.metadata.image)));
+    const inUse = new Set(
+      listed.vms.flatMap((vm) => [
+        ImageCache.volumeName(vm.metadata.image),
+        ...(vm.metadata.image.baked !== undefined ? [vm.metadata.image.baked] : []),
+      ]),
+    );
     return this.retrying(ctx, async () => {
       const lv = this.hosts.libvirt(hostKey);
       const pool = await this.hosts.pool(hostKey);
       if (pool === undefined) return [];
-      return this.images.prune({ host: hostKey, lv, pool }, inUse);
+      const loc = { host: hostKey, lv, pool };
+      const removed: string[] = [];
+      for (const dom of await lv.connectListAllDomains(0)) {
+        const key = parseBakeBuilderName(dom.name);
+        if (key === undefined || this.baker.baking(loc, bakedImageVolumeName(key))) continue;
+        // A running builder, or a marker, means a bake may be going on in another process (whose
+        // builder may live in another pool); the next bake of the key removes what a dead one left.
+        const state = await lv.domainGetState(dom).catch(() => undefined);
+        if (state === undefined || isActiveState(state.state)) continue;
+        if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
+          continue;
+        if (await removeDomain(lv, dom)) removed.push(dom.name);
+        if (await deleteVolumeByName(lv, pool, bakeSeedVolumeName(key)))
+          removed.push(bakeSeedVolumeName(key));
+      }
+      removed.push(...(await this.images.prune(loc, inUse, (name) => this.baker.baking(loc, name))));
+      return removed;
     });
   }
 

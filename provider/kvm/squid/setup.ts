@@ -131,6 +131,14 @@ export function passwordFileLine(auth: { username: string; passwordHash: string 
   return `${auth.username}:${auth.passwordHash}\n`;
 }
 
+/** Without proxy.socks: a Dante the image brings (a baked image has it) stays off. */
+export const NO_SOCKS_FUNCTION = `no_socks() {
+	if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled --quiet danted 2>/dev/null; then
+		systemctl disable --now danted >/dev/null 2>&1 || log "danted could not be turned off"
+	fi
+}
+`;
+
 /**
  * The vendor-data script: installs squid when missing (apt, dnf/yum, apk,
  * zypper), writes the password file and squid.conf, enables and (re)starts
@@ -192,7 +200,7 @@ if ! command -v squid >/dev/null 2>&1; then
 fi
 command -v squid >/dev/null 2>&1 || fail "squid is not installed and no package manager could install it"
 
-${socks === undefined ? "" : `socks_setup() {\n${socks.trim()}\n}\n`}user=$(squid -v 2>/dev/null | tr ' ' '\\n' | sed -n "s/^'*--with-default-user=\\([A-Za-z0-9_.-]*\\).*/\\1/p" | head -n 1)
+${socks === undefined ? NO_SOCKS_FUNCTION : `socks_setup() {\n${socks.trim()}\n}\n`}user=$(squid -v 2>/dev/null | tr ' ' '\\n' | sed -n "s/^'*--with-default-user=\\([A-Za-z0-9_.-]*\\).*/\\1/p" | head -n 1)
 if [ -z "$user" ]; then
 	if id squid >/dev/null 2>&1; then user=squid; else user=proxy; fi
 fi
@@ -265,7 +273,7 @@ i=0
 while [ "$i" -lt 60 ]; do
 	if tail -n "+$((seen + 1))" "$log_file" 2>/dev/null | grep -q "Accepting HTTP Socket connections at.*:${p.port}[, ]"; then
 		log "squid is listening on port ${p.port}"
-${socks === undefined ? "\t\texit 0" : "\t\tsocks_setup\n\t\texit 0"}
+${socks === undefined ? "\t\tno_socks\n\t\texit 0" : "\t\tsocks_setup\n\t\texit 0"}
 	fi
 	if tail -n "+$((seen + 1))" "$log_file" 2>/dev/null | grep -q "FATAL"; then break; fi
 	i=$((i + 1))

@@ -6,7 +6,12 @@ import { ProviderError, TimeoutError } from "../../../provider/errors";
 import type { ImageConfig } from "../../../provider/kvm/config/image";
 import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
 import { METADATA_NAMESPACE } from "../../../provider/kvm/domain/metadata";
-import { partialMarkerVolumeName } from "../../../provider/kvm/domain/names";
+import {
+  bakeBuilderName,
+  bakedImageVolumeName,
+  bakeSeedVolumeName,
+  partialMarkerVolumeName,
+} from "../../../provider/kvm/domain/names";
 import { HostPool } from "../../../provider/kvm/host/hosts";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/host/operations";
@@ -556,7 +561,7 @@ describe("image cache", () => {
     expect(domainsNamed(name)).toEqual([]);
   });
 
-  it("pruneImages removes cached images no managed domain uses and keeps the rest", async () => {
+  it("pruneImages removes cached and baked images no managed domain uses, and a cut bake's builder, and keeps the rest", async () => {
     const dir = subdir("prune");
     // A pool of its own: prune sweeps a whole pool, and the shared one holds other tests' images.
     const poolName = uniqueName("pool");
@@ -593,12 +598,36 @@ describe("image cache", () => {
       const markerXml = path.join(dir, "marker.xml");
       writeFileSync(markerXml, `<volume><name>${staleMarker}</name><capacity>1</capacity></volume>`);
       virsh(host, "vol-create", poolName, markerXml);
-      const removed = await o.pruneImages("local");
-      expect(removed.sort()).toEqual([unusedVol, staleMarker].sort());
+      // What a bake cut short left: its baked volume, the builder (defined, shut off) and its seed.
+      const key = "0123456789abcdef";
+      for (const v of [bakedImageVolumeName(key), bakeSeedVolumeName(key)]) {
+        writeFileSync(markerXml, `<volume><name>${v}</name><capacity>1</capacity></volume>`);
+        virsh(host, "vol-create", poolName, markerXml);
+      }
+      const builderXml = path.join(dir, "builder.xml");
+      writeFileSync(
+        builderXml,
+        `<domain type="qemu"><name>${bakeBuilderName(key)}</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os></domain>`,
+      );
+      virsh(host, "define", builderXml);
+      // Builders of other files' bakes (each with its marker, in the shared pool) are left alone.
+      const removed = (await o.pruneImages("local")).filter(
+        (n) => !n.startsWith("kvmp-bake-") || n.includes(key),
+      );
+      expect(removed.sort()).toEqual(
+        [
+          unusedVol,
+          staleMarker,
+          bakedImageVolumeName(key),
+          bakeSeedVolumeName(key),
+          bakeBuilderName(key),
+        ].sort(),
+      );
+      expect(domainsNamed(bakeBuilderName(key))).toEqual([]);
       expect(pruneVols().sort()).toEqual([...vmVolumes(keep).both, usedVol].sort());
       await o.delete("local", keep, ownedBy(keep));
       // Nothing in use any more: the last image goes too.
-      expect(await o.pruneImages("local")).toEqual([usedVol]);
+      expect((await o.pruneImages("local")).filter((n) => !n.startsWith("kvmp-bake-"))).toEqual([usedVol]);
       expect(pruneVols()).toEqual([]);
     } finally {
       for (const v of (() => {

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import {
   configKeyProblem,
@@ -8,7 +9,7 @@ import {
   parseHostUri,
   validateConfig,
 } from "../../../provider/kvm/config/host-config";
-import { imageSourceOf, resolveImage } from "../../../provider/kvm/config/image";
+import { imageSourceOf, parseImage, resolveImage } from "../../../provider/kvm/config/image";
 import { Failures, ValidationError } from "../../../provider/kvm/validation";
 
 const KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n";
@@ -307,8 +308,70 @@ describe("image configuration", () => {
     ["a short sha256", { url: "/x", sha256: "abc" }, "images.debian.sha256"],
     ["a non-hex sha256", { url: "/x", sha256: "g".repeat(64) }, "images.debian.sha256"],
     ["an unknown property", { url: "/x", checksum: SHA }, "images.debian.checksum"],
+    ["bake as a string", { url: "/x", bake: "yes" }, "images.debian.bake"],
+    ["bake packages as a string", { url: "/x", bake: { packages: "htop" } }, "images.debian.bake.packages"],
+    [
+      "a bake package with a shell word",
+      { url: "/x", bake: { packages: ["htop;id"] } },
+      "images.debian.bake.packages[0]",
+    ],
+    [
+      "a bake package with an option",
+      { url: "/x", bake: { packages: ["-o", "x"] } },
+      "images.debian.bake.packages[0]",
+    ],
+    [
+      "a bake package with a version",
+      { url: "/x", bake: { packages: ["squid=5.7"] } },
+      "images.debian.bake.packages[0]",
+    ],
+    [
+      "a bake package in capitals",
+      { url: "/x", bake: { packages: ["ok", "Htop"] } },
+      "images.debian.bake.packages[1]",
+    ],
+    [
+      "65 bake packages",
+      { url: "/x", bake: { packages: Array.from({ length: 65 }, (_, i) => `p${i}`) } },
+      "images.debian.bake.packages",
+    ],
+    [
+      "a bake userData that is not text",
+      { url: "/x", bake: { userData: { a: 1 } } },
+      "images.debian.bake.userData",
+    ],
+    ["an unknown bake property", { url: "/x", bake: { script: "x" } }, "images.debian.bake.script"],
   ])("rejects %s", (_, input, property) => {
     expect(failures({ images: { debian: input } }).map((x) => x.property)).toContain(property);
+  });
+
+  it.each<[string, unknown, unknown]>([
+    ["true", true, { packages: [] }],
+    ["false", false, undefined],
+    ["packages, sorted and unique", { packages: ["jq", "htop", "jq"] }, { packages: ["htop", "jq"] }],
+    [
+      "a user-data, by its SHA-256",
+      { userData: "#cloud-config\n" },
+      { packages: [], userDataSha256: createHash("sha256").update("#cloud-config\n").digest("hex") },
+    ],
+  ])("reads bake %s as the recipe %j", (_, bake, recipe) => {
+    const image = parseConfig({ images: { d: { url: "/x", bake } } }).images.d;
+    expect(image?.bake).toEqual(recipe);
+  });
+
+  it("keeps a bake's user-data beside the recipe, never in it, and never quotes it in a failure", () => {
+    const userData = "#cloud-config\napt:\n  http_proxy: http://u:s3cr3t@mirror:3142\n";
+    const image = parseConfig({ images: { d: { url: "/x", bake: { userData } } } }).images.d;
+    expect(image?.bakeUserData).toBe(userData);
+    expect(JSON.stringify(image?.bake)).not.toContain("s3cr3t");
+    const bad = failures({ images: { d: { url: "/x", bake: { userData, packages: ["a b"] } } } });
+    expect(JSON.stringify(bad)).not.toContain("s3cr3t");
+  });
+
+  it("reads bake only in a kvm:images entry: an inline image (a resource input, kept in the state) is refused", () => {
+    const f = new Failures();
+    expect(parseImage(undefined, { url: "/x", bake: true }, f.at("image"))).toBeUndefined();
+    expect(f.list.map((x) => x.property)).toEqual(["image.bake"]);
   });
 });
 

@@ -35,6 +35,30 @@ describe("buildMetadataXml", () => {
     );
   });
 
+  it("records a baked image with its recipe, reads it back, and refuses a bake without its volume", () => {
+    const image = {
+      ...sampleMetadata().image,
+      bake: { packages: ["htop", "jq"], userDataSha256: "c".repeat(64) },
+      baked: "kvmp-baked-0123456789abcdef.qcow2",
+    };
+    const xml = buildMetadataXml(sampleMetadata({ image }));
+    expect(xml).toContain(
+      `baked="kvmp-baked-0123456789abcdef.qcow2" bakePackages="htop jq" bakeUserDataSha256="${"c".repeat(64)}"`,
+    );
+    expect(parseMetadata(asLibvirtReturnsIt(xml))?.image).toEqual(image);
+    const bare = {
+      ...sampleMetadata().image,
+      bake: { packages: [] },
+      baked: "kvmp-baked-0123456789abcdef.qcow2",
+    };
+    expect(parseMetadata(buildMetadataXml(sampleMetadata({ image: bare })))?.image).toEqual(bare);
+    const { baked: _baked, ...unbaked } = image;
+    expect(() => buildMetadataXml(sampleMetadata({ image: unbaked }))).toThrow(/image\.baked/);
+    expect(() => buildMetadataXml(sampleMetadata({ image: { ...image, baked: "other.qcow2" } }))).toThrow(
+      /image\.baked/,
+    );
+  });
+
   it("records the owner's backend identity when known, reads it back, and refuses one that is not 16 hex", () => {
     const m = sampleMetadata({ owner: { ...sampleMetadata().owner, backend: "0123456789abcdef" } });
     expect(buildMetadataXml(m)).toContain('backend="0123456789abcdef"');

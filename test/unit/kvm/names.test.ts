@@ -3,6 +3,9 @@ import { describe, expect, it } from "vitest";
 import {
   AUTONAME_RANDOM_BYTES,
   autoDomainName,
+  bakeBuilderName,
+  bakedImageVolumeName,
+  bakeSeedVolumeName,
   cachedImageState,
   cachedImageVolumeName,
   DOMAIN_NAME_MAX,
@@ -10,6 +13,7 @@ import {
   imageCacheKey,
   isValidDomainName,
   overlayVolumeName,
+  parseBakeBuilderName,
   parseCachedImageVolumeName,
   partialMarkerVolumeName,
   perVmVolumeNames,
@@ -145,13 +149,16 @@ describe("cached image names", () => {
     expect(() => partialMarkerVolumeName("web-1-root.qcow2")).toThrow(/not a cached-image volume/);
   });
 
+  const stock = { key: "0123456789abcdef", baked: false };
+  const baked = { key: "0123456789abcdef", baked: true };
   it.each([
-    ["kvmp-image-0123456789abcdef.qcow2", { key: "0123456789abcdef", format: "qcow2", partial: false }],
-    ["kvmp-image-0123456789abcdef.raw", { key: "0123456789abcdef", format: "raw", partial: false }],
-    [
-      "kvmp-image-0123456789abcdef.qcow2.partial",
-      { key: "0123456789abcdef", format: "qcow2", partial: true },
-    ],
+    ["kvmp-image-0123456789abcdef.qcow2", { ...stock, format: "qcow2", partial: false }],
+    ["kvmp-image-0123456789abcdef.raw", { ...stock, format: "raw", partial: false }],
+    ["kvmp-image-0123456789abcdef.qcow2.partial", { ...stock, format: "qcow2", partial: true }],
+    ["kvmp-baked-0123456789abcdef.qcow2", { ...baked, format: "qcow2", partial: false }],
+    ["kvmp-baked-0123456789abcdef.qcow2.partial", { ...baked, format: "qcow2", partial: true }],
+    ["kvmp-baked-0123456789abcdef.raw", undefined],
+    ["kvmp-bake-0123456789abcdef-seed.iso", undefined],
     ["kvmp-image-0123456789abcdef.vmdk", undefined],
     ["kvmp-image-0123456789ABCDEF.qcow2", undefined],
     ["kvmp-image-0123.qcow2", undefined],
@@ -161,6 +168,24 @@ describe("cached image names", () => {
     const parsed = parseCachedImageVolumeName(name);
     if (expected === undefined) expect(parsed).toBeUndefined();
     else expect(parsed).toEqual({ ...expected, imageVolumeName: name.replace(/\.partial$/, "") });
+  });
+
+  it("names a bake's volume, builder and seed after its key, and reads the key back from the builder", () => {
+    const key = "0123456789abcdef";
+    expect(bakedImageVolumeName(key)).toBe("kvmp-baked-0123456789abcdef.qcow2");
+    expect(partialMarkerVolumeName(bakedImageVolumeName(key))).toBe(
+      "kvmp-baked-0123456789abcdef.qcow2.partial",
+    );
+    expect(bakeBuilderName(key)).toBe("kvmp-bake-0123456789abcdef");
+    expect(bakeSeedVolumeName(key)).toBe("kvmp-bake-0123456789abcdef-seed.iso");
+    expect(parseBakeBuilderName(bakeBuilderName(key))).toBe(key);
+    expect(parseBakeBuilderName("kvmp-bake-0123")).toBeUndefined();
+    expect(parseBakeBuilderName("edge-1")).toBeUndefined();
+  });
+
+  it.each(["", "0123", "0123456789ABCDEF", "0123456789abcdef/../x"])("refuses %j as a bake key", (key) => {
+    expect(() => bakedImageVolumeName(key)).toThrow(/not a bake key/);
+    expect(() => bakeBuilderName(key)).toThrow(/not a bake key/);
   });
 
   // An interrupted upload must never be taken as a complete image (history:

@@ -5,7 +5,7 @@
  * (parsed by dash, the POSIX shell of Debian's /bin/sh).
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -14,6 +14,7 @@ import { squidPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   buildProxySetupScript,
   buildSquidConf,
+  NO_SOCKS_FUNCTION,
   PASSWORD_FILE,
   type ProxySetup,
   squidName,
@@ -219,9 +220,33 @@ describe("the setup script", () => {
     expect(script).not.toContain("s3cret-Pa55-long");
   });
 
-  it("without SOCKS is the script it was before SOCKS existed: no Dante, the same bytes whatever the socks code", () => {
+  it("without SOCKS sets up no Dante, and turns off one the image brings (a baked image's)", () => {
     const script = buildProxySetupScript(AUTH);
-    expect(script).not.toMatch(/dante|socks/i);
+    expect(script).not.toMatch(/dante-server|danted\.conf|socks_setup/);
+    expect(script).toContain(NO_SOCKS_FUNCTION);
+    expect(script).toMatch(/\n\t\tno_socks\n\t\texit 0\n/);
+  });
+
+  it.each([
+    [0, ["is-enabled --quiet danted", "disable --now danted"]],
+    [1, ["is-enabled --quiet danted"]],
+  ])("no_socks, is-enabled exiting %i: systemctl is asked %j (the real sh)", (code, calls) => {
+    const dir = mkdtempSync(path.join(tmpdir(), "kvmpt-no-socks-"));
+    try {
+      const log = path.join(dir, "calls");
+      writeFileSync(log, "");
+      writeFileSync(
+        path.join(dir, "systemctl"),
+        `#!/bin/sh\necho "$*" >>${log}\n[ "$1" = is-enabled ] && exit ${code}\nexit 0\n`,
+      );
+      chmodSync(path.join(dir, "systemctl"), 0o755);
+      execFileSync("sh", ["-c", `log() { :; }\n${NO_SOCKS_FUNCTION}\nno_socks`], {
+        env: { PATH: `${dir}:/usr/bin:/bin` },
+      });
+      expect(readFileSync(log, "utf8").split("\n").filter(Boolean)).toEqual(calls);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("is byte-identical for the same setup", () => {

@@ -17,6 +17,8 @@ const config = readStackConfig(
         debian: { url: "https://example.com/debian.qcow2" },
         debian2: { url: "https://example.com/debian.qcow2" },
         other: { url: "https://example.com/other.qcow2" },
+        baked: { url: "https://example.com/debian.qcow2", bake: true },
+        "baked-htop": { url: "https://example.com/debian.qcow2", bake: { packages: ["htop"] } },
       },
     })[k],
 );
@@ -64,6 +66,8 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
   ["host", {}, { host: "lab2" }, "replace", "host"],
   ["image key to another image", {}, { image: "other" }, "replace", "image"],
   ["image as URL", {}, { image: "https://example.com/new.qcow2" }, "replace", "image"],
+  ["image baked (same stock image)", {}, { image: "baked" }, "replace", "image"],
+  ["image bake recipe", { image: "baked" }, { image: "baked-htop" }, "replace", "image"],
   [
     "image firmware",
     {},

@@ -12,6 +12,18 @@ describe("progress text", () => {
     ],
     [{ kind: "image-upload", bytes: 1024 * 1024, elapsedMs: 0 }, "uploading the image: 1 MiB"],
     [{ kind: "wait-ip", elapsedMs: 12_345 }, "waiting for the guest's IP address (12s)"],
+    [
+      { kind: "bake", host: "hv-1", phase: "installing", elapsedMs: 130_400 },
+      "baking image on hv-1: installing packages (2m10s)",
+    ],
+    [
+      { kind: "bake", host: "hv-1", phase: "booting", elapsedMs: 9_000 },
+      "baking image on hv-1: booting the builder (9s)",
+    ],
+    [
+      { kind: "bake", host: "hv-2", phase: "waiting", elapsedMs: 61_000 },
+      "baking image on hv-2: another process is baking it (1m01s)",
+    ],
     [{ kind: "ready", elapsedMs: 5_000 }, "waiting for the proxy to pass its health check (5s)"],
   ])("%j reads %j", (p, text) => {
     expect(progressText(p)).toBe(text);

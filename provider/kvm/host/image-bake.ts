@@ -36,6 +36,7 @@
 import { Readable } from "node:stream";
 import { ProviderError } from "../../errors";
 import { DomainState } from "../../libvirt/constants";
+import { ErrorCode } from "../../libvirt/error-codes";
 import type { Domain, StorageVol } from "../../libvirt/types";
 import type { HostConfig } from "../config/host-config";
 import type { BakeRecipe, ImageIdentity } from "../config/image";
@@ -57,11 +58,13 @@ import { ConsoleTail } from "./console";
 import { lookupDomain, removeDomain } from "./domains";
 import type { CachedImage, CacheLocation } from "./image-cache";
 import { type HeldLease, LeaseLostError, type LeaseTiming, takeLease } from "./image-lease";
+import { PoolFills } from "./pool-fills";
 import { type RetryEnv, sleep } from "./retry";
 import {
   createFreshVolume,
   deleteVolume,
   deleteVolumeByName,
+  hasCode,
   lookupVolume,
   volumeInfo,
   volumePath,
@@ -118,11 +121,6 @@ export interface ImageBakerOptions {
   memoryMiB?: number;
 }
 
-interface Inflight {
-  promise: Promise<BakedImage>;
-  listeners: Set<ProgressListener>;
-}
-
 /** The bake of one image on one host: its key and the names it uses. */
 export function bakeNames(stockVolumeName: string, recipe: BakeRecipe) {
   const key = bakeKey(stockVolumeName, recipe);
@@ -138,8 +136,8 @@ export function bakeNames(stockVolumeName: string, recipe: BakeRecipe) {
 
 /** Bakes images on hosts, one bake per host and recipe at a time. */
 export class ImageBaker {
-  private readonly inflight = new Map<string, Inflight>();
-  private readonly known = new WeakMap<object, Map<string, BakedImage>>();
+  /** One bake per volume in flight; complete baked volumes remembered per pool handle (pool-fills.ts). */
+  private readonly fills = new PoolFills<BakedImage>();
   private readonly options: ImageBakerOptions;
 
   constructor(options: ImageBakerOptions = {}) {
@@ -161,49 +159,21 @@ export class ImageBaker {
       );
     }
     const names = bakeNames(req.stock.name, req.image.bake);
-    const remembered = this.known.get(loc.pool)?.get(names.volume);
-    if (remembered !== undefined) return Promise.resolve({ ...remembered, baked: false });
-    const key = this.key(loc, names.volume);
-    const running = this.inflight.get(key);
-    if (running) {
-      const { onProgress } = options;
-      if (onProgress !== undefined) running.listeners.add(onProgress);
-      return running.promise
-        .then((b) => ({ ...b, baked: false }))
-        .finally(() => {
-          if (onProgress !== undefined) running.listeners.delete(onProgress);
-        });
-    }
-    const listeners = new Set<ProgressListener>(options.onProgress !== undefined ? [options.onProgress] : []);
-    const p = this.ensureNow(loc, req, names, options, (progress) => {
-      for (const l of listeners) report(l, progress);
-    })
-      .then((b) => {
-        let byName = this.known.get(loc.pool);
-        if (byName === undefined) {
-          byName = new Map();
-          this.known.set(loc.pool, byName);
-        }
-        byName.set(b.name, { ...b, baked: false });
-        return b;
-      })
-      .finally(() => this.inflight.delete(key));
-    this.inflight.set(key, { promise: p, listeners });
-    return p;
+    return this.fills
+      .run(loc, names.volume, options.onProgress, (progress) =>
+        this.ensureNow(loc, req, names, options, progress),
+      )
+      .then(({ value, own }) => (own ? value : { ...value, baked: false }));
   }
 
   /** Stops trusting what this connection remembers of baked volume `name`; true when something was remembered. */
   forget(loc: Pick<CacheLocation, "pool">, name: string): boolean {
-    return this.known.get(loc.pool)?.delete(name) ?? false;
+    return this.fills.forget(loc, name);
   }
 
   /** True while this process bakes `name` (a baked volume) into the location's pool. */
   baking(loc: Pick<CacheLocation, "host" | "pool">, name: string): boolean {
-    return this.inflight.has(this.key(loc, name));
-  }
-
-  private key(loc: Pick<CacheLocation, "host" | "pool">, name: string): string {
-    return `${loc.host}\0${loc.pool.name}\0${name}`;
+    return this.fills.running(loc, name);
   }
 
   private async ensureNow(
@@ -315,7 +285,11 @@ export class ImageBaker {
       await step("boot");
       const deadline = performance.now() + (this.options.bakeTimeoutMs ?? 30 * 60_000);
       for (;;) {
-        const state = await lv.domainGetState(builder).catch(() => undefined);
+        // Gone (NO_DOMAIN) counts as stopped; any other failure ends the bake as it is (transient or not).
+        const state = await lv.domainGetState(builder).catch((err: unknown) => {
+          if (hasCode(err, ErrorCode.NO_DOMAIN)) return undefined;
+          throw err;
+        });
         if (state === undefined || state.state === DomainState.SHUTOFF || state.state === DomainState.CRASHED)
           break;
         if (performance.now() >= deadline) {

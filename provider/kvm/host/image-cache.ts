@@ -44,6 +44,7 @@ import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import { type ProgressListener, report } from "../progress";
 import { type OpenedImage, type OpenImageOptions, openImageSource, verifiedStream } from "./download";
 import { type HeldLease, LeaseLostError, type LeaseTiming, takeLease } from "./image-lease";
+import { PoolFills } from "./pool-fills";
 import type { RetryEnv } from "./retry";
 import {
   createFreshVolume,
@@ -96,17 +97,11 @@ export interface EnsureOptions {
   onProgress?: ProgressListener;
 }
 
-interface Inflight {
-  promise: Promise<CachedImage>;
-  listeners: Set<ProgressListener>;
-}
-
 export class ImageCache {
-  private readonly inflight = new Map<string, Inflight>();
+  /** One upload per image in flight; complete images remembered per pool handle (pool-fills.ts). */
+  private readonly fills = new PoolFills<CachedImage>();
   /** Virtual sizes learned from our own uploads, so no pool refresh is needed to know them. */
   private readonly sizes = new Map<string, number>();
-  /** Complete images by name, per pool handle (one connection's). */
-  private readonly known = new WeakMap<StoragePool, Map<string, CachedImage>>();
   private readonly options: ImageCacheOptions;
 
   constructor(options: ImageCacheOptions = {}) {
@@ -125,30 +120,9 @@ export class ImageCache {
    */
   ensure(loc: CacheLocation, image: ImageIdentity, options: EnsureOptions = {}): Promise<CachedImage> {
     const name = ImageCache.volumeName(image);
-    const remembered = this.known.get(loc.pool)?.get(name);
-    if (remembered !== undefined) return Promise.resolve({ ...remembered, uploaded: false });
-    const key = this.key(loc, name);
-    const running = this.inflight.get(key);
-    if (running) {
-      const { onProgress } = options;
-      if (onProgress !== undefined) running.listeners.add(onProgress);
-      return running.promise
-        .then((c) => ({ ...c, uploaded: false }))
-        .finally(() => {
-          if (onProgress !== undefined) running.listeners.delete(onProgress);
-        });
-    }
-    const listeners = new Set<ProgressListener>(options.onProgress !== undefined ? [options.onProgress] : []);
-    const p = this.ensureNow(loc, image, name, (progress) => {
-      for (const l of listeners) report(l, progress);
-    })
-      .then((c) => {
-        this.remember(loc, c);
-        return c;
-      })
-      .finally(() => this.inflight.delete(key));
-    this.inflight.set(key, { promise: p, listeners });
-    return p;
+    return this.fills
+      .run(loc, name, options.onProgress, (progress) => this.ensureNow(loc, image, name, progress))
+      .then(({ value, own }) => (own ? value : { ...value, uploaded: false }));
   }
 
   /**
@@ -157,21 +131,12 @@ export class ImageCache {
    * something was remembered.
    */
   forget(loc: Pick<CacheLocation, "pool">, name: string): boolean {
-    return this.known.get(loc.pool)?.delete(name) ?? false;
-  }
-
-  private remember(loc: Pick<CacheLocation, "pool">, image: CachedImage): void {
-    let byName = this.known.get(loc.pool);
-    if (byName === undefined) {
-      byName = new Map();
-      this.known.set(loc.pool, byName);
-    }
-    byName.set(image.name, { ...image, uploaded: false });
+    return this.fills.forget(loc, name);
   }
 
   /** True while this process uploads `name` into the location's pool. */
   uploading(loc: Pick<CacheLocation, "host" | "pool">, name: string): boolean {
-    return this.inflight.has(this.key(loc, name));
+    return this.fills.running(loc, name);
   }
 
   /**

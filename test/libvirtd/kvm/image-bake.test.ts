@@ -221,56 +221,42 @@ describe("a bake on the real libvirtd, with boot-sector builders", () => {
     }
   }, 240_000);
 
-  it("fails permanently with the builder's own lines when it reports a failure, and leaves nothing", async () => {
-    const image = bakedImage(
-      builderDisk(
-        "fails",
-        "kvmp-bake-log: E: Unable to locate package kvmp-no-such-package\nkvmp-bake-result: failed the packages could not be installed with apt-get\n",
-      ),
-    );
-    const stock = await cachedStock(image);
-    const names = bakeNames(stock.name, RECIPE);
-    made.volumes.push(stock.name, names.volume, names.marker, names.seed);
-    made.domains.push(names.builder);
-    const hosts = hostPool(host);
-    try {
-      const err = await new ImageBaker({ lease: LEASE, pollMs: 500 })
-        .ensure(await locationOf(hosts), { image, stock })
-        .catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(Error);
-      expect((err as { kind?: string }).kind).toBe("permanent");
-      const text = (err as Error).message;
-      expect(text).toMatch(
-        /^baking image file:\/\/\S+ on host local failed: the packages could not be installed with apt-get; the builder's last lines:\nE: Unable to locate package kvmp-no-such-package$/,
-      );
-      await refreshPoolByHand(host);
-      expect(poolVolumes().filter((v) => [names.volume, names.marker, names.seed].includes(v))).toEqual([]);
-      expect(domainState(names.builder)).toBe("absent");
-    } finally {
-      await hosts.closeAll();
-    }
-  }, 120_000);
-
-  it("fails when the builder stops without a result line, with its console's last lines", async () => {
-    const image = bakedImage(builderDisk("silent", "the builder's disk was full\n"));
-    const stock = await cachedStock(image);
-    const names = bakeNames(stock.name, RECIPE);
-    made.volumes.push(stock.name, names.volume, names.marker, names.seed);
-    made.domains.push(names.builder);
-    const hosts = hostPool(host);
-    try {
-      const err = await new ImageBaker({ lease: LEASE, pollMs: 500 })
-        .ensure(await locationOf(hosts), { image, stock })
-        .catch((e: unknown) => e);
-      expect((err as Error).message).toMatch(
-        /it stopped without saying how the install went[\s\S]*the builder's disk was full/,
-      );
-      await refreshPoolByHand(host);
-      expect(poolVolumes().filter((v) => [names.volume, names.marker, names.seed].includes(v))).toEqual([]);
-    } finally {
-      await hosts.closeAll();
-    }
-  }, 120_000);
+  it.each([
+    [
+      "reports a failure: with the reason and the builder's own lines",
+      "kvmp-bake-log: E: Unable to locate package kvmp-no-such-package\nkvmp-bake-result: failed the packages could not be installed with apt-get\n",
+      /^baking image file:\/\/\S+ on host local failed: the packages could not be installed with apt-get; the builder's last lines:\nE: Unable to locate package kvmp-no-such-package$/,
+    ],
+    [
+      "stops without a result line: with its console's last lines",
+      "the builder's disk was full\n",
+      /failed: it stopped without saying how the install went; the builder's last lines:\n(.*\n)*the builder's disk was full$/,
+    ],
+  ])(
+    "a builder that %s, the bake fails permanently and leaves nothing",
+    async (_, text, message) => {
+      const image = bakedImage(builderDisk(`fails-${text.length}`, text));
+      const stock = await cachedStock(image);
+      const names = bakeNames(stock.name, RECIPE);
+      made.volumes.push(stock.name, names.volume, names.marker, names.seed);
+      made.domains.push(names.builder);
+      const hosts = hostPool(host);
+      try {
+        const err = await new ImageBaker({ lease: LEASE, pollMs: 500 })
+          .ensure(await locationOf(hosts), { image, stock })
+          .catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(Error);
+        expect((err as { kind?: string }).kind).toBe("permanent");
+        expect((err as Error).message).toMatch(message);
+        await refreshPoolByHand(host);
+        expect(poolVolumes().filter((v) => [names.volume, names.marker, names.seed].includes(v))).toEqual([]);
+        expect(domainState(names.builder)).toBe("absent");
+      } finally {
+        await hosts.closeAll();
+      }
+    },
+    120_000,
+  );
 
   it("three creates of one process needing the same bake share one builder, and each sees its progress", async () => {
     const image = bakedImage(builderDisk("shared", "kvmp-bake-result: ok\n"));

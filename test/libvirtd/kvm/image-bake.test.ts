@@ -144,6 +144,15 @@ async function cachedStock(image: ReturnType<typeof bakedImage>): Promise<Cached
 
 const made: { volumes: string[]; domains: string[] } = { volumes: [], domains: [] };
 
+/** The image cached, and the names of its bake (removed after the file). */
+async function prepared(image: ReturnType<typeof bakedImage>) {
+  const stock = await cachedStock(image);
+  const names = bakeNames(stock.name, RECIPE);
+  made.volumes.push(stock.name, names.volume, names.marker, names.seed);
+  made.domains.push(names.builder);
+  return { stock, names };
+}
+
 beforeAll(() => {
   host = testHost();
   dir = scratchDir(host, "bake");
@@ -160,10 +169,7 @@ afterAll(() => {
 describe("a bake on the real libvirtd, with boot-sector builders", () => {
   it("converges after a cut at builder-define, boot, shutdown and keep, leaving only the complete baked volume", async () => {
     const image = bakedImage(builderDisk("cuts", "kvmp-bake-result: ok\n"));
-    const stock = await cachedStock(image);
-    const names = bakeNames(stock.name, RECIPE);
-    made.volumes.push(stock.name, names.volume, names.marker, names.seed);
-    made.domains.push(names.builder);
+    const { stock, names } = await prepared(image);
     const request = { image, stock };
     const ours = () =>
       poolVolumes()
@@ -236,10 +242,7 @@ describe("a bake on the real libvirtd, with boot-sector builders", () => {
     "a builder that %s, the bake fails permanently and leaves nothing",
     async (_, text, message) => {
       const image = bakedImage(builderDisk(`fails-${text.length}`, text));
-      const stock = await cachedStock(image);
-      const names = bakeNames(stock.name, RECIPE);
-      made.volumes.push(stock.name, names.volume, names.marker, names.seed);
-      made.domains.push(names.builder);
+      const { stock, names } = await prepared(image);
       const hosts = hostPool(host);
       try {
         const err = await new ImageBaker({ lease: LEASE, pollMs: 500 })
@@ -260,10 +263,7 @@ describe("a bake on the real libvirtd, with boot-sector builders", () => {
 
   it("three creates of one process needing the same bake share one builder, and each sees its progress", async () => {
     const image = bakedImage(builderDisk("shared", "kvmp-bake-result: ok\n"));
-    const stock = await cachedStock(image);
-    const names = bakeNames(stock.name, RECIPE);
-    made.volumes.push(stock.name, names.volume, names.marker, names.seed);
-    made.domains.push(names.builder);
+    const { stock, names } = await prepared(image);
     const hosts = hostPool(host);
     try {
       const loc = await locationOf(hosts);

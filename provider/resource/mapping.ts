@@ -186,7 +186,7 @@ export function withBakeUserData(
   if (want === undefined) return spec;
   const entry = typeof c.image === "string" && Object.hasOwn(images, c.image) ? images[c.image] : undefined;
   const text = entry?.bakeUserData;
-  if (text === undefined || createHash("sha256").update(text, "utf8").digest("hex") !== want) {
+  if (text === undefined || seedDigest(text) !== want) {
     throw new ProviderError(
       "permanent",
       `the bake userData of image ${JSON.stringify(c.image)} in kvm:images is not the one checked at preview; run the update again`,

@@ -69,6 +69,11 @@ export const MAX_BAKE_PACKAGES = 64;
 /** A Debian (and RPM, apk) package name: what the install script may name, so no shell text gets through. */
 const PACKAGE_NAME = /^[a-z0-9][a-z0-9+._-]{0,127}$/;
 
+/** Whether `p` is a package name a bake recipe may hold. */
+export function isPackageName(p: unknown): p is string {
+  return typeof p === "string" && PACKAGE_NAME.test(p);
+}
+
 /** Why a URL that carries `user:password@` is refused; it never quotes the URL. */
 export const URL_CREDENTIALS_REASON =
   "must not carry credentials (user:password@): the URL is kept in the VM's metadata and in the state; " +
@@ -185,7 +190,7 @@ function parseBake(raw: unknown, f: Failures): { recipe: BakeRecipe; userData?: 
       fb.fail("packages", `must name at most ${MAX_BAKE_PACKAGES} packages`);
     else
       raw.packages.forEach((p, i) => {
-        if (typeof p === "string" && PACKAGE_NAME.test(p)) packages.add(p);
+        if (isPackageName(p)) packages.add(p);
         else
           fb.fail(
             `packages[${i}]`,

@@ -24,8 +24,9 @@
  */
 import { createHash } from "node:crypto";
 import { ProviderError } from "../../errors";
-import { IMAGE_FORMATS, type ImageFormat, type ImageIdentity } from "../config/image";
+import { IMAGE_FORMATS, type ImageFormat, type ImageIdentity, isPackageName } from "../config/image";
 import { Failures } from "../validation";
+import { parseCachedImageVolumeName } from "./names";
 import {
   attribute,
   childElements,
@@ -167,15 +168,13 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
   if ((m.image?.bake === undefined) !== (m.image?.baked === undefined)) {
     f.fail("image.baked", "must be given exactly when image.bake is");
   }
-  if (m.image?.baked !== undefined && !/^kvmp-baked-[0-9a-f]{16}\.qcow2$/.test(m.image.baked)) {
+  const baked = m.image?.baked === undefined ? undefined : parseCachedImageVolumeName(m.image.baked);
+  if (m.image?.baked !== undefined && (baked?.baked !== true || baked.partial)) {
     f.fail("image.baked", "must be a baked volume's name (kvmp-baked-<16 hex>.qcow2)");
   }
   if (m.image?.bake !== undefined) {
     const { packages, userDataSha256 } = m.image.bake;
-    if (
-      !Array.isArray(packages) ||
-      packages.some((p) => typeof p !== "string" || !/^[a-z0-9][a-z0-9+._-]*$/.test(p))
-    )
+    if (!Array.isArray(packages) || !packages.every(isPackageName))
       f.fail("image.bake.packages", "must be package names");
     if (userDataSha256 !== undefined && !HEX64.test(userDataSha256))
       f.fail("image.bake.userDataSha256", "must be 64 lower-case hexadecimal characters");

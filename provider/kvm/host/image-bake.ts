@@ -283,7 +283,8 @@ export class ImageBaker {
       }
 
       await step("boot");
-      const deadline = performance.now() + (this.options.bakeTimeoutMs ?? 30 * 60_000);
+      const timeoutMs = this.options.bakeTimeoutMs ?? 30 * 60_000;
+      const deadline = performance.now() + timeoutMs;
       for (;;) {
         // Gone (NO_DOMAIN) counts as stopped; any other failure ends the bake as it is (transient or not).
         const state = await lv.domainGetState(builder).catch((err: unknown) => {
@@ -296,7 +297,7 @@ export class ImageBaker {
           throw new ProviderError(
             "transient",
             `bake builder ${names.builder} on host ${loc.host} did not finish within ${Math.round(
-              (this.options.bakeTimeoutMs ?? 30 * 60_000) / 60_000,
+              timeoutMs / 60_000,
             )} minutes; last console lines:\n${lastLines(console.text())}`,
           );
         }

@@ -185,17 +185,22 @@ describe("a bake on the real libvirtd, with boot-sector builders", () => {
       const atCut = new Promise<void>((resolve) => {
         reached = resolve;
       });
-      new ImageBaker({ lease: LEASE, pollMs: 500 })
-        .ensure(await locationOf(hosts), request, {
-          onStep: (s: BakeStep) => {
-            if (s !== cut) return;
-            reached();
-            // The process dies here: nothing after this runs, no clean-up.
-            return new Promise<void>(() => undefined);
-          },
-        })
-        .catch(() => undefined);
-      await atCut;
+      const bake = new ImageBaker({ lease: LEASE, pollMs: 500 }).ensure(await locationOf(hosts), request, {
+        onStep: (s: BakeStep) => {
+          if (s !== cut) return;
+          reached();
+          // The process dies here: nothing after this runs, no clean-up.
+          return new Promise<void>(() => undefined);
+        },
+      });
+      // A bake that fails before the cut fails the test with its own error rather than hanging it.
+      await Promise.race([
+        atCut,
+        bake.then(() => {
+          throw new Error(`the bake finished before its cut at ${cut}`);
+        }),
+      ]);
+      bake.catch(() => undefined);
       transports.kill();
       await refreshPoolByHand(host);
       left[cut] = { volumes: ours(), builder: domainState(names.builder) };
@@ -225,7 +230,7 @@ describe("a bake on the real libvirtd, with boot-sector builders", () => {
     } finally {
       await hosts.closeAll();
     }
-  }, 240_000);
+  }, 480_000);
 
   it.each([
     [

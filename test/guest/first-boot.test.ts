@@ -240,7 +240,8 @@ beforeAll(async () => {
           '  - [sh, -c, "while :; do echo kvmp-console-marker; echo password: console-hunter2; sleep 10; done >/dev/console 2>&1 </dev/null &"]',
           "",
         ].join("\n"),
-        timeouts: { create: "8m" },
+        // Long enough for a 2-core machine booting a dozen TCG guests of several files at once.
+        timeouts: { create: "15m" },
       },
     },
   });

@@ -12,6 +12,8 @@
  */
 import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
+import type { Libvirt } from "../../libvirt/libvirt";
+import type { Domain, StoragePool } from "../../libvirt/types";
 import { type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
 import type { ProxyMetadata } from "../domain/metadata";
 import {
@@ -56,7 +58,7 @@ import { type ProvisionOptions, provision } from "./provision";
 import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationError, withRetry } from "./retry";
 import { Semaphore } from "./semaphore";
 import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
-import { deleteVolumeByName, hasCode, lookupVolume } from "./volumes";
+import { deleteVolumeByName, hasCode, lookupVolume, volumePath } from "./volumes";
 
 /** A managed VM found by list. */
 export interface ManagedVm {
@@ -487,8 +489,9 @@ export class KvmOperations {
   /**
    * Deletes cached and baked images on `hostKey` that no managed domain
    * uses, stale partial markers, and bake builders (with their seeds) that
-   * are shut off and whose bake is over (no marker in the pool). A stock image stays while a proxy's
-   * baked image it backs is in use. Refuses (permanent error) when some
+   * are shut off, boot from this pool's baked volume, and whose bake is over
+   * (no marker in the pool). A stock image stays while a proxy's baked image
+   * it backs is in use. Refuses (permanent error) when some
    * domain's metadata cannot be read, since its image would be unknown.
    * Returns the volumes and builder domains removed.
    */
@@ -523,6 +526,9 @@ export class KvmOperations {
         // builder may live in another pool); the next bake of the key removes what a dead one left.
         const state = await lv.domainGetState(dom).catch(() => undefined);
         if (state === undefined || isActiveState(state.state)) continue;
+        // Domains are host-wide, markers live in a pool: a builder whose disk is not this pool's baked
+        // volume belongs to another pool's bake, which may be between its define and its start.
+        if (!(await builderDiskIn(lv, pool, dom, bakedImageVolumeName(key)))) continue;
         if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
           continue;
         if (await removeDomain(lv, dom)) removed.push(dom.name);
@@ -558,6 +564,20 @@ export class KvmOperations {
       ...(signal !== undefined ? { signal } : {}),
     });
   }
+}
+
+/** Whether the builder `dom` boots from this pool's volume `volume` (false when either is gone). */
+async function builderDiskIn(lv: Libvirt, pool: StoragePool, dom: Domain, volume: string): Promise<boolean> {
+  const vol = await lookupVolume(lv, pool, volume);
+  if (vol === undefined) return false;
+  let xml: string;
+  try {
+    xml = await lv.domainGetXmlDesc(dom);
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return false;
+    throw err;
+  }
+  return parseDomainXml(xml).diskPath === (await volumePath(lv, vol));
 }
 
 export type { AddressFamily, WaitForIpOptions } from "./addresses";

@@ -573,6 +573,7 @@ describe("image cache", () => {
     virsh(host, "pool-start", poolName);
     const cfg = hostConfigs(host);
     const local = cfg.local as (typeof cfg)["local"] & object;
+    let otherBuilder: string | undefined;
     const pruneVols = () =>
       virsh(host, "vol-list", poolName)
         .split("\n")
@@ -600,20 +601,31 @@ describe("image cache", () => {
       virsh(host, "vol-create", poolName, markerXml);
       // What a bake cut short left: its baked volume, the builder (defined, shut off) and its seed.
       const key = "0123456789abcdef";
+      const otherKey = "fedcba9876543210";
       for (const v of [bakedImageVolumeName(key), bakeSeedVolumeName(key)]) {
         writeFileSync(markerXml, `<volume><name>${v}</name><capacity>1</capacity></volume>`);
         virsh(host, "vol-create", poolName, markerXml);
       }
       const builderXml = path.join(dir, "builder.xml");
+      const defineBuilder = (k: string, disk: string) => {
+        writeFileSync(
+          builderXml,
+          `<domain type="qemu"><name>${bakeBuilderName(k)}</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os>` +
+            `<devices><disk type="file" device="disk"><source file="${disk}"/><target dev="vda" bus="virtio"/></disk></devices></domain>`,
+        );
+        virsh(host, "define", builderXml);
+      };
+      defineBuilder(key, path.join(poolDir, bakedImageVolumeName(key)));
+      // A builder booting from another pool (its marker there) is another pool's bake, perhaps between
+      // its define and its start: left alone, even when this pool holds a baked volume of its key.
+      otherBuilder = bakeBuilderName(otherKey);
       writeFileSync(
-        builderXml,
-        `<domain type="qemu"><name>${bakeBuilderName(key)}</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os></domain>`,
+        markerXml,
+        `<volume><name>${bakedImageVolumeName(otherKey)}</name><capacity>1</capacity></volume>`,
       );
-      virsh(host, "define", builderXml);
-      // Builders of other files' bakes (each with its marker, in the shared pool) are left alone.
-      const removed = (await o.pruneImages("local")).filter(
-        (n) => !n.startsWith("kvmp-bake-") || n.includes(key),
-      );
+      virsh(host, "vol-create", poolName, markerXml);
+      defineBuilder(otherKey, path.join(dir, "elsewhere", bakedImageVolumeName(otherKey)));
+      const removed = await o.pruneImages("local");
       expect(removed.sort()).toEqual(
         [
           unusedVol,
@@ -621,13 +633,15 @@ describe("image cache", () => {
           bakedImageVolumeName(key),
           bakeSeedVolumeName(key),
           bakeBuilderName(key),
+          bakedImageVolumeName(otherKey),
         ].sort(),
       );
       expect(domainsNamed(bakeBuilderName(key))).toEqual([]);
+      expect(domainsNamed(otherBuilder)).toEqual([otherBuilder]);
       expect(pruneVols().sort()).toEqual([...vmVolumes(keep).both, usedVol].sort());
       await o.delete("local", keep, ownedBy(keep));
       // Nothing in use any more: the last image goes too.
-      expect((await o.pruneImages("local")).filter((n) => !n.startsWith("kvmp-bake-"))).toEqual([usedVol]);
+      expect(await o.pruneImages("local")).toEqual([usedVol]);
       expect(pruneVols()).toEqual([]);
     } finally {
       for (const v of (() => {
@@ -638,6 +652,7 @@ describe("image cache", () => {
         }
       })())
         virshQuiet(host, "vol-delete", "--pool", poolName, v);
+      if (otherBuilder !== undefined) virshQuiet(host, "undefine", otherBuilder);
       virshQuiet(host, "pool-destroy", poolName);
       virshQuiet(host, "pool-undefine", poolName);
     }

@@ -101,6 +101,7 @@ export interface CheckedProxyAuth {
 export interface ProxyConfig {
   /** The port squid listens on (default 3128; not 22, 53 or 5355, which the guest's own services hold). */
   port?: number;
+  /** Basic authentication: clients inside `allowedClients` without valid credentials get 407. Changing it replaces the VM. */
   auth?: ProxyAuth;
   /**
    * Client ranges (IPv4 or IPv6) admitted. Default: the private ranges (10/8,
@@ -131,6 +132,30 @@ export interface ProxyConfig {
   socks?: { port?: number };
 }
 
+/** A SOCKS5 listener beside squid (Dante), with the proxy's clients, credentials and destination rules. */
+export interface SocksInput {
+  /** The SOCKS port (default 1080; not the HTTP port). */
+  port?: pulumi.Input<number>;
+}
+
+/** The host pool a proxy is placed on at create. */
+export interface HostPoolInput {
+  /** Keys of `kvm:hosts`, hosts given in full, or both. */
+  pool: pulumi.Input<pulumi.Input<string | HostInput>[]>;
+}
+
+/** Replacement by age. */
+export interface RotationInput {
+  /** The age past which the proxy is replaced: seconds, or a duration such as "7d", "12h". */
+  maxAge: string | number;
+  /** At most this many members of a group replaced per `up` (set by ProxyFleet; default 1). */
+  batch?: number;
+  /** The group (fleet) the proxy rotates with (set by ProxyFleet). */
+  group?: string;
+  /** The group's size (set by ProxyFleet). */
+  size?: number;
+}
+
 /**
  * A host given in full: the fields of a `kvm:hosts` entry, each an Input (so
  * another resource of the program, the one that makes the hypervisor, can
@@ -140,22 +165,39 @@ export interface ProxyConfig {
 export interface HostInput {
   /** The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing). */
   key: pulumi.Input<string>;
+  /** `ssh://[user@]host[:port][?socket=/path]` or `unix:///path/to/libvirt-sock`. */
   uri: pulumi.Input<string>;
+  /** known_hosts lines for the host (default: the file `~/.ssh/known_hosts`); never trusted on first use. */
   knownHosts?: pulumi.Input<string>;
+  /** A known_hosts file instead of the lines. */
   knownHostsPath?: pulumi.Input<string>;
+  /** An SSH private key (OpenSSH or PEM), kept secret. */
   privateKey?: pulumi.Input<string>;
+  /** A private key file instead of the key. */
   privateKeyPath?: pulumi.Input<string>;
+  /** An SSH agent's socket instead of a key. */
   agentSocket?: pulumi.Input<string>;
+  /** The private key's passphrase, kept secret. */
   passphrase?: pulumi.Input<string>;
+  /** libvirt's driver URI on the host: `qemu:///system` (the default), `qemu:///session` or `test:///default`. */
   driverUri?: pulumi.Input<string>;
+  /** `kvm` (the default) or `qemu` (TCG, for hosts without hardware virtualisation). */
   domainType?: pulumi.Input<"kvm" | "qemu">;
+  /** The storage pool of images and disks (default `default`). */
   pool?: pulumi.Input<string>;
+  /** The libvirt network of a proxy's NIC (default `default`). */
   network?: pulumi.Input<string>;
+  /** A host bridge instead of the network. */
   bridge?: pulumi.Input<string>;
+  /** The deadline of each libvirt reply: seconds or a duration (default 60s, 1s to 60m). */
   callTimeout?: pulumi.Input<string | number>;
+  /** What placement may put on the host and how many creates run on it at once: `{proxies, memoryMiB, vcpus, concurrentCreates}`. */
   capacity?: pulumi.Input<Record<string, pulumi.Input<number | string>>>;
+  /** The SSH client: `ssh2` (the provider's own, the default) or `openssh` (the system's ssh, reading ssh_config). */
   transport?: pulumi.Input<"ssh2" | "openssh">;
+  /** Bastions on the way to the host: one hop or a chain, each verified. */
   jump?: pulumi.Input<unknown>;
+  /** An ssh_config file for the `openssh` transport. */
   sshConfig?: pulumi.Input<unknown>;
 }
 
@@ -170,10 +212,10 @@ export interface KvmProxyArgs {
    * the pool. Changing the host's key replaces the proxy; changing how a
    * host is reached (its uri, keys) does not.
    */
-  host: pulumi.Input<string | HostInput | { pool: pulumi.Input<pulumi.Input<string | HostInput>[]> }>;
+  host: pulumi.Input<string | HostInput | HostPoolInput>;
   /** A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes). */
   image: pulumi.Input<string | pulumi.Input<InlineImage>>;
-  /** cloud-init user-data, any format, placed in the seed byte for byte. Default: a cloud-config installing squid on proxyPort. */
+  /** cloud-init user-data, any format, placed in the seed byte for byte (secret). Default: an empty cloud-config; the provider's vendor-data sets the proxy up whatever the user-data is. */
   userData?: pulumi.Input<string>;
   /**
    * cloud-init user-data as base64, for data that is not text (gzip-compressed
@@ -181,7 +223,7 @@ export interface KvmProxyArgs {
    * seed byte for byte. Exclusive with userData; secret like it.
    */
   userDataBase64?: pulumi.Input<string>;
-  /** Extra vendor-data beside the guest-agent bootstrap. */
+  /** Extra vendor-data beside the provider's own scripts (secret). */
   vendorData?: pulumi.Input<string>;
   /** Extra vendor-data as base64 (e.g. gzip). Exclusive with vendorData; secret like it. */
   vendorDataBase64?: pulumi.Input<string>;
@@ -234,6 +276,7 @@ export interface KvmProxyArgs {
    * the guest agent does not answer: they are the answer.
    */
   waitForIp?: pulumi.Input<boolean | "ipv4" | "ipv6" | "any">;
+  /** Deadlines the provider enforces itself (Pulumi's `customTimeouts` never reach a dynamic provider). */
   timeouts?: pulumi.Input<Timeouts>;
   /** Free-form labels, stored in the VM's libvirt metadata too. Changing them updates in place. */
   tags?: pulumi.Input<Record<string, pulumi.Input<string>>>;
@@ -243,7 +286,7 @@ export interface KvmProxyArgs {
    * ProxyFleet sets `batch` (most of its members replaced per `up`, oldest
    * first) and the fields that group its members.
    */
-  rotation?: pulumi.Input<{ maxAge: string | number; batch?: number; group?: string; size?: number }>;
+  rotation?: pulumi.Input<RotationInput>;
 }
 
 /** The `proxy` block as a program writes it (see {@link ProxyConfig}); `Auth` is what `auth` takes. */
@@ -254,7 +297,7 @@ export interface ProxyInput<Auth = { username: pulumi.Input<string>; password: p
   allowedDestinations?: pulumi.Input<pulumi.Input<string>[]>;
   outgoingAddress?: pulumi.Input<string>;
   publicClientsWithoutAuth?: pulumi.Input<boolean>;
-  socks?: pulumi.Input<{ port?: pulumi.Input<number> }>;
+  socks?: pulumi.Input<SocksInput>;
 }
 
 /** One NIC of `nics`: attached to exactly one of network, bridge or direct. */
@@ -264,10 +307,7 @@ export interface NicInput {
   /** An existing host bridge. */
   bridge?: pulumi.Input<string>;
   /** A macvtap device on host interface `dev` (mode default "bridge"). */
-  direct?: pulumi.Input<{
-    dev: pulumi.Input<string>;
-    mode?: pulumi.Input<"bridge" | "vepa" | "private" | "passthrough">;
-  }>;
+  direct?: pulumi.Input<NicDirectInput>;
   /** Default: a stable MAC derived from the resource and the NIC's position. */
   macAddress?: pulumi.Input<string>;
   /** Static addresses, CIDR, IPv4 and IPv6 (`203.0.113.7/24`, `2001:db8::7/64`); none: DHCP. */
@@ -278,16 +318,41 @@ export interface NicInput {
    * of each family), free over every stack's VMs on the segment; kept for
    * the VM's life, a replacement takes another. Not with `addresses`.
    */
-  addressPool?: pulumi.Input<{ ranges: pulumi.Input<pulumi.Input<string>[]> }>;
+  addressPool?: pulumi.Input<NicAddressPoolInput>;
+  /** The IPv4 gateway of the static addresses. */
   gateway4?: pulumi.Input<string>;
+  /** The IPv6 gateway of the static addresses. */
   gateway6?: pulumi.Input<string>;
+  /** DNS servers for the static addresses. */
   nameservers?: pulumi.Input<pulumi.Input<string>[]>;
   /** Rate limits in kilobits per second; updated in place. */
-  bandwidth?: pulumi.Input<{ inboundKbps?: pulumi.Input<number>; outboundKbps?: pulumi.Input<number> }>;
+  bandwidth?: pulumi.Input<NicBandwidthInput>;
   /** A libvirt nwfilter such as "clean-traffic", given the NIC's static IPv4 addresses as its IP parameters. */
   filter?: pulumi.Input<string>;
   /** The NIC proxyUrl uses (default: the first). */
   primary?: pulumi.Input<boolean>;
+}
+
+/** A macvtap attachment. */
+export interface NicDirectInput {
+  /** The host interface the macvtap device sits on. */
+  dev: pulumi.Input<string>;
+  /** The macvtap mode (default "bridge"). */
+  mode?: pulumi.Input<"bridge" | "vepa" | "private" | "passthrough">;
+}
+
+/** Rate limits of a NIC, in kilobits per second. */
+export interface NicBandwidthInput {
+  /** Traffic to the guest. */
+  inboundKbps?: pulumi.Input<number>;
+  /** Traffic from the guest. */
+  outboundKbps?: pulumi.Input<number>;
+}
+
+/** The ranges a NIC's static address is taken from at create. */
+export interface NicAddressPoolInput {
+  /** Ranges such as `"203.0.113.10-203.0.113.40/24"` or `"2001:db8::10-2001:db8::40/64"` (one of each family). */
+  ranges: pulumi.Input<pulumi.Input<string>[]>;
 }
 
 /** The proxy block after check. */
@@ -379,6 +444,7 @@ export interface CheckedInputs {
   timeouts: { create: number; delete: number };
   tags: Record<string, string>;
   rotation?: { maxAge: number; batch: number; group?: string; size?: number };
+  /** Who owns the VM (project, stack, URN), as its metadata records it. */
   owner?: OwnerInput;
 }
 
@@ -391,6 +457,7 @@ export interface CheckedInputs {
  */
 /** The proxy's health as the last create, update or refresh probed it. */
 export interface ProxyHealth {
+  /** The proxy answered as the health check expects. */
   ok: boolean;
   /** ISO 8601 time of the probe. */
   checkedAt: string;
@@ -426,6 +493,7 @@ export interface KvmProxyOutputs
    * diff tells a changed password by. The seed on the host holds the same.
    */
   proxyPasswordHash?: string;
+  /** The proxy's health at the last create, update or refresh. */
   health?: ProxyHealth;
   /** SHA-256 (hex) of the user-data bytes in the seed (whichever input gave them). */
   userDataSha256: string;
@@ -433,13 +501,14 @@ export interface KvmProxyOutputs
   vendorDataSha256?: string;
   /** The libvirt domain name (= name). */
   domainName: string;
+  /** The libvirt domain's UUID. */
   uuid: string;
   /** The primary NIC's first routable IPv4 (guest agent, DHCP lease, or its static address), once known. */
   ipAddress?: string;
   /** The primary NIC's first global IPv6, once known. */
   ipv6Address?: string;
   /** Every address of every NIC (v4 and v6, CIDR as the guest reports them), in the order of `nics`. */
-  ipAddresses?: { mac: string; addresses: string[] }[];
+  ipAddresses?: NicAddresses[];
   /** The NIC's MAC address, lower case (the fixed one or libvirt's). */
   macAddress?: string;
   /** `http://<ip>:<proxyPort>`, once the IP is known (never with credentials). */
@@ -448,7 +517,24 @@ export interface KvmProxyOutputs
   socksUrl?: string;
   /** The address `egressCheck.url` saw the proxy's requests come from, at the last create, update or refresh. */
   egressAddress?: string;
+  /** provisioning, running, degraded (the VM runs but its proxy failed the last probe), stopped or failed. */
   state: KvmProxyState;
+}
+
+/** The addresses of one NIC. */
+export interface NicAddresses {
+  /** The NIC's MAC address. */
+  mac: string;
+  /** Its addresses, CIDR, as the guest reports them. */
+  addresses: string[];
+}
+
+/** What the KvmProxy class adds to the provider's outputs, in the program (secrets: never in a provider reply). */
+export interface KvmProxyCredentialUrls {
+  /** `proxyUrl` with the username and password (secret), when the proxy has auth. */
+  proxyUrlWithCredentials?: string;
+  /** `socksUrl` with the username and password (secret), when the proxy has SOCKS and auth. */
+  socksUrlWithCredentials?: string;
 }
 
 export const DEFAULTS = {
@@ -506,3 +592,17 @@ export const UPDATE_PROPERTIES = [
   "timeouts",
   "rotation",
 ] as const;
+
+/** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
+export const SECRET_OUTPUTS = [
+  "userData",
+  "vendorData",
+  "userDataBase64",
+  "vendorDataBase64",
+  "proxyPasswordHash",
+  // Digests of secret inputs: a guess at the text is checked against them, so they are secrets too.
+  "userDataSha256",
+  "vendorDataSha256",
+  // A host given in full, as delete and refresh reach it: its private key and passphrase.
+  "hostConnection",
+];

@@ -13,7 +13,7 @@
  * capture its `__awaiter` helper), no `this`, no method shorthand.
  */
 import * as pulumi from "@pulumi/pulumi";
-import { KVM_PROXY_TYPE, type KvmProxyArgs } from "./args";
+import { KVM_PROXY_TYPE, type KvmProxyArgs, SECRET_OUTPUTS } from "./args";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "./proxy-auth";
 
 /** The module the serialized provider requires: resolved from the program's folder. */
@@ -30,20 +30,6 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
     require("pulumi-kvm-proxy/dist/provider/resource/provider").update(id, olds, news),
   delete: (id, props) => require("pulumi-kvm-proxy/dist/provider/resource/provider").delete(id, props),
 };
-
-/** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
-export const SECRET_OUTPUTS = [
-  "userData",
-  "vendorData",
-  "userDataBase64",
-  "vendorDataBase64",
-  "proxyPasswordHash",
-  // Digests of secret inputs: a guess at the text is checked against them, so they are secrets too.
-  "userDataSha256",
-  "vendorDataSha256",
-  // A host given in full, as delete and refresh reach it: its private key and passphrase.
-  "hostConnection",
-];
 
 /**
  * A KVM VM running an HTTP forward proxy.

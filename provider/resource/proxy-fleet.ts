@@ -52,9 +52,20 @@ export interface ProxyFleetArgs {
    * same secret gives the same passwords at every run; a new secret
    * replaces every member. `urlsWithCredentials` carries each member's.
    */
-  memberPasswords?: { secret: pulumi.Input<string> };
+  memberPasswords?: MemberPasswords;
 }
 
+/** Per-member passwords derived from one secret. */
+export interface MemberPasswords {
+  /** At least 16 characters; each member's password is HMAC-SHA-256 of its name under it. */
+  secret: pulumi.Input<string>;
+}
+
+/**
+ * `size` proxies sharing one set of arguments, placed over a pool of hosts
+ * by capacity and rotated in batches; member `i` is the KvmProxy
+ * `<fleet>-<i>`.
+ */
 export class ProxyFleet extends pulumi.ComponentResource {
   /** The members, in order. */
   readonly proxies: KvmProxy[];

@@ -28,7 +28,12 @@ export function pulumiEnv(): NodeJS.ProcessEnv {
   );
   const env = JSON.parse(out) as NodeJS.ProcessEnv;
   const bin = path.join(repoRoot, ".tools/pulumi/bin");
-  for (const exe of ["pulumi", "pulumi-language-nodejs", "pulumi-resource-pulumi-nodejs"]) {
+  for (const exe of [
+    "pulumi",
+    "pulumi-language-nodejs",
+    "pulumi-resource-pulumi-nodejs",
+    "kvmproxy-schema",
+  ]) {
     if (!existsSync(path.join(bin, exe))) {
       throw new Error(`the Pulumi CLI is missing (${bin}/${exe}); run scripts/pulumi-cli build`);
     }

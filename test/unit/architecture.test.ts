@@ -180,13 +180,28 @@ describe("architecture", () => {
     ["provider/transport", /^provider\/(libvirt|kvm|resource|gc|cli)\//],
     ["provider/libvirt", /^provider\/(kvm|resource|gc|cli)\//],
     ["provider/kvm", /^provider\/(resource|gc|cli)\//],
-    ["provider/resource", /^provider\/(gc|cli)\//],
+    ["provider/resource", /^provider\/(gc|cli|schema)\//],
   ];
   it.each(LAYERS)("nothing in %s imports a layer above it", (folder, above) => {
     const bad = under(folder).flatMap((s) =>
       edges(s.file)
         .filter((i) => above.test(i.target))
         .map((i) => `${s.file} -> ${i.from}`),
+    );
+    expect(bad).toEqual([]);
+  });
+
+  it("the package schema is pure: it reads the resource's argument types and lists, nothing else", () => {
+    const files = under("provider/schema").map((s) => s.file);
+    expect(files.length).toBeGreaterThan(2);
+    const bad = files.flatMap((f) =>
+      edges(f)
+        .filter(
+          (i) =>
+            !/^provider\/schema\//.test(i.target) &&
+            !/^provider\/resource\/(args|proxy-fleet)\.ts$/.test(i.target),
+        )
+        .map((i) => `${f} -> ${i.from}`),
     );
     expect(bad).toEqual([]);
   });

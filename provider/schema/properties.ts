@@ -1,0 +1,300 @@
+/**
+ * The property tables of the `kvmproxy` package: one entry per property of
+ * the interfaces users write and read (provider/resource/args.ts,
+ * proxy-fleet.ts), each typed `Table<Interface>` so that a property added to
+ * an interface without its entry fails `tsc`. Types, secrets and defaults
+ * are here; descriptions are the interfaces' TSDoc; which inputs replace
+ * and which outputs are secret come from the lists the resource itself
+ * uses (REPLACE_PROPERTIES, SECRET_OUTPUTS).
+ */
+import type {
+  EgressCheck,
+  HealthCheck,
+  HostInput,
+  HostPoolInput,
+  InlineImage,
+  KvmProxyArgs,
+  KvmProxyCredentialUrls,
+  KvmProxyOutputs,
+  NicAddresses,
+  NicAddressPoolInput,
+  NicBandwidthInput,
+  NicDirectInput,
+  NicInput,
+  ProxyAuth,
+  ProxyHealth,
+  ProxyInput,
+  RotationInput,
+  SocksInput,
+  Timeouts,
+} from "../resource/args";
+import { DEFAULTS } from "../resource/args";
+import type { MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
+import { ANY, type ObjectTable, type Prop, ref, type Table, type TypeSpec } from "./package-schema";
+
+/** The package's name: type tokens are `kvmproxy:index:<Name>`. */
+export const PACKAGE = "kvmproxy";
+/** The plugin's resource types (the dynamic provider's KvmProxy is `pulumi-nodejs:dynamic:KvmProxy`). */
+export const KVM_PROXY_TOKEN = `${PACKAGE}:index:KvmProxy`;
+/** The token the ProxyFleet component has in both (PROXY_FLEET_TYPE). */
+export const PROXY_FLEET_TOKEN = `${PACKAGE}:index:ProxyFleet`;
+
+const t = (name: string) => ref(PACKAGE, name);
+const STRING: TypeSpec = { type: "string" };
+const INTEGER: TypeSpec = { type: "integer" };
+const NUMBER: TypeSpec = { type: "number" };
+const BOOLEAN: TypeSpec = { type: "boolean" };
+const strings: TypeSpec = { type: "array", items: STRING };
+const stringMap: TypeSpec = { type: "object", additionalProperties: STRING };
+const duration: TypeSpec = { oneOf: [STRING, NUMBER] };
+const p = (type: TypeSpec, extra: Omit<Prop, "type"> = {}): Prop => ({ type, ...extra });
+
+const inlineImage: Table<InlineImage> = {
+  url: p(STRING),
+  format: p(STRING, { default: "qcow2" }),
+  firmware: p(STRING, { default: "uefi" }),
+  sha256: p(STRING),
+};
+
+const healthCheck: Table<HealthCheck> = {
+  url: p(STRING),
+  expectStatus: p(INTEGER, { default: DEFAULTS.expectStatus }),
+  via: p(STRING),
+};
+
+const egressCheck: Table<EgressCheck> = { url: p(STRING) };
+
+const timeouts: Table<Timeouts> = { create: p(duration), delete: p(duration) };
+
+const proxyAuth: Table<ProxyAuth> = { username: p(STRING), password: p(STRING, { secret: true }) };
+
+const socks: Table<SocksInput> = { port: p(INTEGER, { default: DEFAULTS.socksPort }) };
+
+const proxy: Table<ProxyInput> = {
+  port: p(INTEGER, { default: DEFAULTS.proxyPort }),
+  auth: p(t("ProxyAuth")),
+  allowedClients: p(strings),
+  allowedDestinations: p(strings),
+  outgoingAddress: p(STRING),
+  publicClientsWithoutAuth: p(BOOLEAN),
+  socks: p(t("Socks")),
+};
+
+const hostInput: Table<HostInput> = {
+  key: p(STRING),
+  uri: p(STRING),
+  knownHosts: p(STRING),
+  knownHostsPath: p(STRING),
+  privateKey: p(STRING, { secret: true }),
+  privateKeyPath: p(STRING),
+  agentSocket: p(STRING),
+  passphrase: p(STRING, { secret: true }),
+  driverUri: p(STRING),
+  domainType: p(STRING),
+  pool: p(STRING),
+  network: p(STRING),
+  bridge: p(STRING),
+  callTimeout: p(duration),
+  capacity: p({ type: "object", additionalProperties: { oneOf: [INTEGER, STRING] } }),
+  transport: p(STRING),
+  jump: p(ANY),
+  sshConfig: p(ANY),
+};
+
+const hostRef: TypeSpec = { oneOf: [STRING, t("HostInput")] };
+
+const hostPool: Table<HostPoolInput> = { pool: p({ type: "array", items: hostRef }) };
+
+const rotation: Table<RotationInput> = {
+  maxAge: p(duration),
+  batch: p(INTEGER),
+  group: p(STRING),
+  size: p(INTEGER),
+};
+
+const nicDirect: Table<NicDirectInput> = { dev: p(STRING), mode: p(STRING, { default: "bridge" }) };
+const nicBandwidth: Table<NicBandwidthInput> = { inboundKbps: p(INTEGER), outboundKbps: p(INTEGER) };
+const nicAddressPool: Table<NicAddressPoolInput> = { ranges: p(strings) };
+
+const nic: Table<NicInput> = {
+  network: p(STRING),
+  bridge: p(STRING),
+  direct: p(t("NicDirect")),
+  macAddress: p(STRING),
+  addresses: p(strings),
+  addressPool: p(t("NicAddressPool")),
+  gateway4: p(STRING),
+  gateway6: p(STRING),
+  nameservers: p(strings),
+  bandwidth: p(t("NicBandwidth")),
+  filter: p(STRING),
+  primary: p(BOOLEAN),
+};
+
+const health: Table<ProxyHealth> = { ok: p(BOOLEAN), checkedAt: p(STRING), reason: p(STRING) };
+const nicAddresses: Table<NicAddresses> = { mac: p(STRING), addresses: p(strings) };
+const memberPasswords: Table<MemberPasswords> = { secret: p(STRING, { secret: true }) };
+
+/** The object types of the package, by name, each with the interface its TSDoc comes from. */
+export const TYPES: Readonly<Record<string, ObjectTable>> = {
+  InlineImage: { source: "InlineImage", properties: inlineImage },
+  HealthCheck: { source: "HealthCheck", properties: healthCheck },
+  EgressCheck: { source: "EgressCheck", properties: egressCheck },
+  Timeouts: { source: "Timeouts", properties: timeouts },
+  ProxyAuth: { source: "ProxyAuth", properties: proxyAuth },
+  Socks: { source: "SocksInput", properties: socks },
+  Proxy: { source: "ProxyConfig", properties: proxy },
+  HostInput: { source: "HostInput", properties: hostInput },
+  HostPool: { source: "HostPoolInput", properties: hostPool },
+  Rotation: { source: "RotationInput", properties: rotation },
+  Nic: { source: "NicInput", properties: nic },
+  NicDirect: { source: "NicDirectInput", properties: nicDirect },
+  NicBandwidth: { source: "NicBandwidthInput", properties: nicBandwidth },
+  NicAddressPool: { source: "NicAddressPoolInput", properties: nicAddressPool },
+  ProxyHealth: { source: "ProxyHealth", properties: health },
+  NicAddresses: { source: "NicAddresses", properties: nicAddresses },
+  MemberPasswords: { source: "MemberPasswords", properties: memberPasswords },
+};
+
+const waitForIp: TypeSpec = { oneOf: [BOOLEAN, STRING] };
+
+/** The inputs of `KvmProxy`. */
+export const KVM_PROXY_INPUTS: Table<KvmProxyArgs> = {
+  host: p({ oneOf: [STRING, t("HostInput"), t("HostPool")] }),
+  image: p({ oneOf: [STRING, t("InlineImage")] }),
+  userData: p(STRING, { secret: true }),
+  userDataBase64: p(STRING, { secret: true }),
+  vendorData: p(STRING, { secret: true }),
+  vendorDataBase64: p(STRING, { secret: true }),
+  installGuestAgent: p(BOOLEAN, { default: DEFAULTS.installGuestAgent }),
+  memoryMiB: p(INTEGER, { default: DEFAULTS.memoryMiB }),
+  vcpus: p(INTEGER, { default: DEFAULTS.vcpus }),
+  diskGiB: p(INTEGER, { default: DEFAULTS.diskGiB }),
+  network: p(STRING),
+  bridge: p(STRING),
+  macAddress: p(STRING),
+  nics: p({ type: "array", items: t("Nic") }),
+  networkConfig: p(STRING),
+  name: p(STRING),
+  proxy: p(t("Proxy")),
+  proxyPort: p(INTEGER, { default: DEFAULTS.proxyPort }),
+  healthCheck: p({ oneOf: [BOOLEAN, t("HealthCheck")] }),
+  egressCheck: p(t("EgressCheck")),
+  waitForIp: p(waitForIp),
+  timeouts: p(t("Timeouts")),
+  tags: p(stringMap),
+  rotation: p(t("Rotation")),
+};
+
+/**
+ * The outputs of `KvmProxy`: the provider's (secrets as SECRET_OUTPUTS
+ * names them, applied by the schema builder) and the two the class adds.
+ * What check resolves for the provider itself (the image, the NICs, the
+ * owner, a host in full) is `Any`: a shape of the state, not of the API.
+ */
+export const KVM_PROXY_OUTPUTS: Table<KvmProxyOutputs & KvmProxyCredentialUrls> = {
+  host: p(STRING),
+  hostPool: p(strings),
+  hostConnection: p(ANY),
+  image: p({ oneOf: [STRING, t("InlineImage")] }),
+  resolvedImage: p(ANY),
+  installGuestAgent: p(BOOLEAN),
+  memoryMiB: p(INTEGER),
+  vcpus: p(INTEGER),
+  diskGiB: p(INTEGER),
+  network: p(STRING),
+  bridge: p(STRING),
+  nics: p({ type: "array", items: ANY }),
+  networkConfig: p(STRING),
+  name: p(STRING),
+  autoname: p(BOOLEAN),
+  proxy: p(ANY),
+  proxyPort: p(INTEGER),
+  healthCheck: p({ oneOf: [BOOLEAN, t("HealthCheck")] }),
+  egressCheck: p(t("EgressCheck")),
+  waitForIp: p(waitForIp),
+  timeouts: p({ type: "object", additionalProperties: NUMBER }),
+  tags: p(stringMap),
+  rotation: p(ANY),
+  owner: p(ANY),
+  createdAt: p(STRING),
+  bakedImage: p(STRING),
+  proxyPasswordHash: p(STRING),
+  health: p(t("ProxyHealth")),
+  userDataSha256: p(STRING),
+  vendorDataSha256: p(STRING),
+  domainName: p(STRING),
+  uuid: p(STRING),
+  ipAddress: p(STRING),
+  ipv6Address: p(STRING),
+  ipAddresses: p({ type: "array", items: t("NicAddresses") }),
+  macAddress: p(STRING),
+  proxyUrl: p(STRING),
+  socksUrl: p(STRING),
+  egressAddress: p(STRING),
+  state: p(STRING),
+  proxyUrlWithCredentials: p(STRING, { secret: true }),
+  socksUrlWithCredentials: p(STRING, { secret: true }),
+};
+
+/** The inputs of the `ProxyFleet` component. */
+export const PROXY_FLEET_INPUTS: Table<ProxyFleetArgs> = {
+  size: p(INTEGER),
+  hosts: p({ type: "array", items: hostRef }),
+  proxy: p(t("FleetProxy")),
+  rotation: p(t("FleetRotation")),
+  memberPasswords: p(t("MemberPasswords")),
+};
+
+type FleetProxy = ProxyFleetArgs["proxy"];
+const { host: _h, name: _n, rotation: _r, macAddress: _m, proxy: _p, ...memberArgs } = KVM_PROXY_INPUTS;
+const fleetProxy: Table<FleetProxy> = { ...memberArgs, proxy: p(t("Proxy")) };
+const fleetRotation: Table<NonNullable<ProxyFleetArgs["rotation"]>> = {
+  maxAge: rotation.maxAge,
+  batch: rotation.batch,
+};
+
+/** The fleet's own types: what every member gets, and its rotation. */
+export const FLEET_TYPES: Readonly<Record<string, ObjectTable & { description?: string }>> = {
+  FleetProxy: {
+    source: "KvmProxyArgs",
+    description:
+      "What every member of a ProxyFleet gets: the arguments of a KvmProxy but its host, name, rotation and MAC address.",
+    properties: fleetProxy,
+  },
+  FleetRotation: { source: "RotationInput", properties: fleetRotation },
+};
+
+/** The outputs of the `ProxyFleet` component (its class's public outputs). */
+export const PROXY_FLEET_OUTPUTS = {
+  proxies: p({ type: "array", items: { $ref: `#/resources/${KVM_PROXY_TOKEN}` } }),
+  ids: p(strings),
+  urls: p(strings),
+  urlsWithCredentials: p(strings, { secret: true }),
+  socksUrls: p(strings),
+  socksUrlsWithCredentials: p(strings, { secret: true }),
+  hosts: p(strings),
+  egressAddresses: p(strings),
+} as const satisfies Readonly<Record<string, Prop>>;
+
+/** The provider's configuration: the stack config keys of namespace `kvm` (`kvmproxy` for the plugin). */
+export const CONFIG: Readonly<Record<string, Prop>> = {
+  hosts: p(
+    { type: "object", additionalProperties: t("HostInput") },
+    {
+      description:
+        "The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (the fields of a host given in full, without `key`).",
+    },
+  ),
+  images: p(
+    { type: "object", additionalProperties: ANY },
+    {
+      description:
+        "The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).",
+    },
+  ),
+  sshPrivateKey: p(STRING, {
+    secret: true,
+    description: "The SSH private key for every ssh:// host that names no key or agent of its own.",
+  }),
+};

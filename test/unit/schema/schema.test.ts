@@ -1,0 +1,108 @@
+/**
+ * The package schema (provider/schema): the checked-in schema.json and the
+ * README's reference tables are what the tables and the sources' TSDoc make
+ * now (regenerate both with `KVMP_UPDATE_REFERENCE=1 npx vitest run
+ * --project unit test/unit/schema/schema.test.ts -u`), and the schema says
+ * what the resource does: the inputs that replace, the secrets, the defaults.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import {
+  DEFAULTS,
+  REPLACE_PROPERTIES,
+  SECRET_OUTPUTS,
+  UPDATE_PROPERTIES,
+} from "../../../provider/resource/args";
+import { PROXY_FLEET_TYPE } from "../../../provider/resource/proxy-fleet";
+import { buildPackageSchema, referenceMarkdown } from "../../../provider/schema/kvmproxy-schema";
+import { type DocLookup, SchemaSourceError } from "../../../provider/schema/package-schema";
+import { KVM_PROXY_TOKEN, PROXY_FLEET_TOKEN } from "../../../provider/schema/properties";
+import { docLookup } from "../../../tools/schema/tsdoc";
+
+const ROOT = path.resolve(__dirname, "../../..");
+const SOURCES = [
+  "provider/resource/args.ts",
+  "provider/resource/proxy-fleet.ts",
+  "provider/resource/kvm-proxy.ts",
+].map((f) => path.join(ROOT, f));
+const docs = docLookup(SOURCES);
+const schema = buildPackageSchema(docs);
+const kvmProxy = schema.resources[KVM_PROXY_TOKEN];
+if (kvmProxy === undefined) throw new Error("no KvmProxy in the schema");
+
+const README_START = "<!-- schema-reference: generated from provider/schema/schema.json; edit the TSDoc -->";
+const README_END = "<!-- schema-reference end -->";
+
+describe("the checked-in files are what the sources make", () => {
+  it("provider/schema/schema.json", async () => {
+    await expect(`${JSON.stringify(schema, null, 2)}\n`).toMatchFileSnapshot(
+      path.join(ROOT, "provider/schema/schema.json"),
+    );
+  });
+
+  it("the README's reference tables", () => {
+    const readme = readFileSync(path.join(ROOT, "README.md"), "utf8");
+    const start = readme.indexOf(README_START);
+    const end = readme.indexOf(README_END);
+    expect(start, "README.md lacks the schema-reference markers").toBeGreaterThan(0);
+    if (process.env.KVMP_UPDATE_REFERENCE === "1") {
+      const body = `${README_START}\n\n${referenceMarkdown(schema)}\n`;
+      writeFileSync(path.join(ROOT, "README.md"), readme.slice(0, start) + body + readme.slice(end));
+      return;
+    }
+    expect(readme.slice(start + README_START.length, end).trim()).toBe(referenceMarkdown(schema).trim());
+  });
+});
+
+describe("the schema says what the resource does", () => {
+  it("marks exactly the inputs that replace the VM", () => {
+    const replacing = Object.entries(kvmProxy.inputProperties)
+      .filter(([, p]) => p.replaceOnChanges)
+      .map(([n]) => n);
+    expect(replacing.sort()).toEqual([...REPLACE_PROPERTIES].sort());
+    // Every input either replaces or updates in place.
+    expect(Object.keys(kvmProxy.inputProperties).sort()).toEqual(
+      [...REPLACE_PROPERTIES, ...UPDATE_PROPERTIES].sort(),
+    );
+  });
+
+  it("marks the secret outputs the class marks, and the secret inputs", () => {
+    for (const name of SECRET_OUTPUTS)
+      if (name in kvmProxy.properties) expect(kvmProxy.properties[name]?.secret, name).toBe(true);
+    for (const name of ["userData", "userDataBase64", "vendorData", "vendorDataBase64"])
+      expect(kvmProxy.inputProperties[name]?.secret, name).toBe(true);
+    const auth = schema.types["kvmproxy:index:ProxyAuth"];
+    expect(auth?.properties.password?.secret).toBe(true);
+    expect(schema.config.variables.sshPrivateKey?.secret).toBe(true);
+  });
+
+  it("gives the defaults check applies, and requires what the interfaces require", () => {
+    expect(kvmProxy.inputProperties.memoryMiB?.default).toBe(DEFAULTS.memoryMiB);
+    expect(kvmProxy.inputProperties.proxyPort?.default).toBe(DEFAULTS.proxyPort);
+    expect(kvmProxy.requiredInputs).toEqual(["host", "image"]);
+    expect(schema.types["kvmproxy:index:HostInput"]?.required).toEqual(["key", "uri"]);
+  });
+
+  it("names the fleet as the component already does", () => {
+    expect(PROXY_FLEET_TOKEN).toBe(PROXY_FLEET_TYPE);
+    expect(schema.resources[PROXY_FLEET_TOKEN]?.isComponent).toBe(true);
+  });
+
+  it("describes every property from the TSDoc, links written as code", () => {
+    expect(kvmProxy.inputProperties.host?.description).toContain("`HostInput`");
+    expect(kvmProxy.inputProperties.userData?.description).not.toMatch(/installing squid/);
+  });
+});
+
+describe("a property the sources do not describe", () => {
+  it.each([
+    ["a property of KvmProxyArgs", "KvmProxyArgs", "memoryMiB", /KvmProxyArgs\.memoryMiB has no description/],
+    ["an object type", "Timeouts", undefined, /interface Timeouts has no description/],
+    ["a property of an object type", "NicDirectInput", "dev", /NicDirectInput\.dev has no description/],
+  ])("fails the build naming it: %s", (_, iface, prop, message) => {
+    const without: DocLookup = (i, p) => (i === iface && p === prop ? undefined : docs(i, p));
+    expect(() => buildPackageSchema(without)).toThrow(SchemaSourceError);
+    expect(() => buildPackageSchema(without)).toThrow(message);
+  });
+});

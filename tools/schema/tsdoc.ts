@@ -1,0 +1,64 @@
+/**
+ * Reads the TSDoc of interfaces and classes (and of their properties) from
+ * TypeScript source files, with the TypeScript compiler's own parser: the
+ * descriptions of the package schema (provider/schema/kvmproxy-schema.ts)
+ * are the texts users see as tooltips. Touches files; used by the schema
+ * test and by nothing the package ships (TypeScript is a dev dependency).
+ */
+import { readFileSync } from "node:fs";
+import ts from "typescript";
+import type { DocLookup, SourceDoc } from "../../provider/schema/package-schema";
+
+interface Declared {
+  doc?: string;
+  members: Map<string, SourceDoc>;
+}
+
+/** The TSDoc of `node`, its `{@link X}` written as `X`, lines of one paragraph joined. */
+function docOf(node: ts.Node): string | undefined {
+  const docs = ts.getJSDocCommentsAndTags(node).filter(ts.isJSDoc);
+  const last = docs[docs.length - 1];
+  if (last === undefined) return undefined;
+  const text = ts.getTextOfJSDocComment(last.comment)?.trim();
+  if (text === undefined || text === "") return undefined;
+  return text
+    .replace(/\{@link\s+([^}\s]+)\s*\}/g, "`$1`")
+    .replace(/\n(?!\n|- )/g, " ")
+    .replace(/[ \t]+/g, " ");
+}
+
+/** Every interface and class declared at the top level of `files`, with their property docs. */
+export function readDeclarations(files: readonly string[]): Map<string, Declared> {
+  const out = new Map<string, Declared>();
+  for (const file of files) {
+    const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.ES2022, true);
+    for (const st of source.statements) {
+      if (!(ts.isInterfaceDeclaration(st) || ts.isClassDeclaration(st)) || st.name === undefined) continue;
+      const members = new Map<string, SourceDoc>();
+      for (const m of st.members) {
+        if (!(ts.isPropertySignature(m) || ts.isPropertyDeclaration(m)) || !ts.isIdentifier(m.name)) continue;
+        const doc = docOf(m);
+        members.set(m.name.text, {
+          ...(doc !== undefined ? { description: doc } : {}),
+          optional: m.questionToken !== undefined,
+        });
+      }
+      const doc = docOf(st);
+      out.set(st.name.text, { ...(doc !== undefined ? { doc } : {}), members });
+    }
+  }
+  return out;
+}
+
+/** A DocLookup over `files`: a property without TSDoc counts as undescribed (undefined description). */
+export function docLookup(files: readonly string[]): DocLookup {
+  const decls = readDeclarations(files);
+  return (iface, prop) => {
+    const d = decls.get(iface);
+    if (d === undefined) return undefined;
+    if (prop === undefined) return d.doc !== undefined ? { description: d.doc } : undefined;
+    const m = d.members.get(prop);
+    if (m === undefined || m.description === undefined) return undefined;
+    return m;
+  };
+}

@@ -101,7 +101,12 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
     language: {
       nodejs: { packageName: "@kvmproxy/sdk", respectSchemaVersion: true },
       python: { packageName: "pulumi_kvmproxy", respectSchemaVersion: true },
-      go: { importBasePath: "github.com/pulumi-kvm-proxy/sdk/go/kvmproxy", respectSchemaVersion: true },
+      // Container types: ProxyFleet outputs its members as an array of KvmProxy.
+      go: {
+        importBasePath: "github.com/pulumi-kvm-proxy/sdk/go/kvmproxy",
+        generateResourceContainerTypes: true,
+        respectSchemaVersion: true,
+      },
     },
   };
 }

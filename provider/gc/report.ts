@@ -99,6 +99,13 @@ export function formatText(report: GcReport): string {
       `Dry run: nothing deleted. Rerun with --delete to delete ${orphans === 1 ? "it" : `these ${orphans}`}.`,
     );
   }
+  for (const b of report.builders) {
+    out.push(
+      b.removed !== undefined
+        ? `removed leftover bake builder ${b.host}/${b.name}${b.removed.length > 1 ? ` (and ${b.removed.slice(1).join(", ")})` : ""}`
+        : `leftover bake builder ${b.host}/${b.name}: a bake cut short left it; --delete removes it and its seed`,
+    );
+  }
   return `${out.join("\n")}\n`;
 }
 
@@ -130,6 +137,7 @@ export function formatJson(report: GcReport): string {
         reason: r.reason,
         ...(r.deleted !== undefined ? { deleted: true, volumesRemoved: r.deleted.volumesRemoved } : {}),
       })),
+      builders: report.builders,
       problems: report.problems,
     },
     null,

@@ -38,6 +38,14 @@ export interface Row extends Classified {
   deleted?: { volumesRemoved: string[] };
 }
 
+/** A bake builder a cut-short bake left (shut off, its bake over), and whether --delete removed it. */
+export interface LeftoverBuilder {
+  host: string;
+  name: string;
+  /** What --delete removed (the builder and its seed); absent without --delete. */
+  removed?: string[];
+}
+
 /** Everything one run found and did. */
 export interface GcReport {
   project: string;
@@ -47,6 +55,8 @@ export interface GcReport {
   minAgeMs: number;
   deleteRequested: boolean;
   rows: Row[];
+  /** Bake builders nothing will finish (kvm/host/operations.ts `leftoverBuilders`). */
+  builders: LeftoverBuilder[];
   problems: Problem[];
 }
 
@@ -155,6 +165,15 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
         if (row.verdict === "orphan") await deleteOrphan(ops, row, problems);
       }
     }
+    const builders: LeftoverBuilder[] = [];
+    for (const host of hostKeys.filter((_, i) => listed[i]?.status === "fulfilled")) {
+      try {
+        for (const left of await ops.leftoverBuilders(host, { remove: options.delete }))
+          builders.push({ host, name: left.name, ...(options.delete ? { removed: left.removed } : {}) });
+      } catch (err) {
+        problems.push({ scope: "host", subject: host, message: `bake builders: ${message(err)}` });
+      }
+    }
     return {
       project,
       stack,
@@ -162,6 +181,7 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
       minAgeMs: options.minAgeMs,
       deleteRequested: options.delete,
       rows,
+      builders,
       problems,
     };
   } finally {

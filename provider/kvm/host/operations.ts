@@ -519,25 +519,70 @@ export class KvmOperations {
       if (pool === undefined) return [];
       const loc = { host: hostKey, lv, pool };
       const removed: string[] = [];
-      for (const dom of await lv.connectListAllDomains(0)) {
-        const key = parseBakeBuilderName(dom.name);
-        if (key === undefined || this.baker.baking(loc, bakedImageVolumeName(key))) continue;
-        // A running builder, or a marker, means a bake may be going on in another process (whose
-        // builder may live in another pool); the next bake of the key removes what a dead one left.
-        const state = await lv.domainGetState(dom).catch(() => undefined);
-        if (state === undefined || isActiveState(state.state)) continue;
-        // Domains are host-wide, markers live in a pool: a builder whose disk is not this pool's baked
-        // volume belongs to another pool's bake, which may be between its define and its start.
-        if (!(await builderDiskIn(lv, pool, dom, bakedImageVolumeName(key)))) continue;
-        if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
-          continue;
-        if (await removeDomain(lv, dom)) removed.push(dom.name);
-        if (await deleteVolumeByName(lv, pool, bakeSeedVolumeName(key)))
-          removed.push(bakeSeedVolumeName(key));
-      }
+      for (const b of await this.leftoverBuildersOn(loc)) removed.push(...(await this.removeBuilder(loc, b)));
       removed.push(...(await this.images.prune(loc, inUse, (name) => this.baker.baking(loc, name))));
       return removed;
     });
+  }
+
+  /**
+   * Bake builders on `hostKey` whose bake is over and that nothing will
+   * finish: shut off, booting from this host's pool's baked volume (domains
+   * are host-wide, markers per pool), and without that volume's marker. With
+   * `remove`, each is undefined with its NVRAM and its seed deleted. Returns
+   * each builder's name and, when removed, what went.
+   */
+  async leftoverBuilders(
+    hostKey: string,
+    opts: { remove: boolean },
+  ): Promise<{ name: string; removed: string[] }[]> {
+    const ctx: OperationContext = { operation: "list bake builders", host: hostKey };
+    return this.retrying(ctx, async () => {
+      const lv = this.hosts.libvirt(hostKey);
+      const pool = await this.hosts.pool(hostKey);
+      if (pool === undefined) return [];
+      const loc = { host: hostKey, lv, pool };
+      const out: { name: string; removed: string[] }[] = [];
+      for (const b of await this.leftoverBuildersOn(loc))
+        out.push({ name: b.dom.name, removed: opts.remove ? await this.removeBuilder(loc, b) : [] });
+      return out;
+    });
+  }
+
+  private async leftoverBuildersOn(loc: {
+    host: string;
+    lv: Libvirt;
+    pool: StoragePool;
+  }): Promise<{ dom: Domain; key: string }[]> {
+    const { lv, pool } = loc;
+    const out: { dom: Domain; key: string }[] = [];
+    for (const dom of await lv.connectListAllDomains(0)) {
+      const key = parseBakeBuilderName(dom.name);
+      if (key === undefined || this.baker.baking(loc, bakedImageVolumeName(key))) continue;
+      // A running builder, or a marker, means a bake may be going on in another process (whose
+      // builder may live in another pool); the next bake of the key removes what a dead one left.
+      const state = await lv.domainGetState(dom).catch(() => undefined);
+      if (state === undefined || isActiveState(state.state)) continue;
+      // Domains are host-wide, markers live in a pool: a builder whose disk is not this pool's baked
+      // volume belongs to another pool's bake, which may be between its define and its start.
+      if (!(await builderDiskIn(lv, pool, dom, bakedImageVolumeName(key)))) continue;
+      if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
+        continue;
+      out.push({ dom, key });
+    }
+    return out;
+  }
+
+  /** Removes a leftover builder and its seed; the names of what went. */
+  private async removeBuilder(
+    loc: { lv: Libvirt; pool: StoragePool },
+    b: { dom: Domain; key: string },
+  ): Promise<string[]> {
+    const removed: string[] = [];
+    if (await removeDomain(loc.lv, b.dom)) removed.push(b.dom.name);
+    if (await deleteVolumeByName(loc.lv, loc.pool, bakeSeedVolumeName(b.key)))
+      removed.push(bakeSeedVolumeName(b.key));
+    return removed;
   }
 
   /** The monotonic clock of the retry environment, ms. */

@@ -561,7 +561,7 @@ describe("image cache", () => {
     expect(domainsNamed(name)).toEqual([]);
   });
 
-  it("pruneImages removes cached and baked images no managed domain uses, and a cut bake's builder, and keeps the rest", async () => {
+  it("pruneImages removes cached and baked images no managed domain uses, and a cut bake's builder (which gc lists), and keeps the rest", async () => {
     const dir = subdir("prune");
     // A pool of its own: prune sweeps a whole pool, and the shared one holds other tests' images.
     const poolName = uniqueName("pool");
@@ -625,6 +625,11 @@ describe("image cache", () => {
       );
       virsh(host, "vol-create", poolName, markerXml);
       defineBuilder(otherKey, path.join(dir, "elsewhere", bakedImageVolumeName(otherKey)));
+      // gc lists the leftover builder (and only it) without removing it.
+      expect(await o.leftoverBuilders("local", { remove: false })).toEqual([
+        { name: bakeBuilderName(key), removed: [] },
+      ]);
+      expect(domainsNamed(bakeBuilderName(key))).toEqual([bakeBuilderName(key)]);
       const removed = await o.pruneImages("local");
       expect(removed.sort()).toEqual(
         [

@@ -29,6 +29,7 @@ function report(rows: Row[], deleteRequested = false): GcReport {
     minAgeMs: 900_000,
     deleteRequested,
     rows,
+    builders: [],
     problems: [],
   };
 }
@@ -123,5 +124,28 @@ describe("formatJson and formatProblems", () => {
     expect(doc.minAgeSeconds).toBe(900);
     expect(doc.problems).toEqual([{ scope: "host", subject: "edge", message: "connection refused" }]);
     expect(formatProblems(r.problems)).toBe("error: host edge: connection refused\n");
+  });
+});
+
+describe("leftover bake builders", () => {
+  const builder = "kvmp-bake-0123456789abcdef";
+  it.each([
+    [
+      "listed, with how to remove them",
+      [{ host: "lab", name: builder }],
+      `leftover bake builder lab/${builder}: a bake cut short left it; --delete removes it and its seed`,
+    ],
+    [
+      "removed by --delete, with its seed",
+      [{ host: "lab", name: builder, removed: [builder, `${builder}-seed.iso`] }],
+      `removed leftover bake builder lab/${builder} (and ${builder}-seed.iso)`,
+    ],
+  ])("are %s in the text", (_, builders, line) => {
+    expect(formatText({ ...report([]), builders }).split("\n")).toContain(line);
+  });
+
+  it("are in the JSON document", () => {
+    const builders = [{ host: "lab", name: builder }];
+    expect(JSON.parse(formatJson({ ...report([]), builders })).builders).toEqual(builders);
   });
 });

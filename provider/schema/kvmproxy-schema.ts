@@ -14,6 +14,7 @@ import {
   type ResourceSpec,
   SchemaSourceError,
   schemaProperties,
+  type TypeSpec,
 } from "./package-schema";
 import {
   CONFIG,
@@ -32,15 +33,7 @@ import {
 export function buildPackageSchema(docs: DocLookup): PackageSpec {
   const types: PackageSpec["types"] = {};
   for (const [name, table] of Object.entries({ ...TYPES, ...FLEET_TYPES })) {
-    const spec = objectType(
-      { source: table.source, properties: table.properties },
-      "description" in table && table.description !== undefined
-        ? (iface, prop) =>
-            prop === undefined && iface === table.source
-              ? { description: table.description }
-              : docs(iface, prop)
-        : docs,
-    );
+    const spec = objectType(table, docs);
     types[`${PACKAGE}:index:${name}`] = spec;
   }
 
@@ -118,13 +111,12 @@ function describe(docs: DocLookup, name: string): string {
 }
 
 /** A type as the README's tables write it. */
-function typeText(p: PropertySpec | PropertySpec["oneOf" & keyof PropertySpec]): string {
-  const s = p as Record<string, unknown>;
-  if (typeof s.$ref === "string") return s.$ref.replace(/^.*[:/]/, "");
-  if (Array.isArray(s.oneOf)) return (s.oneOf as PropertySpec[]).map(typeText).join(" \\| ");
-  if (s.type === "array") return `${typeText(s.items as PropertySpec)}[]`;
-  if (s.type === "object") return `map of ${typeText(s.additionalProperties as PropertySpec)}`;
-  return String(s.type);
+function typeText(t: TypeSpec): string {
+  if ("$ref" in t) return t.$ref.replace(/^.*[:/]/, "");
+  if ("oneOf" in t) return t.oneOf.map(typeText).join(" \\| ");
+  if (t.type === "array") return `${typeText(t.items)}[]`;
+  if (t.type === "object") return `map of ${typeText(t.additionalProperties)}`;
+  return t.type;
 }
 
 function cell(text: string): string {

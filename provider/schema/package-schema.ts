@@ -40,6 +40,8 @@ export type Table<T> = { readonly [K in keyof T]-?: Prop };
 export interface ObjectTable {
   /** The interface in the source files named by {@link DocLookup}. */
   source: string;
+  /** Only where the interface's own TSDoc describes something else (a type made from another's properties). */
+  description?: string;
   properties: Readonly<Record<string, Prop>>;
 }
 
@@ -127,7 +129,7 @@ export function schemaProperties(
 
 /** An object type of the schema from its table. */
 export function objectType(table: ObjectTable, docs: DocLookup): ObjectTypeSpec {
-  const description = docs(table.source)?.description;
+  const description = table.description ?? docs(table.source)?.description;
   if (description === undefined)
     throw new SchemaSourceError(`interface ${table.source} has no description: write its TSDoc`);
   const { properties, required } = schemaProperties(table.properties, docs, table.source);

@@ -255,7 +255,7 @@ const fleetRotation: Table<NonNullable<ProxyFleetArgs["rotation"]>> = {
 };
 
 /** The fleet's own types: what every member gets, and its rotation. */
-export const FLEET_TYPES: Readonly<Record<string, ObjectTable & { description?: string }>> = {
+export const FLEET_TYPES: Readonly<Record<string, ObjectTable>> = {
   FleetProxy: {
     source: "KvmProxyArgs",
     description:

@@ -136,13 +136,12 @@ describe("the Go SDK", () => {
     copyFileSync(path.join(repoRoot, "tools/pulumi/go.sum"), path.join(sdk, "go.sum"));
   });
 
+  /** A `pulumi.Run` program in the SDK's module whose function body is `body`. */
   function program(body: string) {
     mkdirSync(path.join(sdk, "program"), { recursive: true });
-    writeFileSync(path.join(sdk, "program/main.go"), body);
-  }
-
-  it("compiles with a program declaring a proxy", () => {
-    program(`package main
+    writeFileSync(
+      path.join(sdk, "program/main.go"),
+      `package main
 
 import (
 	"github.com/pulumi-kvm-proxy/sdk/go/kvmproxy"
@@ -151,7 +150,15 @@ import (
 
 func main() {
 	pulumi.Run(func(ctx *pulumi.Context) error {
-		p, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{
+${body}
+	})
+}
+`,
+    );
+  }
+
+  it("compiles with a program declaring a proxy", () => {
+    program(`		p, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{
 			Host:      pulumi.String("hv-1"),
 			Image:     pulumi.String("debian-12"),
 			MemoryMiB: pulumi.Int(768),
@@ -163,30 +170,15 @@ func main() {
 			return err
 		}
 		ctx.Export("url", p.ProxyUrl)
-		return nil
-	})
-}
-`);
+		return nil`);
     const r = build();
     expect(r.out).toBe("");
     expect(r.code).toBe(0);
   }, 600_000);
 
   it("refuses a program giving MemoryMiB as text", () => {
-    program(`package main
-
-import (
-	"github.com/pulumi-kvm-proxy/sdk/go/kvmproxy"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-)
-
-func main() {
-	pulumi.Run(func(ctx *pulumi.Context) error {
-		_, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{Host: pulumi.String("hv-1"), Image: pulumi.String("i"), MemoryMiB: pulumi.String("768")})
-		return err
-	})
-}
-`);
+    program(`		_, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{Host: pulumi.String("hv-1"), Image: pulumi.String("i"), MemoryMiB: pulumi.String("768")})
+		return err`);
     const r = build();
     expect(r.out).toMatch(/cannot use pulumi\.String\("768"\)/);
     expect(r.code).not.toBe(0);

@@ -258,7 +258,7 @@ export interface KvmProxyArgs {
   name?: pulumi.Input<string>;
   /** The proxy: port, authentication, allowed clients and destinations, outgoing address. */
   proxy?: pulumi.Input<ProxyInput>;
-  /** Shorthand for `proxy.port` (not both). */
+  /** Shorthand for `proxy.port` (not both; default 3128). */
   proxyPort?: pulumi.Input<number>;
   /** What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself. */
   healthCheck?: pulumi.Input<HealthCheck | false>;

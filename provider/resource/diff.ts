@@ -18,11 +18,11 @@ import {
   UNKNOWN,
   UPDATE_PROPERTIES,
 } from "./args";
-import { isUnknown } from "./check";
+import { asChecked, isUnknown } from "./check";
 import { hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeBase64 } from "./check-seed";
 import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
-import { nicsAsBuilt, proxyPasswordHashOf, publicProxy, seedDigest } from "./mapping";
+import { nicsAsBuilt, proxyPasswordHashOf, publicProxy, seedDigest, specHashOf } from "./mapping";
 
 /** What diff decided. */
 export interface DiffOutcome {
@@ -164,8 +164,15 @@ function connectionChanged(olds: Props, news: Props): boolean {
  *   fixed MAC or a static address kept. Otherwise (an autoname, derived
  *   MACs, addresses by DHCP) the replacement is created before the old one
  *   is deleted.
+ * - A VM adopted by `pulumi import` has in its state what its metadata
+ *   holds: no seed digests, but the spec hash it was built from
+ *   (`adoptedSpecHash`). New inputs that build the same spec replace
+ *   nothing; its tags update in place; the provider's own settings
+ *   (healthCheck, waitForIp, timeouts) are taken as the program gives them.
  */
 export function diffProxy(olds: Props, news: Props): DiffOutcome {
+  const adopted = adoptedDiff(olds, news);
+  if (adopted !== undefined) return adopted;
   const replaces: string[] = [];
   const updates: string[] = [];
   for (const key of REPLACE_PROPERTIES) {
@@ -222,6 +229,16 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
     updates,
     deleteBeforeReplace: replacing && collisions(olds, news).length > 0,
   };
+}
+
+/** The diff of an imported VM whose spec the new inputs build again; undefined otherwise. */
+function adoptedDiff(olds: Props, news: Props): DiffOutcome | undefined {
+  if (typeof olds.adoptedSpecHash !== "string" || isUnknown(news) || news.resolvedImage === undefined) {
+    return undefined;
+  }
+  if (specHashOf(asChecked(news)) !== olds.adoptedSpecHash) return undefined;
+  const updates = same(olds.tags ?? {}, news.tags ?? {}) ? [] : ["tags"];
+  return { changes: updates.length > 0, replaces: [], updates, deleteBeforeReplace: false };
 }
 
 /**

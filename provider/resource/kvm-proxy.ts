@@ -15,6 +15,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import { KVM_PROXY_TYPE, type KvmProxyArgs, SECRET_OUTPUTS } from "./args";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "./proxy-auth";
+import { carriesKeyMaterial } from "./secret-inputs";
 
 /** The module the serialized provider requires: resolved from the program's folder. */
 export const PROVIDER_MODULE = "pulumi-kvm-proxy/dist/provider/resource/provider";
@@ -173,14 +174,6 @@ type ProxyArg = NonNullable<KvmProxyArgs["proxy"]>;
  */
 function secretIfKeyed(host: KvmProxyArgs["host"]): pulumi.Output<unknown> {
   return pulumi.output(host).apply((h) => (carriesKeyMaterial(h) ? pulumi.secret(h) : h));
-}
-
-function carriesKeyMaterial(v: unknown): boolean {
-  if (isPlain(v) && Array.isArray(v.pool)) return v.pool.some(carriesKeyMaterial);
-  if (!isPlain(v) || !("uri" in v || "key" in v)) return false;
-  const keyed = (o: unknown) =>
-    isPlain(o) && (typeof o.privateKey === "string" || typeof o.passphrase === "string");
-  return keyed(v) || (Array.isArray(v.jump) && v.jump.some(keyed));
 }
 
 /**

@@ -77,6 +77,11 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** What a create's or update's deadline is called in its timeout message (default `timeouts.create`). */
+export interface DeadlineOptions {
+  deadlineName?: string;
+}
+
 /** One configured provider: stack config plus the operations over its hosts. */
 export class KvmProxyRuntime {
   config: StackConfig = emptyStackConfig();
@@ -309,7 +314,7 @@ export class KvmProxyRuntime {
    * its address, and healthy within `timeouts.create`, or rolled back); this
    * maps the inputs onto its spec and the outcome onto outputs or errors.
    */
-  async create(inputs: Props): Promise<{ id: string; outs: Props }> {
+  async create(inputs: Props, options: DeadlineOptions = {}): Promise<{ id: string; outs: Props }> {
     const c = asChecked(inputs);
     const { pool } = placementOf(c.host);
     this.registerHost(c.host);
@@ -320,7 +325,7 @@ export class KvmProxyRuntime {
         ...(pool !== undefined ? { pool } : {}),
         onProgress: this.progressTo(c.owner?.urn),
         deadlineMs: c.timeouts.create * 1000,
-        deadlineName: "timeouts.create",
+        deadlineName: options.deadlineName ?? "timeouts.create",
         waitForIp: c.waitForIp !== false,
         ...waitOptionsOf(c),
         pollMs: this.pollMs,
@@ -391,7 +396,9 @@ export class KvmProxyRuntime {
         );
       }
       const inputs = inputsFromMetadata(host, name, status);
-      return { id, props: { ...inputs, ...liveOutputs(inputs, status) }, inputs };
+      // The spec hash stands for the seed digests the metadata does not hold (diff.ts adoptedDiff).
+      const adoptedSpecHash = status.metadata.specHash;
+      return { id, props: { ...inputs, ...liveOutputs(inputs, status), adoptedSpecHash }, inputs };
     }
     const next: Props = { ...props, ...liveOutputs(props, status) };
     const ip = proxyAddressOf(props.nics as NicSpec[] | undefined, status);
@@ -423,7 +430,12 @@ export class KvmProxyRuntime {
     return { id, props: next };
   }
 
-  async update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
+  async update(
+    id: string,
+    olds: Props,
+    news: Props,
+    options: DeadlineOptions = {},
+  ): Promise<{ outs: Props }> {
     // A pool NIC keeps the address its VM was made with (the state's).
     const c = withPoolAddresses(asChecked(news), olds.nics as NicSpec[] | undefined);
     const { host, name } = parseProviderId(id);
@@ -444,7 +456,7 @@ export class KvmProxyRuntime {
     }
     const deadline = {
       deadlineMs: c.timeouts.create * 1000,
-      deadlineName: "timeouts.create",
+      deadlineName: options.deadlineName ?? "timeouts.create",
       pollMs: this.pollMs,
     };
     if (unfinished || status.state === "stopped" || status.state === "failed") {

@@ -70,8 +70,10 @@ const proxyAuth: Table<ProxyAuth> = { username: p(STRING), password: p(STRING, {
 
 const socks: Table<SocksInput> = { port: p(INTEGER, { default: DEFAULTS.socksPort }) };
 
+// No schema default for the port: SDKs would fill in both `proxy.port` and its shorthand
+// `proxyPort`, which check refuses together; the provider's default (3128) applies.
 const proxy: Table<ProxyInput> = {
-  port: p(INTEGER, { default: DEFAULTS.proxyPort }),
+  port: p(INTEGER),
   auth: p(t("ProxyAuth")),
   allowedClients: p(strings),
   allowedDestinations: p(strings),
@@ -177,7 +179,7 @@ export const KVM_PROXY_INPUTS: Table<KvmProxyArgs> = {
   networkConfig: p(STRING),
   name: p(STRING),
   proxy: p(t("Proxy")),
-  proxyPort: p(INTEGER, { default: DEFAULTS.proxyPort }),
+  proxyPort: p(INTEGER),
   healthCheck: p({ oneOf: [BOOLEAN, t("HealthCheck")] }),
   egressCheck: p(t("EgressCheck")),
   waitForIp: p(waitForIp),

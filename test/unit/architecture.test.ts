@@ -171,16 +171,25 @@ describe("architecture", () => {
     },
   );
 
+  it.each(under("provider/plugin").map((s) => [s.file] as const))(
+    "%s, the plugin's front door, reaches the KVM core only through the resource layer",
+    (file) => {
+      const bad = edges(file).filter((i) => /^provider\/(kvm|libvirt|transport)\//.test(i.target));
+      expect(bad.map((i) => i.from)).toEqual([]);
+    },
+  );
+
   it("the resource layer calls no operation that takes a hint from another read (readStatus, waitForIpFrom: the core's own)", () => {
     const bad = under("provider/resource").filter((s) => /\.(readStatus|waitForIpFrom)\(/.test(s.text));
     expect(bad.map((s) => s.file)).toEqual([]);
   });
 
   const LAYERS: [string, RegExp][] = [
-    ["provider/transport", /^provider\/(libvirt|kvm|resource|gc|cli)\//],
-    ["provider/libvirt", /^provider\/(kvm|resource|gc|cli)\//],
-    ["provider/kvm", /^provider\/(resource|gc|cli)\//],
-    ["provider/resource", /^provider\/(gc|cli|schema)\//],
+    ["provider/transport", /^provider\/(libvirt|kvm|resource|gc|cli|plugin)\//],
+    ["provider/libvirt", /^provider\/(kvm|resource|gc|cli|plugin)\//],
+    ["provider/kvm", /^provider\/(resource|gc|cli|plugin)\//],
+    ["provider/resource", /^provider\/(gc|cli|schema|plugin)\//],
+    ["provider/schema", /^provider\/(gc|cli|plugin)\//],
   ];
   it.each(LAYERS)("nothing in %s imports a layer above it", (folder, above) => {
     const bad = under(folder).flatMap((s) =>

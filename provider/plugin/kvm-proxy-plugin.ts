@@ -1,0 +1,173 @@
+/**
+ * KvmProxy as the provider plugin serves it (`kvmproxy:index:KvmProxy`):
+ * the engine's requests, as plain values, onto the same KvmProxyRuntime the
+ * dynamic provider uses. What differs from the dynamic front door, and
+ * lives here:
+ *
+ * - Secrets arrive wrapped (property-values.ts): taken off, and what was
+ *   secret going in (plus secret-inputs.ts's rule) is wrapped coming out.
+ * - The password arrives itself, not hashed by a class in the program:
+ *   check hashes it (proxy-auth.ts `hashedProxyBlock`) and keeps it beside
+ *   the hash in the checked inputs, which are secret (the state holds them
+ *   encrypted); create, read and update build the URLs with credentials
+ *   from it and hand the runtime the inputs without it.
+ * - The owner comes from the URN. A resource that has one keeps it (the
+ *   VM's owner as its metadata records it, also after a move from the
+ *   dynamic type by an alias), and the password's salt is that owner's URN,
+ *   so neither an alias nor an import changes the hash.
+ * - The engine's `customTimeouts` arrive as a request's timeout (seconds)
+ *   and replace `timeouts.create` or `timeouts.delete` for that call.
+ */
+import { UNKNOWN } from "../resource/args";
+import type { KvmProxyRuntime } from "../resource/provider";
+import { hashedProxyBlock, isPlain, urlWithCredentials } from "../resource/proxy-auth";
+import { secretKeysOf } from "../resource/secret-inputs";
+import { conceal, ownerOfUrn, type Props, reveal } from "./property-values";
+
+/** The checked inputs without the password, and the password (undefined without auth). */
+export function withoutPassword(inputs: Props): { inputs: Props; password: unknown } {
+  const proxy = inputs.proxy;
+  if (!isPlain(proxy) || !isPlain(proxy.auth) || !("password" in proxy.auth)) {
+    return { inputs, password: undefined };
+  }
+  const { password, ...auth } = proxy.auth;
+  return { inputs: { ...inputs, proxy: { ...proxy, auth } }, password };
+}
+
+/** `proxy` (as the program gave it) with the password hashed under `saltUrn`, and the password. */
+export function hashedForCheck(proxy: unknown, saltUrn: string): { proxy: unknown; password: unknown } {
+  if (!isPlain(proxy) || !isPlain(proxy.auth) || !("password" in proxy.auth)) {
+    return { proxy, password: undefined };
+  }
+  const password = proxy.auth.password;
+  if (password === UNKNOWN) {
+    const { password: _, ...auth } = proxy.auth;
+    return { proxy: { ...proxy, auth: { ...auth, passwordHash: UNKNOWN } }, password };
+  }
+  return { proxy: hashedProxyBlock(proxy, saltUrn), password };
+}
+
+/** `outs` with the URLs with credentials of `auth`'s username and `password` (absent without them). */
+export function withCredentialUrls(outs: Props, password: unknown): Props {
+  const out = { ...outs };
+  delete out.proxyUrlWithCredentials;
+  delete out.socksUrlWithCredentials;
+  const auth = isPlain(outs.proxy) && isPlain(outs.proxy.auth) ? outs.proxy.auth : undefined;
+  if (auth === undefined || typeof password !== "string") return out;
+  const credentials = { username: auth.username, password };
+  const http = urlWithCredentials(outs.proxyUrl as string | undefined, credentials);
+  const socks = urlWithCredentials(outs.socksUrl as string | undefined, credentials);
+  if (http !== undefined) out.proxyUrlWithCredentials = http;
+  if (socks !== undefined) out.socksUrlWithCredentials = socks;
+  return out;
+}
+
+/** The owner a checked resource has (kept from its old inputs), else the one its URN names. */
+function ownerFor(olds: Props, urn: string): Props | undefined {
+  const kept = olds.owner;
+  if (isPlain(kept) && typeof kept.urn === "string" && typeof kept.project === "string") return kept;
+  return ownerOfUrn(urn);
+}
+
+/** The keys to wrap as secrets: what came in secret, and what is secret by rule. */
+function secretsFor(props: Props, cameIn: Iterable<string>, extra: string[] = []): string[] {
+  return [...new Set([...cameIn, ...secretKeysOf(props), ...extra])];
+}
+
+/** A request's timeout (seconds, 0 when the program set none) in place of `timeouts[kind]`. */
+function withTimeout(inputs: Props, kind: "create" | "delete", timeout: number | undefined): Props {
+  if (timeout === undefined || !(timeout > 0)) return inputs;
+  const timeouts = isPlain(inputs.timeouts) ? inputs.timeouts : {};
+  return { ...inputs, timeouts: { ...timeouts, [kind]: timeout } };
+}
+
+/** The deadline's name when the engine's timeout replaces `timeouts.create`. */
+function deadlineOf(timeout: number | undefined): { deadlineName?: string } {
+  return timeout !== undefined && timeout > 0 ? { deadlineName: "customTimeouts.create" } : {};
+}
+
+export interface CheckResult {
+  inputs: Props;
+  failures: { property: string; reason: string }[];
+}
+
+/** The plugin's KvmProxy over one runtime. */
+export class KvmProxyPlugin {
+  constructor(readonly runtime: KvmProxyRuntime) {}
+
+  async check(urn: string, oldsIn: Props, newsIn: Props): Promise<CheckResult> {
+    const olds = withoutPassword(reveal(oldsIn).props).inputs;
+    const news = reveal(newsIn);
+    const owner = ownerFor(olds, urn);
+    const salt = typeof owner?.urn === "string" ? owner.urn : urn;
+    const { proxy, password } = hashedForCheck(news.props.proxy, salt);
+    const given: Props = { ...news.props };
+    if (proxy !== undefined) given.proxy = proxy;
+    if (owner !== undefined) given.owner = owner;
+    const r = await this.runtime.check(olds, given);
+    if (r.failures.length > 0) return { inputs: newsIn, failures: r.failures };
+    const inputs = { ...r.inputs };
+    if (password !== undefined && isPlain(inputs.proxy) && isPlain(inputs.proxy.auth)) {
+      inputs.proxy = { ...inputs.proxy, auth: { ...inputs.proxy.auth, password } };
+    }
+    return { inputs: conceal(inputs, secretsFor(inputs, news.secretKeys)), failures: [] };
+  }
+
+  async diff(id: string, oldsIn: Props, newsIn: Props) {
+    const olds = withoutPassword(reveal(oldsIn).props).inputs;
+    const news = withoutPassword(reveal(newsIn).props).inputs;
+    return this.runtime.diff(id, olds, news);
+  }
+
+  async create(propsIn: Props, timeout?: number): Promise<{ id: string; outs: Props }> {
+    const given = reveal(propsIn);
+    const { inputs, password } = withoutPassword(given.props);
+    const { id, outs } = await this.runtime.create(
+      withTimeout(inputs, "create", timeout),
+      deadlineOf(timeout),
+    );
+    const full = withCredentialUrls(outs, password);
+    return { id, outs: conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS)) };
+  }
+
+  async read(
+    id: string,
+    propsIn: Props,
+    inputsIn: Props,
+  ): Promise<{ id?: string; props?: Props; inputs?: Props }> {
+    const props = reveal(propsIn);
+    const inputs = reveal(inputsIn);
+    const { password } = withoutPassword(inputs.props);
+    const r = await this.runtime.read(id, withoutPassword(props.props).inputs);
+    if (r.props === undefined) return r;
+    const full = withCredentialUrls(r.props, password);
+    const out: { id?: string; props?: Props; inputs?: Props } = {
+      ...r,
+      props: conceal(full, secretsFor(full, props.secretKeys, CREDENTIAL_URLS)),
+    };
+    const newInputs = r.inputs ?? (Object.keys(inputs.props).length > 0 ? inputs.props : undefined);
+    if (newInputs !== undefined) out.inputs = conceal(newInputs, secretsFor(newInputs, inputs.secretKeys));
+    return out;
+  }
+
+  async update(id: string, oldsIn: Props, newsIn: Props, timeout?: number): Promise<{ outs: Props }> {
+    const olds = withoutPassword(reveal(oldsIn).props).inputs;
+    const given = reveal(newsIn);
+    const { inputs, password } = withoutPassword(given.props);
+    const { outs } = await this.runtime.update(
+      id,
+      olds,
+      withTimeout(inputs, "create", timeout),
+      deadlineOf(timeout),
+    );
+    const full = withCredentialUrls(outs, password);
+    return { outs: conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS)) };
+  }
+
+  async delete(id: string, propsIn: Props, timeout?: number): Promise<void> {
+    const props = withoutPassword(reveal(propsIn).props).inputs;
+    await this.runtime.delete(id, withTimeout(props, "delete", timeout));
+  }
+}
+
+const CREDENTIAL_URLS = ["proxyUrlWithCredentials", "socksUrlWithCredentials"];

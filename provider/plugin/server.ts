@@ -1,0 +1,267 @@
+/**
+ * The provider plugin's gRPC server: Pulumi's `ResourceProvider` service
+ * over KvmProxyPlugin (kvm-proxy-plugin.ts). Implemented directly on the
+ * generated stubs of the `@pulumi/pulumi` this package resolves, as
+ * Pulumi's provider guide does: the SDK's `provider.main` hands a provider
+ * no configuration, passes no timeouts and fails an import.
+ *
+ * - Configure reads `kvmproxy:hosts`, `kvmproxy:images` and
+ *   `kvmproxy:sshPrivateKey` (an explicit provider's own arguments, or the
+ *   stack config for the default provider) and accepts secrets.
+ * - CheckConfig reports what the configuration's rules refuse as a whole;
+ *   a bad host or image entry fails only the resources that use it, at
+ *   their check, as with the dynamic provider. DiffConfig never replaces:
+ *   changing how a host is reached rebuilds no VM.
+ * - A failure is a gRPC error whose message is the provider's (no stack
+ *   trace, nothing secret: the runtime's messages are redacted); a create
+ *   whose VM is left in place answers with ErrorResourceInitFailed so the
+ *   engine records it.
+ * - Cancel stops new work and closes the libvirt connections, which ends
+ *   the calls in flight; their operations fail (and roll back where they can).
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
+import { KvmProxyPlugin } from "./kvm-proxy-plugin";
+import { type Props, reveal } from "./property-values";
+
+export const KVM_PROXY_TOKEN = "kvmproxy:index:KvmProxy";
+/** The configuration namespace of the plugin (the package's name). */
+export const CONFIG_NAMESPACE = "kvmproxy";
+
+/** The package root: the nearest folder above this module with a package.json (from provider/ or dist/provider/). */
+const PACKAGE_ROOT = (() => {
+  let dir = __dirname;
+  while (!existsSync(path.join(dir, "package.json")) && path.dirname(dir) !== dir) dir = path.dirname(dir);
+  return dir;
+})();
+
+// biome-ignore lint/suspicious/noExplicitAny: the generated stubs are untyped JavaScript here
+type Message = any;
+type Callback = (err: unknown, reply?: unknown) => void;
+
+interface Modules {
+  grpc: Message;
+  services: Message;
+  pb: Message;
+  plugin: Message;
+  struct: Message;
+  empty: Message;
+  any: Message;
+  status: Message;
+}
+
+function load(): Modules {
+  const pulumiRequire = createRequire(require.resolve("@pulumi/pulumi"));
+  return {
+    grpc: pulumiRequire("@grpc/grpc-js"),
+    services: pulumiRequire("./proto/provider_grpc_pb"),
+    pb: pulumiRequire("./proto/provider_pb"),
+    plugin: pulumiRequire("./proto/plugin_pb"),
+    struct: pulumiRequire("google-protobuf/google/protobuf/struct_pb"),
+    empty: pulumiRequire("google-protobuf/google/protobuf/empty_pb"),
+    any: pulumiRequire("google-protobuf/google/protobuf/any_pb"),
+    status: pulumiRequire("./proto/status_pb"),
+  };
+}
+
+/** The package's version (package.json), which the plugin reports and the schema carries. */
+export function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, "package.json"), "utf8")) as {
+    version: string;
+  };
+  return pkg.version;
+}
+
+/** The package schema as the plugin serves it: schema.json with the package's version. */
+export function servedSchema(): string {
+  const schema = JSON.parse(
+    readFileSync(path.join(PACKAGE_ROOT, "provider/schema/schema.json"), "utf8"),
+  ) as Props;
+  return JSON.stringify({ ...schema, version: packageVersion() });
+}
+
+/**
+ * The runtime's configuration getter (keys `kvm:hosts`...) over a Configure
+ * request: an explicit provider's arguments, else the variables
+ * (`kvmproxy:config:hosts`, JSON text for objects).
+ */
+export function configGetter(args: Props, variables: ReadonlyMap<string, string>): (key: string) => unknown {
+  return (key) => {
+    const name = key.replace(/^kvm:/, "");
+    if (args[name] !== undefined && args[name] !== null) return args[name];
+    return (
+      variables.get(`${CONFIG_NAMESPACE}:config:${name}`) ?? variables.get(`${CONFIG_NAMESPACE}:${name}`)
+    );
+  };
+}
+
+/** A failure's text without the runtime's config namespace (`kvm:`) where the plugin's is meant. */
+function pluginWords(text: string): string {
+  return text.replace(/\bkvm:(hosts|images|sshPrivateKey)\b/g, `${CONFIG_NAMESPACE}:$1`);
+}
+
+function message(err: unknown): string {
+  return pluginWords(err instanceof Error ? err.message : String(err));
+}
+
+/** Starts the server on 127.0.0.1; resolves to its port. */
+export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; stop(): Promise<void> }> {
+  const m = load();
+  const plugin = new KvmProxyPlugin(runtime);
+  const toJs = (s: Message): Props => (s === undefined ? {} : (s.toJavaScript() as Props));
+  // Struct takes no undefined: the JSON round trip drops it, as the engine would.
+  const toStruct = (p: Props): Message => m.struct.Struct.fromJavaScript(JSON.parse(JSON.stringify(p)));
+  let cancelled = false;
+
+  const fail = (err: unknown): Message => {
+    if (err instanceof PartialCreateError) {
+      const detail = new m.pb.ErrorResourceInitFailed();
+      detail.setId(err.id);
+      detail.setProperties(toStruct(err.properties));
+      detail.setReasonsList(err.reasons.map(pluginWords));
+      const any = new m.any.Any();
+      any.pack(detail.serializeBinary(), "pulumirpc.ErrorResourceInitFailed");
+      const status = new m.status.Status();
+      status.setCode(m.grpc.status.UNKNOWN);
+      status.setMessage(message(err));
+      status.addDetails(any);
+      const metadata = new m.grpc.Metadata();
+      metadata.add("grpc-status-details-bin", Buffer.from(status.serializeBinary()));
+      return { code: m.grpc.status.UNKNOWN, details: message(err), metadata };
+    }
+    return { code: m.grpc.status.UNKNOWN, details: message(err) };
+  };
+
+  /** A unary handler: `fn` answers, or its failure becomes the call's error. */
+  const unary =
+    (fn: (req: Message) => Promise<Message> | Message) =>
+    (call: { request: Message }, callback: Callback) => {
+      Promise.resolve()
+        .then(() => {
+          if (cancelled) throw new Error("the provider was cancelled");
+          return fn(call.request);
+        })
+        .then(
+          (reply) => callback(null, reply),
+          (err) => callback(fail(err)),
+        );
+    };
+
+  const unknownType = (req: Message): void => {
+    const type = typeof req.getType === "function" ? req.getType() : "";
+    const urn: string = req.getUrn();
+    if (type !== "" && type !== KVM_PROXY_TOKEN) throw new Error(`unknown resource type ${type}`);
+    if (type === "" && !urn.includes(`::${KVM_PROXY_TOKEN}::`)) throw new Error(`unknown resource ${urn}`);
+  };
+
+  const unimplemented = (what: string) => (_call: unknown, callback: Callback) =>
+    callback({ code: m.grpc.status.UNIMPLEMENTED, details: `${what} is not implemented by kvmproxy` });
+
+  const service = {
+    getPluginInfo: unary(() => new m.plugin.PluginInfo().setVersion(packageVersion())),
+    getSchema: unary(() => new m.pb.GetSchemaResponse().setSchema(servedSchema())),
+    checkConfig: unary((req) => {
+      const news = toJs(req.getNews());
+      const reply = new m.pb.CheckResponse();
+      reply.setInputs(toStruct(news));
+      return reply;
+    }),
+    diffConfig: unary(() => new m.pb.DiffResponse().setChanges(m.pb.DiffResponse.DiffChanges.DIFF_NONE)),
+    configure: unary(async (req) => {
+      const args = reveal(toJs(req.getArgs())).props;
+      const variables = new Map<string, string>(req.getVariablesMap().entries());
+      await runtime.configure({ config: { get: configGetter(args, variables) } });
+      const reply = new m.pb.ConfigureResponse();
+      reply.setAcceptsecrets(true);
+      reply.setSupportspreview(false);
+      reply.setAcceptresources(false);
+      return reply;
+    }),
+    check: unary(async (req) => {
+      unknownType(req);
+      const r = await plugin.check(req.getUrn(), toJs(req.getOlds()), toJs(req.getNews()));
+      const reply = new m.pb.CheckResponse();
+      reply.setInputs(toStruct(r.inputs));
+      reply.setFailuresList(
+        r.failures.map((f) => {
+          const x = new m.pb.CheckFailure();
+          x.setProperty(f.property);
+          x.setReason(pluginWords(f.reason));
+          return x;
+        }),
+      );
+      return reply;
+    }),
+    diff: unary(async (req) => {
+      unknownType(req);
+      const d = await plugin.diff(req.getId(), toJs(req.getOlds()), toJs(req.getNews()));
+      const reply = new m.pb.DiffResponse();
+      reply.setChanges(
+        d.changes ? m.pb.DiffResponse.DiffChanges.DIFF_SOME : m.pb.DiffResponse.DiffChanges.DIFF_NONE,
+      );
+      reply.setReplacesList(d.replaces);
+      reply.setDeletebeforereplace(d.deleteBeforeReplace === true);
+      return reply;
+    }),
+    create: unary(async (req) => {
+      unknownType(req);
+      const r = await plugin.create(toJs(req.getProperties()), req.getTimeout());
+      const reply = new m.pb.CreateResponse();
+      reply.setId(r.id);
+      reply.setProperties(toStruct(r.outs));
+      return reply;
+    }),
+    read: unary(async (req) => {
+      unknownType(req);
+      const r = await plugin.read(req.getId(), toJs(req.getProperties()), toJs(req.getInputs()));
+      const reply = new m.pb.ReadResponse();
+      if (r.props === undefined) return reply;
+      reply.setId(r.id ?? req.getId());
+      reply.setProperties(toStruct(r.props));
+      if (r.inputs !== undefined) reply.setInputs(toStruct(r.inputs));
+      return reply;
+    }),
+    update: unary(async (req) => {
+      unknownType(req);
+      const r = await plugin.update(req.getId(), toJs(req.getOlds()), toJs(req.getNews()), req.getTimeout());
+      const reply = new m.pb.UpdateResponse();
+      reply.setProperties(toStruct(r.outs));
+      return reply;
+    }),
+    delete: unary(async (req) => {
+      unknownType(req);
+      await plugin.delete(req.getId(), toJs(req.getProperties()), req.getTimeout());
+      return new m.empty.Empty();
+    }),
+    cancel: (_call: unknown, callback: Callback) => {
+      cancelled = true;
+      runtime.close().then(
+        () => callback(null, new m.empty.Empty()),
+        () => callback(null, new m.empty.Empty()),
+      );
+    },
+    handshake: unimplemented("Handshake"),
+    parameterize: unimplemented("Parameterize"),
+    invoke: unimplemented("Invoke"),
+    call: unimplemented("Call"),
+    list: unimplemented("List"),
+    construct: unimplemented("Construct"),
+    attach: unimplemented("Attach"),
+    getMapping: unary(() => new m.pb.GetMappingResponse()),
+    getMappings: unary(() => new m.pb.GetMappingsResponse()),
+  };
+
+  const server = new m.grpc.Server({ "grpc.max_receive_message_length": 400 * 1024 * 1024 });
+  server.addService(m.services.ResourceProviderService, service);
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync("127.0.0.1:0", m.grpc.ServerCredentials.createInsecure(), (err: unknown, p: number) =>
+      err ? reject(err) : resolve(p),
+    );
+  });
+  return {
+    port,
+    stop: () => new Promise((resolve) => server.tryShutdown(() => resolve())),
+  };
+}

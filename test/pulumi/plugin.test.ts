@@ -1,0 +1,212 @@
+/**
+ * The provider plugin (`pulumi-resource-kvmproxy`, bin/) through the real
+ * CLI, found by `plugins.providers[].path` in Pulumi.yaml, driven by a
+ * Node.js program that uses the TypeScript SDK generated from the schema
+ * the plugin serves (compiled here with tsc): up, preview with no change,
+ * refresh, destroy; the password a secret end to end; `pulumi import` of a
+ * proxy another stack made; `customTimeouts` honoured. No guest boots
+ * (TEST_PROXY_ARGS); a static address on the test bridge gives a proxy
+ * its URL.
+ */
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import YAML from "yaml";
+import { servedSchema } from "../../provider/plugin/server";
+import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import {
+  allDomains,
+  domainsOfStack,
+  hostsConfig,
+  metadataOf,
+  pulumiEnv,
+  removeByHand,
+  TEST_PROXY_ARGS,
+  Workspace,
+} from "./harness";
+
+const TYPE = "kvmproxy:index:KvmProxy";
+const SDK_DIR = path.join(repoRoot, ".state/plugin-sdk", String(process.pid));
+const PASSWORD = `plugin-${process.pid}-S3cret!pw`;
+
+let host: TestHost;
+let sdk: string;
+const workspaces: Workspace[] = [];
+
+function run(cmd: string, args: string[], cwd: string) {
+  const r = spawnSync(cmd, args, { cwd, env: pulumiEnv(), encoding: "utf8", timeout: 600_000 });
+  if (r.error !== undefined) throw r.error;
+  return { code: r.status, out: `${r.stdout}${r.stderr}` };
+}
+
+/** The TypeScript SDK of the schema the plugin serves, compiled to a package folder. */
+function buildSdk(): string {
+  rmSync(SDK_DIR, { recursive: true, force: true });
+  mkdirSync(SDK_DIR, { recursive: true });
+  const schemaFile = path.join(SDK_DIR, "schema.json");
+  writeFileSync(schemaFile, servedSchema());
+  const src = path.join(SDK_DIR, "src");
+  const gen = run("kvmproxy-schema", ["gen-sdk", "nodejs", schemaFile, src], repoRoot);
+  expect(gen.out).toMatch(/^ok: nodejs SDK/);
+  const tsc = run(
+    process.execPath,
+    [path.join(repoRoot, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.json"],
+    src,
+  );
+  expect(tsc.out).toBe("");
+  const out = path.join(src, "bin");
+  const pkg = JSON.parse(readFileSync(path.join(src, "package.json"), "utf8")) as Record<string, unknown>;
+  const version = (JSON.parse(servedSchema()) as { version: string }).version;
+  writeFileSync(path.join(out, "package.json"), JSON.stringify({ ...pkg, version, main: "index.js" }));
+  return out;
+}
+
+/** A Node.js project using the SDK, with the plugin found in bin/ (no PATH, no plugin install). */
+function pluginWorkspace(tag: string, program: string): Workspace {
+  const ws = new Workspace(tag, {
+    name: "kvmpt-plugin",
+    files: {
+      "index.js": program,
+      "package.json": JSON.stringify({ name: "kvmpt-plugin", main: "index.js" }),
+    },
+  });
+  workspaces.push(ws);
+  const yamlFile = path.join(ws.dir, "Pulumi.yaml");
+  const doc = YAML.parse(readFileSync(yamlFile, "utf8")) as Record<string, unknown>;
+  doc.plugins = { providers: [{ name: "kvmproxy", path: path.join(repoRoot, "bin") }] };
+  writeFileSync(yamlFile, YAML.stringify(doc));
+  mkdirSync(path.join(ws.dir, "node_modules/@kvmproxy"), { recursive: true });
+  symlinkSync(sdk, path.join(ws.dir, "node_modules/@kvmproxy/sdk"));
+  return ws;
+}
+
+/** `kvm:hosts`/`kvm:images` of the test host under the plugin's namespace. */
+function pluginConfig(): Record<string, unknown> {
+  const c = hostsConfig(host, ["local"]);
+  return { "kvmproxy:hosts": c["kvm:hosts"], "kvmproxy:images": c["kvm:images"] };
+}
+
+const ARGS = JSON.stringify({ host: "local", image: "tiny", ...TEST_PROXY_ARGS });
+
+beforeAll(() => {
+  host = testHost();
+  sdk = buildSdk();
+});
+
+afterAll(() => {
+  for (const ws of workspaces) {
+    ws.cleanup();
+    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+  rmSync(SDK_DIR, { recursive: true, force: true });
+});
+
+describe("a Node.js program through the generated SDK and the plugin", () => {
+  it("creates two proxies (one with auth), previews and refreshes with no change, keeps the password secret, and destroys everything", () => {
+    const bridge = staticBridgeOf(host);
+    const ws = pluginWorkspace(
+      "plugin",
+      `const pulumi = require("@pulumi/pulumi");
+const kvmproxy = require("@kvmproxy/sdk");
+const cfg = new pulumi.Config();
+const plain = new kvmproxy.KvmProxy("plain", ${ARGS});
+const authed = new kvmproxy.KvmProxy("authed", {
+  ...${ARGS},
+  nics: [{ bridge: ${JSON.stringify(bridge.name)}, addresses: ["192.0.2.231/24"] }],
+  proxy: { auth: { username: "crawler", password: cfg.requireSecret("password") } },
+});
+exports.ids = [plain.id, authed.id];
+exports.url = authed.proxyUrl;
+exports.urlWithCredentials = authed.proxyUrlWithCredentials;
+`,
+    );
+    ws.setConfig(pluginConfig());
+    ws.setSecret("kvmpt-plugin:password", PASSWORD);
+
+    ws.up();
+    const state = ws.state().resources;
+    const proxies = state.filter((r) => r.type === TYPE);
+    expect(proxies).toHaveLength(2);
+    expect(state.some((r) => r.type === "pulumi:providers:kvmproxy")).toBe(true);
+    const ids = proxies.map((p) => p.id as string);
+    const names = ids.map((id) => id.replace(/^kvm:\/\/local\//, "")).sort();
+    expect(domainsOfStack(host, ws.stack)).toEqual(names);
+    for (const n of names) {
+      expect(metadataOf(host, n)).toContain(`urn="urn:pulumi:${ws.stack}::kvmpt-plugin::${TYPE}::`);
+    }
+
+    // Shown masked; the real value only with --show-secrets; never in plaintext state.
+    const shown = ws.mustRun("stack", "output", "--json").stdout;
+    expect(JSON.parse(shown).urlWithCredentials).toBe("[secret]");
+    const outputs = ws.outputs();
+    expect(outputs.url).toBe("http://192.0.2.231:3128");
+    expect(outputs.urlWithCredentials).toBe(
+      `http://crawler:${encodeURIComponent(PASSWORD)}@192.0.2.231:3128`,
+    );
+    const text = ws.stateText();
+    expect(text).not.toContain(PASSWORD);
+    expect(text).not.toContain(encodeURIComponent(PASSWORD));
+
+    ws.mustRun("preview", "--expect-no-changes");
+    ws.mustRun("refresh", "--yes", "--skip-preview", "--expect-no-changes");
+    ws.mustRun("preview", "--expect-no-changes");
+
+    ws.destroy();
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+    for (const n of names) expect(allDomains(host)).not.toContain(n);
+  });
+
+  it("fails a create that passes its customTimeouts and leaves nothing", () => {
+    const ws = pluginWorkspace(
+      "plugintimeout",
+      `const kvmproxy = require("@kvmproxy/sdk");
+new kvmproxy.KvmProxy(
+  "slow",
+  { ...${ARGS}, waitForIp: true, timeouts: { create: 90 } },
+  { customTimeouts: { create: "1s" } },
+);
+`,
+    );
+    ws.setConfig(pluginConfig());
+    const r = ws.run("up", "--yes", "--skip-preview");
+    expect(r.code).not.toBe(0);
+    // The engine's 1 s, not the 90 s of the inputs (the guest never gets an address here).
+    expect(r.output).toContain("(customTimeouts.create)");
+    expect(ws.state().resources.filter((x) => x.type === TYPE)).toEqual([]);
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+  });
+});
+
+describe("pulumi import", () => {
+  it("adopts a proxy another stack made, and the next preview shows no change", () => {
+    const maker = pluginWorkspace(
+      "pluginmaker",
+      `const kvmproxy = require("@kvmproxy/sdk");
+const p = new kvmproxy.KvmProxy("made", { ...${ARGS}, tags: { team: "crawl" } });
+exports.id = p.id;
+exports.name = p.domainName;
+`,
+    );
+    maker.setConfig(pluginConfig());
+    maker.up();
+    const { id, name } = maker.outputs() as { id: string; name: string };
+
+    const program = `const kvmproxy = require("@kvmproxy/sdk");
+new kvmproxy.KvmProxy("adopted", { ...${ARGS}, name: ${JSON.stringify(name)}, tags: { team: "crawl" } });
+`;
+    const adopter = pluginWorkspace("pluginadopter", program);
+    adopter.setConfig(pluginConfig());
+    adopter.mustRun("import", TYPE, "adopted", id, "--yes", "--protect=false", "--generate-code=false");
+    const adopted = adopter.state().resources.filter((r) => r.type === TYPE);
+    expect(adopted.map((r) => r.id)).toEqual([id]);
+    adopter.mustRun("preview", "--expect-no-changes");
+    adopter.up();
+    expect(allDomains(host)).toContain(name);
+
+    // The adopter lets it go; the maker deletes it.
+    adopter.mustRun("state", "delete", adopted[0]?.urn as string, "--yes");
+    maker.destroy();
+    expect(allDomains(host)).not.toContain(name);
+  });
+});

@@ -1,0 +1,139 @@
+/**
+ * The plugin's KvmProxy front door where it differs from the dynamic one,
+ * over a real KvmProxyRuntime configured with a host key (check and diff
+ * reach no host): the password hashed at check and kept beside the hash,
+ * secret; the owner from the URN, or kept; the credential URLs. Diff,
+ * create and the rest: test/pulumi/plugin.test.ts, through the real CLI.
+ */
+import { beforeAll, describe, expect, it } from "vitest";
+import { isPasswordHash } from "../../../provider/kvm/squid/password-hash";
+import {
+  hashedForCheck,
+  KvmProxyPlugin,
+  withCredentialUrls,
+  withoutPassword,
+} from "../../../provider/plugin/kvm-proxy-plugin";
+import { isSecret, reveal, SECRET_SIG, SECRET_VALUE } from "../../../provider/plugin/property-values";
+import { UNKNOWN } from "../../../provider/resource/args";
+import { KvmProxyRuntime } from "../../../provider/resource/provider";
+import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
+
+const URN = "urn:pulumi:dev::proj::kvmproxy:index:KvmProxy::edge";
+const OLD_URN = "urn:pulumi:dev::proj::pulumi-nodejs:dynamic:KvmProxy::edge";
+const PASSWORD = "correct-horse-battery-staple";
+const wrapped = (value: unknown) => ({ [SECRET_SIG]: SECRET_VALUE, value });
+
+let plugin: KvmProxyPlugin;
+
+beforeAll(async () => {
+  const runtime = new KvmProxyRuntime();
+  runtime.log = { status() {}, info() {}, warn() {}, flush: async () => {}, close() {} };
+  const config: Record<string, unknown> = {
+    "kvm:hosts": { lab: { uri: "unix:///nonexistent/libvirt-sock" } },
+    "kvm:images": { tiny: { url: "/nonexistent/tiny.qcow2", firmware: "bios" } },
+  };
+  await runtime.configure({ config: { get: (k) => config[k] } });
+  plugin = new KvmProxyPlugin(runtime);
+});
+
+const news = (proxy?: unknown) => ({
+  host: "lab",
+  image: "tiny",
+  name: "edge-plugin",
+  ...(proxy !== undefined ? { proxy } : {}),
+});
+
+describe("check", () => {
+  it("hashes the password under the URN, keeps it beside the hash, and keeps the proxy block secret", async () => {
+    const r = await plugin.check(
+      URN,
+      {},
+      news({ auth: { username: "crawler", password: wrapped(PASSWORD) } }),
+    );
+    expect(r.failures).toEqual([]);
+    expect(isSecret(r.inputs.proxy)).toBe(true);
+    const proxy = reveal(r.inputs).props.proxy as { auth: Record<string, unknown> };
+    expect(proxy.auth.password).toBe(PASSWORD);
+    expect(isPasswordHash(proxy.auth.passwordHash)).toBe(true);
+    const expected = hashedProxyBlock({ auth: { username: "crawler", password: PASSWORD } }, URN) as {
+      auth: { passwordHash: string };
+    };
+    expect(proxy.auth.passwordHash).toBe(expected.auth.passwordHash);
+    expect(reveal(r.inputs).props.owner).toEqual({
+      project: "proj",
+      stack: "dev",
+      urn: URN,
+      resource: "edge",
+    });
+  });
+
+  it("keeps the owner of the old inputs and salts with its URN (a move by alias changes no hash)", async () => {
+    const owner = { project: "proj", stack: "dev", urn: OLD_URN, resource: "edge" };
+    const r = await plugin.check(URN, { owner }, news({ auth: { username: "crawler", password: PASSWORD } }));
+    const props = reveal(r.inputs).props as { owner: unknown; proxy: { auth: { passwordHash: string } } };
+    expect(props.owner).toEqual(owner);
+    const expected = hashedProxyBlock({ auth: { username: "crawler", password: PASSWORD } }, OLD_URN) as {
+      auth: { passwordHash: string };
+    };
+    expect(props.proxy.auth.passwordHash).toBe(expected.auth.passwordHash);
+  });
+
+  it("names a bad password without quoting it, and keeps a secret input secret", async () => {
+    const r = await plugin.check(URN, {}, news({ auth: { username: "crawler", password: "short" } }));
+    expect(r.failures.map((f) => f.property)).toEqual(["proxy.auth.password (secret)"]);
+    expect(JSON.stringify(r.failures)).not.toContain("short");
+    const ok = await plugin.check(URN, {}, { ...news(), tags: wrapped({ team: "crawl" }) });
+    expect(ok.failures).toEqual([]);
+    expect(isSecret(ok.inputs.tags)).toBe(true);
+    expect(isSecret(ok.inputs.image)).toBe(false);
+  });
+
+  it("passes an unknown password at preview as an unknown hash", () => {
+    const r = hashedForCheck({ auth: { username: "u", password: UNKNOWN } }, URN);
+    expect(r.proxy).toEqual({ auth: { username: "u", passwordHash: UNKNOWN } });
+  });
+
+  it("fails an unknown host by its key, at check", async () => {
+    const r = await plugin.check(URN, {}, { ...news(), host: "elsewhere" });
+    expect(r.failures.map((f) => f.property)).toEqual(["host"]);
+  });
+});
+
+describe("the password's way through", () => {
+  it("is taken out of the inputs the runtime gets", () => {
+    const r = withoutPassword({
+      proxy: { port: 3128, auth: { username: "u", passwordHash: "h", password: "p" } },
+    });
+    expect(r).toEqual({
+      inputs: { proxy: { port: 3128, auth: { username: "u", passwordHash: "h" } } },
+      password: "p",
+    });
+    expect(withoutPassword({ proxy: { port: 1 } })).toEqual({
+      inputs: { proxy: { port: 1 } },
+      password: undefined,
+    });
+  });
+
+  it.each([
+    [
+      "http and socks",
+      { proxyUrl: "http://10.0.0.5:3128", socksUrl: "socks5://10.0.0.5:1080" },
+      "p@ss/word",
+      {
+        proxyUrlWithCredentials: "http://u:p%40ss%2Fword@10.0.0.5:3128",
+        socksUrlWithCredentials: "socks5://u:p%40ss%2Fword@10.0.0.5:1080",
+      },
+    ],
+    ["no address yet", {}, "p", {}],
+    ["no password", { proxyUrl: "http://10.0.0.5:3128" }, undefined, {}],
+  ])("builds the URLs with credentials: %s", (_what, urls, password, expected) => {
+    const outs = withCredentialUrls(
+      { ...urls, proxy: { auth: { username: "u" } }, proxyUrlWithCredentials: "stale" },
+      password,
+    );
+    expect({
+      proxyUrlWithCredentials: outs.proxyUrlWithCredentials,
+      socksUrlWithCredentials: outs.socksUrlWithCredentials,
+    }).toEqual({ proxyUrlWithCredentials: undefined, socksUrlWithCredentials: undefined, ...expected });
+  });
+});

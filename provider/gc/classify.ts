@@ -33,6 +33,8 @@ export interface StateResource {
   id?: string;
   /** Marked for deletion by an earlier update (still the stack's to delete). */
   delete?: boolean;
+  /** The URN of the owner its VM was made with, when the resource has another one now (a move by alias). */
+  ownerUrn?: string;
 }
 
 /** An operation an interrupted update left in the checkpoint. */
@@ -153,7 +155,8 @@ function judge(
     // stack's owner settles it (pulumi refresh / stack export), not gc.
     return { verdict: "held", reason: `pending ${pending.type} operation in stack ${stack}` };
   }
-  const entries = state.resources.filter((r) => r.urn === urn);
+  // A resource moved by an alias keeps the owner its VM's metadata names.
+  const entries = state.resources.filter((r) => r.urn === urn || r.ownerUrn === urn);
   if (entries.length === 0) return { verdict: "orphan", reason: `URN not in stack ${stack}` };
   if (entries.some((r) => r.id === domain.providerId)) {
     const marked = entries.every((r) => r.id !== domain.providerId || r.delete === true);

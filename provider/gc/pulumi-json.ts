@@ -76,6 +76,9 @@ export function parseStackExport(text: string): Extract<StackState, { kind: "rea
     if (!isObject(r) || typeof r.urn !== "string") throw new CliOutputError(what, `resource ${i} has no urn`);
     const out: StateResource = { urn: r.urn };
     if (typeof r.id === "string") out.id = r.id;
+    // The owner its VM was made with: another URN after a move by alias (to the plugin's type, say).
+    const owner = [r.outputs, r.inputs].map((p) => (isObject(p) ? p.owner : undefined)).find(isObject);
+    if (typeof owner?.urn === "string" && owner.urn !== r.urn) out.ownerUrn = owner.urn;
     if (r.delete === true) out.delete = true;
     return out;
   });
@@ -91,13 +94,15 @@ export function parseStackExport(text: string): Extract<StackState, { kind: "rea
 /**
  * `pulumi config --json --show-secrets`: a reader of full keys (`kvm:hosts`)
  * for readStackConfig. Structured values come from `objectValue`, others
- * from `value`. The text holds decrypted secrets: callers must never print it.
+ * from `value`. A `kvm:` key the stack does not set is read from the
+ * provider plugin's namespace (`kvmproxy:hosts`). The text holds decrypted
+ * secrets: callers must never print it.
  */
 export function configReader(text: string): (key: string) => unknown {
   const doc = parseJson("pulumi config --json", text, true);
   if (!isObject(doc)) throw new CliOutputError("pulumi config --json", "not an object");
   return (key) => {
-    const entry = doc[key];
+    const entry = doc[key] ?? doc[key.replace(/^kvm:/, "kvmproxy:")];
     if (!isObject(entry)) return undefined;
     return entry.objectValue !== undefined ? entry.objectValue : entry.value;
   };

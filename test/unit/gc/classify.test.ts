@@ -66,6 +66,22 @@ const cases: Case[] = [
     reason: /^held$/,
   },
   {
+    name: "held: moved by an alias (to the plugin's type), the resource records the owner its VM names",
+    domain: domain("web-1"),
+    stacks: [ref("prod")],
+    states: {
+      "infra/prod": read([
+        {
+          urn: "urn:pulumi:prod::infra::kvmproxy:index:KvmProxy::web-1",
+          id: "kvm://lab/web-1",
+          ownerUrn: URN("prod", "web-1"),
+        },
+      ]),
+    },
+    verdict: "held",
+    reason: /^held$/,
+  },
+  {
     name: "orphan: the owner stack no longer exists",
     domain: domain("web-1", { stack: "gone" }),
     stacks: [ref("prod")],

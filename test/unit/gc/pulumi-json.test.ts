@@ -80,6 +80,22 @@ describe("parseStackExport", () => {
     });
   });
 
+  it("reads the owner a resource's VM was made with when it is another URN (a move by alias)", () => {
+    const moved = "urn:pulumi:dev::infra::kvmproxy:index:KvmProxy::web-1";
+    const text = JSON.stringify({
+      deployment: {
+        resources: [
+          { urn: moved, id: "kvm://lab/web-1", outputs: { owner: { urn: URN } } },
+          { urn: URN, id: "kvm://lab/web-2", inputs: { owner: { urn: URN } } },
+        ],
+      },
+    });
+    expect(parseStackExport(text).resources).toEqual([
+      { urn: moved, id: "kvm://lab/web-1", ownerUrn: URN },
+      { urn: URN, id: "kvm://lab/web-2" },
+    ]);
+  });
+
   it("reads a stack that was never updated as holding nothing", () => {
     const text = JSON.stringify({ version: 3, deployment: { manifest: {}, metadata: {} } });
     expect(parseStackExport(text)).toEqual({ kind: "read", resources: [], pending: [] });
@@ -117,6 +133,18 @@ describe("configReader", () => {
     const config = readStackConfig(get);
     expect(Object.keys(config.hosts)).toEqual(["lab"]);
     expect(config.general).toEqual([]);
+  });
+
+  it("reads a kvm: key the stack leaves out from the plugin's namespace (kvmproxy:)", () => {
+    const get = configReader(
+      JSON.stringify({
+        "kvmproxy:hosts": { value: "{}", objectValue: { lab: { uri: "unix:///run/libvirt-sock" } } },
+        "kvm:images": { value: "{}", objectValue: {} },
+        "kvmproxy:images": { value: "{}", objectValue: { tiny: { url: "/x.qcow2" } } },
+      }),
+    );
+    expect(get("kvm:hosts")).toEqual({ lab: { uri: "unix:///run/libvirt-sock" } });
+    expect(get("kvm:images")).toEqual({});
   });
 
   it("never quotes the text (it holds secrets) when it is not JSON", () => {

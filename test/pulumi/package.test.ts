@@ -156,7 +156,7 @@ afterAll(() => {
 });
 
 describe("the package as npm pack makes it", () => {
-  it("holds the compiled code, its types and source maps, the docs and the license, and nothing else", () => {
+  it("holds the compiled code, its types and source maps, the plugin and its schema, the docs and the license, and nothing else", () => {
     const listing = execFileSync("tar", ["-tzf", tarballs.current], { encoding: "utf8" }).split("\n");
     const files = listing.filter((f) => f !== "").map((f) => f.replace(/^package\//, ""));
     for (const f of [
@@ -165,6 +165,8 @@ describe("the package as npm pack makes it", () => {
       "dist/provider/index.js.map",
       "dist/provider/resource/provider.js",
       "dist/provider/cli/main.js",
+      "bin/pulumi-resource-kvmproxy",
+      "provider/schema/schema.json",
       "README.md",
       "CHANGELOG.md",
       "LICENSE",
@@ -175,7 +177,14 @@ describe("the package as npm pack makes it", () => {
     const strays = files.filter(
       (f) =>
         !/^dist\/provider\/.*\.(js|d\.ts|js\.map)$/.test(f) &&
-        !["README.md", "CHANGELOG.md", "LICENSE", "package.json"].includes(f),
+        ![
+          "README.md",
+          "CHANGELOG.md",
+          "LICENSE",
+          "package.json",
+          "bin/pulumi-resource-kvmproxy",
+          "provider/schema/schema.json",
+        ].includes(f),
     );
     expect(strays).toEqual([]);
     expect(files.filter((f) => /^(test|bench|scripts|tools)\//.test(f))).toEqual([]);

@@ -605,4 +605,6 @@ export const SECRET_OUTPUTS = [
   "vendorDataSha256",
   // A host given in full, as delete and refresh reach it: its private key and passphrase.
   "hostConnection",
+  // An imported VM's spec hash (diff.ts adoptedDiff): a digest of its user-data and password hash too.
+  "adoptedSpecHash",
 ];

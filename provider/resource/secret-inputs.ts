@@ -22,6 +22,5 @@ export function secretKeysOf(props: Record<string, unknown>): string[] {
   const keys: string[] = [...SECRET_OUTPUTS];
   if (isPlain(props.proxy) && props.proxy.auth !== undefined) keys.push("proxy");
   if (carriesKeyMaterial(props.host)) keys.push("host");
-  if (carriesKeyMaterial(props.hostConnection)) keys.push("hostConnection");
   return keys;
 }

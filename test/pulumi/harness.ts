@@ -13,6 +13,10 @@ import { repoRoot, type TestHost, virshUri } from "../support/test-host";
 export const E2E_ROOT = path.join(repoRoot, ".state/pulumi-e2e");
 export const TEST_IMAGE = path.join(E2E_ROOT, "images/empty.qcow2");
 
+/** The engine's own lines that print property values at -v=7 and above (secret ones included). */
+export const ENGINE_PROPERTY_DUMP =
+  /"msg":"(Marshaling property for RPC|Unmarshaling property for RPC|Planner decided )/;
+
 let cliEnv: NodeJS.ProcessEnv | undefined;
 
 /** The environment `scripts/pulumi-cli env` exports. Throws (loudly) when the CLI is missing. */

@@ -20,6 +20,7 @@ import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/te
 import {
   allDomains,
   domainsOfStack,
+  ENGINE_PROPERTY_DUMP,
   hostsConfig,
   metadataOf,
   pulumiEnv,
@@ -83,6 +84,20 @@ function pluginWorkspace(tag: string, program: string): Workspace {
   return ws;
 }
 
+/** A secret as `stack export --show-secrets` shows it (`{<sig>, plaintext: <JSON>}`), decoded; anything else as it is. */
+function shownSecret(v: unknown): unknown {
+  const plaintext = (v as { plaintext?: unknown } | undefined)?.plaintext;
+  return typeof plaintext === "string" ? JSON.parse(plaintext) : v;
+}
+
+/** `pulumi <args> --debug` (at `level`, logs to stderr); throws unless it succeeds; all it printed. */
+function debugRun(ws: Workspace, level: string | undefined, ...args: string[]): string {
+  const logs = level === undefined ? [] : [level, "--logtostderr", "--logflow"];
+  const r = ws.run(...args, "--debug", ...logs);
+  if (r.code !== 0) throw new Error(`pulumi ${args.join(" ")} exited ${r.code}:\n${r.output.slice(-4000)}`);
+  return r.output;
+}
+
 /** `kvm:hosts`/`kvm:images` of the test host under the plugin's namespace. */
 function pluginConfig(): Record<string, unknown> {
   const c = hostsConfig(host, ["local"]);
@@ -126,7 +141,8 @@ exports.urlWithCredentials = authed.proxyUrlWithCredentials;
     ws.setConfig(pluginConfig());
     ws.setSecret("kvmpt-plugin:password", PASSWORD);
 
-    ws.up();
+    // --debug -v=9: our lines, the SDK's debug lines and the engine's property dumps.
+    const verbose = debugRun(ws, "-v=9", "up", "--yes", "--skip-preview");
     const state = ws.state().resources;
     const proxies = state.filter((r) => r.type === TYPE);
     expect(proxies).toHaveLength(2);
@@ -150,9 +166,37 @@ exports.urlWithCredentials = authed.proxyUrlWithCredentials;
     expect(text).not.toContain(PASSWORD);
     expect(text).not.toContain(encodeURIComponent(PASSWORD));
 
+    // --debug alone, as a user shares a failing run: every diagnostic, nothing of the engine's dumps.
+    const debug = [
+      debugRun(ws, undefined, "preview", "--expect-no-changes"),
+      debugRun(ws, undefined, "refresh", "--yes", "--skip-preview", "--expect-no-changes"),
+    ].join("\n");
     ws.mustRun("preview", "--expect-no-changes");
-    ws.mustRun("refresh", "--yes", "--skip-preview", "--expect-no-changes");
-    ws.mustRun("preview", "--expect-no-changes");
+
+    // No form of the password in a line of a --debug run, nor in the state; what is computed from it
+    // or from the user-data (the hash, the digest) is a secret of the state. The SDK's --debug line
+    // of each RegisterResource reply does print those two: an open defect (issue 27's note).
+    const authedOuts = (
+      JSON.parse(ws.mustRun("stack", "export", "--show-secrets").stdout) as {
+        deployment: { resources: { urn: string; outputs?: Record<string, unknown> }[] };
+      }
+    ).deployment.resources.find((r) => r.urn.endsWith("::authed"))?.outputs;
+    const derived = [authedOuts?.proxyPasswordHash, authedOuts?.userDataSha256].map(shownSecret);
+    for (const d of derived) expect(typeof d).toBe("string");
+    const forms = [PASSWORD, encodeURIComponent(PASSWORD)];
+    const carrying = (text: string, of: unknown[]) =>
+      text.split("\n").filter((l) => of.some((f) => l.includes(f as string)));
+    expect(debug).toMatch(/RegisterResource RPC finished/);
+    expect(carrying(debug, forms)).toEqual([]);
+    expect(carrying(ws.stateText(), [...forms, ...derived])).toEqual([]);
+    // At -v=9 the engine dumps every property of every RPC, secrets too (the password is the
+    // program's input): those dumps are the only lines that carry it.
+    expect(verbose).toMatch(ENGINE_PROPERTY_DUMP);
+    expect(
+      carrying(verbose, forms)
+        .filter((l) => !ENGINE_PROPERTY_DUMP.test(l))
+        .map((l) => l.slice(0, 300)),
+    ).toEqual([]);
 
     ws.destroy();
     expect(domainsOfStack(host, ws.stack)).toEqual([]);
@@ -204,6 +248,15 @@ new kvmproxy.KvmProxy("adopted", { ...${ARGS}, name: ${JSON.stringify(name)}, ta
     adopter.mustRun("import", TYPE, "adopted", id, "--yes", "--protect=false", "--generate-code=false");
     const adopted = adopter.state().resources.filter((r) => r.type === TYPE);
     expect(adopted.map((r) => r.id)).toEqual([id]);
+    // The spec hash it was read with digests the user-data and the password hash: a secret.
+    const shown = JSON.parse(adopter.mustRun("stack", "export", "--show-secrets").stdout) as {
+      deployment: { resources: { type: string; outputs?: Record<string, unknown> }[] };
+    };
+    const specHash = shownSecret(
+      shown.deployment.resources.find((r) => r.type === TYPE)?.outputs?.adoptedSpecHash,
+    );
+    expect(specHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(adopter.stateText()).not.toContain(specHash as string);
     adopter.mustRun("preview", "--expect-no-changes");
     adopter.up();
     expect(allDomains(host)).toContain(name);

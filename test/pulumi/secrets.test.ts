@@ -32,6 +32,7 @@ import { authorize, keygen, scratchDir } from "../libvirtd/transport/helpers";
 import { staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   domainsOfStack,
+  ENGINE_PROPERTY_DUMP,
   hostsConfig,
   pulumiEnv,
   removeByHand,
@@ -43,10 +44,6 @@ import {
 
 /** The most verbose engine level that prints no property values. */
 const SAFE_LEVEL = 6;
-/** Engine lines that print property values (see the header). */
-const ENGINE_PROPERTY_DUMP =
-  /"msg":"(Marshaling property for RPC|Unmarshaling property for RPC|Planner decided )/;
-
 const PASSPHRASE = "kvmp-passphrase-Zq81-never-logged";
 const SECRET_USER_DATA_MARKER = "kvmp-secret-userdata-Hx42";
 const PLAIN_USER_DATA_MARKER = "kvmp-plain-userdata-Kc77";

@@ -5,6 +5,7 @@
  * output never silently turns into "this stack holds nothing".
  */
 import { ProviderError } from "../errors";
+import { inPluginNamespace } from "../resource/stack-config";
 import type { PendingOperation, StackRef, StackState, StateResource } from "./classify";
 
 /** The CLI printed something gc cannot read. Permanent. */
@@ -102,7 +103,7 @@ export function configReader(text: string): (key: string) => unknown {
   const doc = parseJson("pulumi config --json", text, true);
   if (!isObject(doc)) throw new CliOutputError("pulumi config --json", "not an object");
   return (key) => {
-    const entry = doc[key] ?? doc[key.replace(/^kvm:/, "kvmproxy:")];
+    const entry = doc[key] ?? doc[inPluginNamespace(key)];
     if (!isObject(entry)) return undefined;
     return entry.objectValue !== undefined ? entry.objectValue : entry.value;
   };

@@ -114,9 +114,9 @@ export class KvmProxyPlugin {
   }
 
   async diff(id: string, oldsIn: Props, newsIn: Props) {
-    const olds = withoutPassword(reveal(oldsIn).props).inputs;
+    // The old outputs never held the password (create and update return none).
     const news = withoutPassword(reveal(newsIn).props).inputs;
-    return this.runtime.diff(id, olds, news);
+    return this.runtime.diff(id, reveal(oldsIn).props, news);
   }
 
   async create(propsIn: Props, timeout?: number): Promise<{ id: string; outs: Props }> {
@@ -138,7 +138,7 @@ export class KvmProxyPlugin {
     const props = reveal(propsIn);
     const inputs = reveal(inputsIn);
     const { password } = withoutPassword(inputs.props);
-    const r = await this.runtime.read(id, withoutPassword(props.props).inputs);
+    const r = await this.runtime.read(id, props.props);
     if (r.props === undefined) return r;
     const full = withCredentialUrls(r.props, password);
     const out: { id?: string; props?: Props; inputs?: Props } = {
@@ -151,12 +151,11 @@ export class KvmProxyPlugin {
   }
 
   async update(id: string, oldsIn: Props, newsIn: Props, timeout?: number): Promise<{ outs: Props }> {
-    const olds = withoutPassword(reveal(oldsIn).props).inputs;
     const given = reveal(newsIn);
     const { inputs, password } = withoutPassword(given.props);
     const { outs } = await this.runtime.update(
       id,
-      olds,
+      reveal(oldsIn).props,
       withTimeout(inputs, "create", timeout),
       deadlineOf(timeout),
     );
@@ -165,8 +164,7 @@ export class KvmProxyPlugin {
   }
 
   async delete(id: string, propsIn: Props, timeout?: number): Promise<void> {
-    const props = withoutPassword(reveal(propsIn).props).inputs;
-    await this.runtime.delete(id, withTimeout(props, "delete", timeout));
+    await this.runtime.delete(id, withTimeout(reveal(propsIn).props, "delete", timeout));
   }
 }
 

@@ -11,16 +11,13 @@
  *   (`urn:pulumi:<stack>::<project>::<parent types$>type::<name>`).
  */
 import { UNKNOWN } from "../resource/args";
+import { isPlain as isObject } from "../resource/proxy-auth";
 
 /** The key and value that mark an object as a secret wrapper (Pulumi's resource/sig). */
 export const SECRET_SIG = "4dabf18193072939515e22adb298388d";
 export const SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270";
 
 export type Props = Record<string, unknown>;
-
-function isObject(v: unknown): v is Props {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 /** True when `v` is a secret wrapper. */
 export function isSecret(v: unknown): v is { value: unknown } {

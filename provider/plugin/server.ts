@@ -23,12 +23,10 @@ import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
+import { inPluginNamespace } from "../resource/stack-config";
+import { KVM_PROXY_TOKEN } from "../schema/properties";
 import { KvmProxyPlugin } from "./kvm-proxy-plugin";
 import { type Props, reveal } from "./property-values";
-
-export const KVM_PROXY_TOKEN = "kvmproxy:index:KvmProxy";
-/** The configuration namespace of the plugin (the package's name). */
-export const CONFIG_NAMESPACE = "kvmproxy";
 
 /** The package root: the nearest folder above this module with a package.json (from provider/ or dist/provider/). */
 const PACKAGE_ROOT = (() => {
@@ -91,19 +89,13 @@ export function configGetter(args: Props, variables: ReadonlyMap<string, string>
   return (key) => {
     const name = key.replace(/^kvm:/, "");
     if (args[name] !== undefined && args[name] !== null) return args[name];
-    return (
-      variables.get(`${CONFIG_NAMESPACE}:config:${name}`) ?? variables.get(`${CONFIG_NAMESPACE}:${name}`)
-    );
+    const full = inPluginNamespace(key);
+    return variables.get(full.replace(":", ":config:")) ?? variables.get(full);
   };
 }
 
-/** A failure's text without the runtime's config namespace (`kvm:`) where the plugin's is meant. */
-function pluginWords(text: string): string {
-  return text.replace(/\bkvm:(hosts|images|sshPrivateKey)\b/g, `${CONFIG_NAMESPACE}:$1`);
-}
-
 function message(err: unknown): string {
-  return pluginWords(err instanceof Error ? err.message : String(err));
+  return inPluginNamespace(err instanceof Error ? err.message : String(err));
 }
 
 /** Starts the server on 127.0.0.1; resolves to its port. */
@@ -120,7 +112,7 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
       const detail = new m.pb.ErrorResourceInitFailed();
       detail.setId(err.id);
       detail.setProperties(toStruct(err.properties));
-      detail.setReasonsList(err.reasons.map(pluginWords));
+      detail.setReasonsList(err.reasons.map(inPluginNamespace));
       const any = new m.any.Any();
       any.pack(detail.serializeBinary(), "pulumirpc.ErrorResourceInitFailed");
       const status = new m.status.Status();
@@ -188,7 +180,7 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
         r.failures.map((f) => {
           const x = new m.pb.CheckFailure();
           x.setProperty(f.property);
-          x.setReason(pluginWords(f.reason));
+          x.setReason(inPluginNamespace(f.reason));
           return x;
         }),
       );

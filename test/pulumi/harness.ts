@@ -46,6 +46,13 @@ export function pulumiEnv(): NodeJS.ProcessEnv {
   return cliEnv;
 }
 
+/** A tool (not the CLI) in the CLI's environment: its exit code and everything it printed. */
+export function runTool(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = pulumiEnv()) {
+  const r = spawnSync(cmd, args, { cwd, env, encoding: "utf8", timeout: 600_000 });
+  if (r.error !== undefined) throw r.error;
+  return { code: r.status, out: `${r.stdout}${r.stderr}` };
+}
+
 export interface RunResult {
   code: number;
   stdout: string;

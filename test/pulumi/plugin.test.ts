@@ -25,6 +25,7 @@ import {
   metadataOf,
   pulumiEnv,
   removeByHand,
+  runTool,
   TEST_PROXY_ARGS,
   Workspace,
 } from "./harness";
@@ -37,11 +38,7 @@ let host: TestHost;
 let sdk: string;
 const workspaces: Workspace[] = [];
 
-function run(cmd: string, args: string[], cwd: string) {
-  const r = spawnSync(cmd, args, { cwd, env: pulumiEnv(), encoding: "utf8", timeout: 600_000 });
-  if (r.error !== undefined) throw r.error;
-  return { code: r.status, out: `${r.stdout}${r.stderr}` };
-}
+const run = runTool;
 
 /** The TypeScript SDK of the schema the plugin serves, compiled to a package folder. */
 function buildSdk(): string {

@@ -8,22 +8,17 @@
  * a wrong type does not (the SDK's types are real). Running a program needs
  * the provider plugin (issue 27's next step).
  */
-import { spawnSync } from "node:child_process";
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot } from "../support/test-host";
-import { pulumiEnv } from "./harness";
+import { runTool } from "./harness";
 
 const SCHEMA = path.join(repoRoot, "provider/schema/schema.json");
 // Inside the repository: the TypeScript SDK resolves @pulumi/pulumi and @types/node from its node_modules.
 const DIR = path.join(repoRoot, ".state/sdk", String(process.pid));
 
-function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = pulumiEnv()) {
-  const r = spawnSync(cmd, args, { cwd, env, encoding: "utf8", timeout: 600_000 });
-  if (r.error !== undefined) throw r.error;
-  return { code: r.status, out: `${r.stdout}${r.stderr}` };
-}
+const run = runTool;
 
 function generate(lang: string): string {
   const out = path.join(DIR, lang);

@@ -17,8 +17,17 @@
  *   so neither an alias nor an import changes the hash.
  * - The engine's `customTimeouts` arrive as a request's timeout (seconds)
  *   and replace `timeouts.create` or `timeouts.delete` for that call.
+ * - What is computed from a secret (SECRET_DERIVED_OUTPUTS: the password's
+ *   hash, the seed digests, a host's key material, an import's spec hash)
+ *   is never an output: a program receives every output, and the Node.js
+ *   SDK prints them all with `--debug`. The engine hands diff, update, read
+ *   and delete the old inputs (secret, never sent to a program), and those
+ *   outputs are derived from them again (`runtimeOlds`); an import's spec
+ *   hash is kept in the inputs themselves.
  */
-import { UNKNOWN } from "../resource/args";
+import { SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../resource/args";
+import { asChecked } from "../resource/check";
+import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import type { KvmProxyRuntime } from "../resource/provider";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "../resource/proxy-auth";
 import { secretKeysOf } from "../resource/secret-inputs";
@@ -60,6 +69,35 @@ export function withCredentialUrls(outs: Props, password: unknown): Props {
   if (http !== undefined) out.proxyUrlWithCredentials = http;
   if (socks !== undefined) out.socksUrlWithCredentials = socks;
   return out;
+}
+
+/** `outs` as a program receives them: nothing computed from a secret. */
+export function published(outs: Props): Props {
+  const out = { ...outs };
+  for (const k of SECRET_DERIVED_OUTPUTS) delete out[k];
+  return out;
+}
+
+/**
+ * The old outputs as the runtime reads them: the state's, with what is
+ * computed from a secret derived from the old inputs (plain, without the
+ * password) the resource was built from. Inputs rebuilt from an imported
+ * VM's metadata hold no seed: their digests are not the VM's, unless the
+ * inputs build the very spec it was made from.
+ */
+export function runtimeOlds(outputs: Props, oldInputs: Props): Props {
+  if (oldInputs.resolvedImage === undefined || typeof outputs.host !== "string") return outputs;
+  const checked = asChecked(oldInputs);
+  const derived: Props = secretDerivedOutputsOf(checked, outputs.host);
+  const adopted = oldInputs.adoptedSpecHash;
+  if (typeof adopted === "string") {
+    derived.adoptedSpecHash = adopted;
+    if (specHashOf(checked) !== adopted) {
+      delete derived.userDataSha256;
+      delete derived.vendorDataSha256;
+    }
+  }
+  return { ...outputs, ...derived };
 }
 
 /** The owner a checked resource has (kept from its old inputs), else the one its URN names. */
@@ -107,16 +145,17 @@ export class KvmProxyPlugin {
     const r = await this.runtime.check(olds, given);
     if (r.failures.length > 0) return { inputs: newsIn, failures: r.failures };
     const inputs = { ...r.inputs };
+    // An import's inputs (read from the VM) carry the spec hash it was built from.
+    if (typeof news.props.adoptedSpecHash === "string") inputs.adoptedSpecHash = news.props.adoptedSpecHash;
     if (password !== undefined && isPlain(inputs.proxy) && isPlain(inputs.proxy.auth)) {
       inputs.proxy = { ...inputs.proxy, auth: { ...inputs.proxy.auth, password } };
     }
     return { inputs: conceal(inputs, secretsFor(inputs, news.secretKeys)), failures: [] };
   }
 
-  async diff(id: string, oldsIn: Props, newsIn: Props) {
-    // The old outputs never held the password (create and update return none).
+  async diff(id: string, oldsIn: Props, newsIn: Props, oldInputsIn: Props) {
     const news = withoutPassword(reveal(newsIn).props).inputs;
-    return this.runtime.diff(id, reveal(oldsIn).props, news);
+    return this.runtime.diff(id, olds(oldsIn, oldInputsIn), news);
   }
 
   async create(propsIn: Props, timeout?: number): Promise<{ id: string; outs: Props }> {
@@ -126,7 +165,7 @@ export class KvmProxyPlugin {
       withTimeout(inputs, "create", timeout),
       deadlineOf(timeout),
     );
-    const full = withCredentialUrls(outs, password);
+    const full = withCredentialUrls(published(outs), password);
     return { id, outs: conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS)) };
   }
 
@@ -137,35 +176,51 @@ export class KvmProxyPlugin {
   ): Promise<{ id?: string; props?: Props; inputs?: Props }> {
     const props = reveal(propsIn);
     const inputs = reveal(inputsIn);
-    const { password } = withoutPassword(inputs.props);
-    const r = await this.runtime.read(id, props.props);
+    const { inputs: plainInputs, password } = withoutPassword(inputs.props);
+    const r = await this.runtime.read(id, runtimeOlds(props.props, plainInputs));
     if (r.props === undefined) return r;
-    const full = withCredentialUrls(r.props, password);
+    const full = withCredentialUrls(published(r.props), password);
     const out: { id?: string; props?: Props; inputs?: Props } = {
       ...r,
       props: conceal(full, secretsFor(full, props.secretKeys, CREDENTIAL_URLS)),
     };
-    const newInputs = r.inputs ?? (Object.keys(inputs.props).length > 0 ? inputs.props : undefined);
+    // An import: the spec hash the VM was built from goes with its inputs, not its outputs.
+    const imported =
+      r.inputs !== undefined && typeof r.props.adoptedSpecHash === "string"
+        ? { ...r.inputs, adoptedSpecHash: r.props.adoptedSpecHash }
+        : r.inputs;
+    const newInputs = imported ?? (Object.keys(inputs.props).length > 0 ? inputs.props : undefined);
     if (newInputs !== undefined) out.inputs = conceal(newInputs, secretsFor(newInputs, inputs.secretKeys));
     return out;
   }
 
-  async update(id: string, oldsIn: Props, newsIn: Props, timeout?: number): Promise<{ outs: Props }> {
+  async update(
+    id: string,
+    oldsIn: Props,
+    newsIn: Props,
+    oldInputsIn: Props,
+    timeout?: number,
+  ): Promise<{ outs: Props }> {
     const given = reveal(newsIn);
     const { inputs, password } = withoutPassword(given.props);
     const { outs } = await this.runtime.update(
       id,
-      reveal(oldsIn).props,
+      olds(oldsIn, oldInputsIn),
       withTimeout(inputs, "create", timeout),
       deadlineOf(timeout),
     );
-    const full = withCredentialUrls(outs, password);
+    const full = withCredentialUrls(published(outs), password);
     return { outs: conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS)) };
   }
 
-  async delete(id: string, propsIn: Props, timeout?: number): Promise<void> {
-    await this.runtime.delete(id, withTimeout(reveal(propsIn).props, "delete", timeout));
+  async delete(id: string, propsIn: Props, oldInputsIn: Props, timeout?: number): Promise<void> {
+    await this.runtime.delete(id, withTimeout(olds(propsIn, oldInputsIn), "delete", timeout));
   }
+}
+
+/** The runtime's view of a resource's old outputs (`runtimeOlds`) from the engine's wrapped values. */
+function olds(outputsIn: Props, oldInputsIn: Props): Props {
+  return runtimeOlds(reveal(outputsIn).props, withoutPassword(reveal(oldInputsIn).props).inputs);
 }
 
 const CREDENTIAL_URLS = ["proxyUrlWithCredentials", "socksUrlWithCredentials"];

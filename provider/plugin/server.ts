@@ -188,7 +188,12 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
     }),
     diff: unary(async (req) => {
       unknownType(req);
-      const d = await plugin.diff(req.getId(), toJs(req.getOlds()), toJs(req.getNews()));
+      const d = await plugin.diff(
+        req.getId(),
+        toJs(req.getOlds()),
+        toJs(req.getNews()),
+        toJs(req.getOldInputs()),
+      );
       const reply = new m.pb.DiffResponse();
       reply.setChanges(
         d.changes ? m.pb.DiffResponse.DiffChanges.DIFF_SOME : m.pb.DiffResponse.DiffChanges.DIFF_NONE,
@@ -217,14 +222,20 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
     }),
     update: unary(async (req) => {
       unknownType(req);
-      const r = await plugin.update(req.getId(), toJs(req.getOlds()), toJs(req.getNews()), req.getTimeout());
+      const r = await plugin.update(
+        req.getId(),
+        toJs(req.getOlds()),
+        toJs(req.getNews()),
+        toJs(req.getOldInputs()),
+        req.getTimeout(),
+      );
       const reply = new m.pb.UpdateResponse();
       reply.setProperties(toStruct(r.outs));
       return reply;
     }),
     delete: unary(async (req) => {
       unknownType(req);
-      await plugin.delete(req.getId(), toJs(req.getProperties()), req.getTimeout());
+      await plugin.delete(req.getId(), toJs(req.getProperties()), toJs(req.getOldInputs()), req.getTimeout());
       return new m.empty.Empty();
     }),
     cancel: (_call: unknown, callback: Callback) => {

@@ -593,18 +593,29 @@ export const UPDATE_PROPERTIES = [
   "rotation",
 ] as const;
 
-/** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
-export const SECRET_OUTPUTS = [
-  "userData",
-  "vendorData",
-  "userDataBase64",
-  "vendorDataBase64",
+/**
+ * Outputs computed from a secret (the password's hash, the seed digests, a
+ * host's key material, an import's spec hash): the state keeps them, the
+ * provider's diff, read and delete need them. The provider plugin returns
+ * none of them to a program (the Node.js SDK prints every output a program
+ * receives with `--debug`); it derives them from the resource's old inputs.
+ */
+export const SECRET_DERIVED_OUTPUTS = [
   "proxyPasswordHash",
-  // Digests of secret inputs: a guess at the text is checked against them, so they are secrets too.
+  // Digests of secret inputs: a guess at the text is checked against them.
   "userDataSha256",
   "vendorDataSha256",
   // A host given in full, as delete and refresh reach it: its private key and passphrase.
   "hostConnection",
   // An imported VM's spec hash (diff.ts adoptedDiff): a digest of its user-data and password hash too.
   "adoptedSpecHash",
+] as const;
+
+/** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
+export const SECRET_OUTPUTS: string[] = [
+  "userData",
+  "vendorData",
+  "userDataBase64",
+  "vendorDataBase64",
+  ...SECRET_DERIVED_OUTPUTS,
 ];

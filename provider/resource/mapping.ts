@@ -276,6 +276,26 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
   return defined(out);
 }
 
+/**
+ * The outputs computed from a secret (SECRET_DERIVED_OUTPUTS but the import's
+ * spec hash), from the checked inputs and the host the VM lives on: the
+ * seed digests, the password's hash, and a host given in full (how delete
+ * and refresh reach it, key material included).
+ */
+export function secretDerivedOutputsOf(
+  c: CheckedInputs,
+  host: string,
+): Pick<KvmProxyOutputs, "userDataSha256" | "vendorDataSha256" | "proxyPasswordHash" | "hostConnection"> {
+  const vendorData = seedDataOf(c, "vendorData");
+  const passwordHash = proxyPasswordHashOf(c);
+  return defined({
+    userDataSha256: seedDigest(seedDataOf(c, "userData") ?? ""),
+    vendorDataSha256: vendorData !== undefined ? seedDigest(vendorData) : undefined,
+    proxyPasswordHash: passwordHash,
+    hostConnection: hostEntryOf(c.host, host),
+  });
+}
+
 /** Outputs after create/update: the checked inputs plus what the VM reports. */
 export function outputsFrom(
   c: CheckedInputs,
@@ -293,17 +313,13 @@ export function outputsFrom(
     proxy: _proxy,
     ...rest
   } = c;
-  const vendorData = seedDataOf(c, "vendorData");
   const placed = placementOf(c.host);
   const out: KvmProxyOutputs = {
     ...rest,
-    userDataSha256: seedDigest(seedDataOf(c, "userData") ?? ""),
-    ...(vendorData !== undefined ? { vendorDataSha256: seedDigest(vendorData) } : {}),
+    ...secretDerivedOutputsOf(c, status.host),
     // The host it lives on (a pooled proxy's, chosen at create), and the pool it was placed from.
     host: status.host,
     ...(placed.pool !== undefined ? { hostPool: placed.pool } : {}),
-    // A host given in full: how delete and refresh reach it (a secret output: it holds key material).
-    hostConnection: hostEntryOf(c.host, status.host),
     domainName: c.name,
     uuid: status.uuid ?? "",
     state: status.state,
@@ -312,8 +328,6 @@ export function outputsFrom(
   };
   const proxy = publicProxy(c);
   if (proxy !== undefined) out.proxy = proxy;
-  const passwordHash = proxyPasswordHashOf(c);
-  if (passwordHash !== undefined) out.proxyPasswordHash = passwordHash;
   const mac = status.mac ?? c.macAddress;
   if (mac !== undefined) out.macAddress = mac;
   const addresses = addressOutputs(c.nics, status);

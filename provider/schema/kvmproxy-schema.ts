@@ -5,7 +5,7 @@
  * source files); provider/schema/schema.json is this function's output,
  * checked in and compared by test/unit/schema/schema.test.ts.
  */
-import { REPLACE_PROPERTIES, SECRET_OUTPUTS } from "../resource/args";
+import { REPLACE_PROPERTIES, SECRET_DERIVED_OUTPUTS, SECRET_OUTPUTS } from "../resource/args";
 import {
   type DocLookup,
   objectType,
@@ -47,11 +47,13 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
     const out = outputs.properties[name];
     if (out !== undefined) out.secret = true;
   }
+  // The plugin returns nothing computed from a secret (kvm-proxy-plugin.ts `published`).
+  for (const name of SECRET_DERIVED_OUTPUTS) delete outputs.properties[name];
   const kvmProxy: ResourceSpec = {
     type: "object",
     description: describe(docs, "KvmProxy"),
     properties: outputs.properties,
-    required: ["host", "name", "domainName", "uuid", "state", "proxyPort", "userDataSha256"].filter(
+    required: ["host", "name", "domainName", "uuid", "state", "proxyPort"].filter(
       (n) => n in outputs.properties,
     ),
     inputProperties: inputs.properties,
@@ -137,13 +139,38 @@ function table(props: Record<string, PropertySpec>, required: readonly string[] 
   return ["| property | type | description |", "|---|---|---|", ...rows].join("\n");
 }
 
+/**
+ * The outputs only the dynamic provider's KvmProxy has: what is computed from
+ * a secret, kept as secret outputs because its diff and delete see nothing
+ * else of a resource (the plugin keeps them out of its outputs).
+ */
+export function dynamicOnlyOutputs(docs: DocLookup): Record<string, PropertySpec> {
+  const outputs = schemaProperties(KVM_PROXY_OUTPUTS, docs, "KvmProxyOutputs", {
+    fallbacks: ["KvmProxyCredentialUrls", "KvmProxyArgs", "CheckedInputs"],
+  }).properties;
+  const out: Record<string, PropertySpec> = {};
+  for (const name of SECRET_DERIVED_OUTPUTS) {
+    const spec = outputs[name];
+    if (spec !== undefined) out[name] = { ...spec, secret: true };
+  }
+  return out;
+}
+
 /** The README's reference tables (between its `schema-reference` markers), from the schema. */
-export function referenceMarkdown(schema: PackageSpec): string {
+export function referenceMarkdown(
+  schema: PackageSpec,
+  dynamicOnly: Record<string, PropertySpec> = {},
+): string {
   const parts: string[] = [];
   for (const [token, res] of Object.entries(schema.resources)) {
     const name = token.replace(/^.*:/, "");
     parts.push(`#### \`${name}\` inputs\n\n${table(res.inputProperties, res.requiredInputs)}`);
     parts.push(`#### \`${name}\` outputs\n\n${table(res.properties)}`);
+    if (token === KVM_PROXY_TOKEN && Object.keys(dynamicOnly).length > 0) {
+      parts.push(
+        `#### The dynamic \`KvmProxy\` class's own outputs\n\nComputed from a secret; the provider plugin keeps them in the state's inputs and returns none of them to a program.\n\n${table(dynamicOnly)}`,
+      );
+    }
   }
   for (const [token, type] of Object.entries(schema.types)) {
     parts.push(

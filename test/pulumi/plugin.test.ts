@@ -11,11 +11,13 @@
  * its URL.
  */
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { servedSchema } from "../../provider/plugin/server";
+import { SECRET_DERIVED_OUTPUTS } from "../../provider/resource/args";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
@@ -170,27 +172,34 @@ exports.urlWithCredentials = authed.proxyUrlWithCredentials;
     ].join("\n");
     ws.mustRun("preview", "--expect-no-changes");
 
-    // No form of the password in a line of a --debug run, nor in the state; what is computed from it
-    // or from the user-data (the hash, the digest) is a secret of the state. The SDK's --debug line
-    // of each RegisterResource reply does print those two: an open defect (issue 27's note).
-    const authedOuts = (
+    // What is computed from the password or the user-data (the hash squid checks, the seed's digest)
+    // lives in the state's inputs, encrypted; no output holds it, so no program receives it.
+    const authed = (
       JSON.parse(ws.mustRun("stack", "export", "--show-secrets").stdout) as {
-        deployment: { resources: { urn: string; outputs?: Record<string, unknown> }[] };
+        deployment: {
+          resources: { urn: string; inputs?: Record<string, unknown>; outputs?: Record<string, unknown> }[];
+        };
       }
-    ).deployment.resources.find((r) => r.urn.endsWith("::authed"))?.outputs;
-    const derived = [authedOuts?.proxyPasswordHash, authedOuts?.userDataSha256].map(shownSecret);
-    for (const d of derived) expect(typeof d).toBe("string");
+    ).deployment.resources.find((r) => r.urn.endsWith("::authed"));
+    const kept = shownSecret(authed?.inputs?.proxy) as { auth: { passwordHash: string } };
+    const userData = shownSecret(authed?.inputs?.userData) as string;
+    const derived = [kept.auth.passwordHash, createHash("sha256").update(userData, "utf8").digest("hex")];
+    expect(derived[0]).toMatch(/^\$6\$/);
+    for (const k of SECRET_DERIVED_OUTPUTS) expect(authed?.outputs).not.toHaveProperty(k);
+
+    // No form of the password, nor what is computed from it, in a line of a --debug run (the SDK's
+    // line of each RegisterResource reply prints every output), nor in the plaintext state.
     const forms = [PASSWORD, encodeURIComponent(PASSWORD)];
     const carrying = (text: string, of: unknown[]) =>
       text.split("\n").filter((l) => of.some((f) => l.includes(f as string)));
     expect(debug).toMatch(/RegisterResource RPC finished/);
-    expect(carrying(debug, forms)).toEqual([]);
+    expect(carrying(debug, [...forms, ...derived])).toEqual([]);
     expect(carrying(ws.stateText(), [...forms, ...derived])).toEqual([]);
     // At -v=9 the engine dumps every property of every RPC, secrets too (the password is the
-    // program's input): those dumps are the only lines that carry it.
+    // program's input): those dumps are the only lines that carry them.
     expect(verbose).toMatch(ENGINE_PROPERTY_DUMP);
     expect(
-      carrying(verbose, forms)
+      carrying(verbose, [...forms, ...derived])
         .filter((l) => !ENGINE_PROPERTY_DUMP.test(l))
         .map((l) => l.slice(0, 300)),
     ).toEqual([]);
@@ -245,14 +254,17 @@ new kvmproxy.KvmProxy("adopted", { ...${ARGS}, name: ${JSON.stringify(name)}, ta
     adopter.mustRun("import", TYPE, "adopted", id, "--yes", "--protect=false", "--generate-code=false");
     const adopted = adopter.state().resources.filter((r) => r.type === TYPE);
     expect(adopted.map((r) => r.id)).toEqual([id]);
-    // The spec hash it was read with digests the user-data and the password hash: a secret.
+    // The spec hash it was read with digests the user-data and the password hash: a secret of its
+    // inputs, no output.
     const shown = JSON.parse(adopter.mustRun("stack", "export", "--show-secrets").stdout) as {
-      deployment: { resources: { type: string; outputs?: Record<string, unknown> }[] };
+      deployment: {
+        resources: { type: string; inputs?: Record<string, unknown>; outputs?: Record<string, unknown> }[];
+      };
     };
-    const specHash = shownSecret(
-      shown.deployment.resources.find((r) => r.type === TYPE)?.outputs?.adoptedSpecHash,
-    );
+    const state = shown.deployment.resources.find((r) => r.type === TYPE);
+    const specHash = shownSecret(state?.inputs?.adoptedSpecHash);
     expect(specHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(state?.outputs).not.toHaveProperty("adoptedSpecHash");
     expect(adopter.stateText()).not.toContain(specHash as string);
     adopter.mustRun("preview", "--expect-no-changes");
     adopter.up();

@@ -2,7 +2,8 @@
  * The plugin's KvmProxy front door where it differs from the dynamic one,
  * over a real KvmProxyRuntime configured with a host key (check and diff
  * reach no host): the password hashed at check and kept beside the hash,
- * secret; the owner from the URN, or kept; the credential URLs. Diff,
+ * secret; the owner from the URN, or kept; the credential URLs; nothing
+ * computed from a secret in the outputs, derived from old inputs. Diff,
  * create and the rest: test/pulumi/plugin.test.ts, through the real CLI.
  */
 import { beforeAll, describe, expect, it } from "vitest";
@@ -10,11 +11,15 @@ import { isPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   hashedForCheck,
   KvmProxyPlugin,
+  published,
+  runtimeOlds,
   withCredentialUrls,
   withoutPassword,
 } from "../../../provider/plugin/kvm-proxy-plugin";
 import { isSecret, reveal, SECRET_SIG, SECRET_VALUE } from "../../../provider/plugin/property-values";
-import { UNKNOWN } from "../../../provider/resource/args";
+import { SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../../../provider/resource/args";
+import { asChecked } from "../../../provider/resource/check";
+import { outputsFrom, specHashOf } from "../../../provider/resource/mapping";
 import { KvmProxyRuntime } from "../../../provider/resource/provider";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 
@@ -135,5 +140,64 @@ describe("the password's way through", () => {
       proxyUrlWithCredentials: outs.proxyUrlWithCredentials,
       socksUrlWithCredentials: outs.socksUrlWithCredentials,
     }).toEqual({ proxyUrlWithCredentials: undefined, socksUrlWithCredentials: undefined, ...expected });
+  });
+});
+
+describe("what is computed from a secret stays out of the outputs", () => {
+  /** Checked inputs (wrapped as the engine stores them) and the outputs the plugin returned for them. */
+  async function built(password: string) {
+    const r = await plugin.check(
+      URN,
+      {},
+      news({ auth: { username: "crawler", password: wrapped(password) } }),
+    );
+    expect(r.failures).toEqual([]);
+    const plain = withoutPassword(reveal(r.inputs).props).inputs;
+    const status = { host: "lab", name: "edge-plugin", state: "running" as const, uuid: "u-1" };
+    const all = outputsFrom(asChecked(plain), status);
+    return { inputs: r.inputs, all, outputs: published(all) };
+  }
+
+  it("returns none of the hash, the digests or a host's connection", async () => {
+    const { all, outputs } = await built(PASSWORD);
+    // They are what the runtime computes...
+    expect(all).toMatchObject({ proxyPasswordHash: expect.any(String), userDataSha256: expect.any(String) });
+    // ...and what a program receives holds none of them.
+    for (const k of SECRET_DERIVED_OUTPUTS) expect(outputs).not.toHaveProperty(k);
+  });
+
+  it("derives them again from the old inputs, as the runtime computed them", async () => {
+    const { inputs, all, outputs } = await built(PASSWORD);
+    const olds = runtimeOlds(outputs, withoutPassword(reveal(inputs).props).inputs);
+    expect(olds).toEqual(all);
+  });
+
+  it.each([
+    ["the same password", PASSWORD, false],
+    ["another password", "another-horse-battery", true],
+  ])("so diff tells a changed password from old inputs: %s", async (_what, next, replaces) => {
+    const { inputs, outputs } = await built(PASSWORD);
+    const checked = await plugin.check(
+      URN,
+      inputs,
+      news({ auth: { username: "crawler", password: wrapped(next) } }),
+    );
+    const d = await plugin.diff("lab/edge-plugin", outputs, checked.inputs, inputs);
+    expect(d.replaces.includes("proxy")).toBe(replaces);
+  });
+
+  it("keeps an import's spec hash in its inputs; the digests of inputs read back from a VM count only when they build its spec", async () => {
+    const { inputs, all } = await built(PASSWORD);
+    const plain = withoutPassword(reveal(inputs).props).inputs;
+    const spec = specHashOf(asChecked(plain));
+    const imported = await plugin.check(URN, {}, { ...news(), adoptedSpecHash: spec });
+    expect(reveal(imported.inputs).props.adoptedSpecHash).toBe(spec);
+    expect(runtimeOlds({ host: "lab" }, { ...plain, adoptedSpecHash: spec })).toMatchObject({
+      adoptedSpecHash: spec,
+      userDataSha256: all.userDataSha256,
+    });
+    const other = runtimeOlds({ host: "lab" }, { ...plain, adoptedSpecHash: "0".repeat(64) });
+    expect(other.adoptedSpecHash).toBe("0".repeat(64));
+    expect(other).not.toHaveProperty("userDataSha256");
   });
 });

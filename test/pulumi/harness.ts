@@ -1,4 +1,4 @@
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
@@ -35,6 +35,10 @@ export function pulumiEnv(): NodeJS.ProcessEnv {
   for (const exe of [
     "pulumi",
     "pulumi-language-nodejs",
+    "pulumi-language-python",
+    "pulumi-language-python-exec",
+    "pulumi-language-go",
+    "pulumi-language-yaml",
     "pulumi-resource-pulumi-nodejs",
     "kvmproxy-schema",
   ]) {
@@ -134,9 +138,14 @@ export class Workspace {
   /**
    * Runs the CLI without blocking this process: tests that host something
    * the provider talks to (a wire relay) must keep serving meanwhile, which
-   * the synchronous {@link run} would prevent. `env` adds to the CLI's.
+   * the synchronous {@link run} would prevent. `env` adds to the CLI's;
+   * `started` gets the CLI's process (to interrupt it).
    */
-  runAsync(args: string[], env: NodeJS.ProcessEnv = {}): Promise<RunResult> {
+  runAsync(
+    args: string[],
+    env: NodeJS.ProcessEnv = {},
+    started?: (cli: ChildProcess) => void,
+  ): Promise<RunResult> {
     return new Promise((resolve, reject) => {
       const child = spawn(
         "pulumi",
@@ -152,6 +161,7 @@ export class Workspace {
           },
         },
       );
+      started?.(child);
       let stdout = "";
       let stderr = "";
       child.stdout.on("data", (b: Buffer) => {

@@ -7,6 +7,7 @@
 package tools
 
 import (
+	_ "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"
 	_ "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"
 	_ "github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	_ "github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"

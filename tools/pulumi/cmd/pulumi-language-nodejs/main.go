@@ -13,6 +13,9 @@
 //     in the program folder with the stack config in PULUMI_CONFIG.
 //   - Handshake, Cancel, About.
 //
+// What every host here shares (serving, handshake, config, running the
+// program) is in tools/pulumi/internal/langhost.
+//
 // Everything else (pulumi new/install/convert/package, policy packs, plugins
 // written in Node.js, synchronous invokes, debugger attach, the bun runtime)
 // answers Unimplemented. See docs/pulumi-cli.md.
@@ -24,125 +27,31 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/config"
-	"github.com/pulumi/pulumi/sdk/v3/go/common/util/rpcutil"
-	"github.com/pulumi/pulumi/sdk/v3/go/common/version"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+
+	"pulumi-kvm-proxy/tools/pulumi/internal/langhost"
 )
 
-// Exit code with which @pulumi/pulumi's run script says "the user already saw
-// an actionable message": the engine should stop without adding its own.
-const exitCodeAlreadyReported = 32
-
 func main() {
-	tracing := flag.String("tracing", "", "tracing endpoint, forwarded to the Node.js runtime")
 	runtime := flag.String("runtime", "nodejs", "only nodejs is supported")
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	flag.Parse()
-
-	if *showVersion {
-		fmt.Println(version.Version)
-		return
-	}
-	if *runtime != "nodejs" {
-		fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: unsupported runtime %q (this minimal host runs node only)\n", *runtime)
-		os.Exit(1)
-	}
-
-	// The engine passes its own gRPC address as the only positional argument.
-	engineAddress := flag.Arg(0)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	stopServing := make(chan bool)
-	go func() {
-		<-ctx.Done()
-		close(stopServing)
-	}()
-
-	if engineAddress != "" {
-		// Exit when the engine goes away instead of lingering as an orphan.
-		if err := rpcutil.Healthcheck(ctx, engineAddress, 5*time.Minute, stop); err != nil {
-			fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: health check: %v\n", err)
-			os.Exit(1)
+	host := &languageHost{Host: langhost.Host{Name: "pulumi-language-nodejs"}}
+	langhost.Serve(&host.Host, host, func() error {
+		if *runtime != "nodejs" {
+			return fmt.Errorf("unsupported runtime %q (this minimal host runs node only)", *runtime)
 		}
-	}
-
-	cancelCtx, cancelRuns := context.WithCancel(context.Background())
-	host := &languageHost{
-		engineAddress: engineAddress,
-		tracing:       *tracing,
-		cancelCtx:     cancelCtx,
-		cancelRuns:    cancelRuns,
-	}
-
-	handle, err := rpcutil.ServeWithOptions(rpcutil.ServeOptions{
-		Cancel: stopServing,
-		Init: func(srv *grpc.Server) error {
-			pulumirpc.RegisterLanguageRuntimeServer(srv, host)
-			return nil
-		},
+		return nil
 	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: could not start the gRPC server: %v\n", err)
-		os.Exit(1)
-	}
-
-	// The engine reads the port from our first line of stdout.
-	fmt.Printf("%d\n", handle.Port)
-
-	if err := <-handle.Done; err != nil {
-		fmt.Fprintf(os.Stderr, "pulumi-language-nodejs: gRPC server stopped: %v\n", err)
-		os.Exit(1)
-	}
 }
 
 type languageHost struct {
-	pulumirpc.UnimplementedLanguageRuntimeServer
-
-	mu            sync.Mutex
-	engineAddress string
-	tracing       string
-
-	cancelCtx  context.Context // done once Cancel was called
-	cancelRuns context.CancelFunc
-}
-
-func (h *languageHost) engine() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.engineAddress
-}
-
-func (h *languageHost) GetPluginInfo(context.Context, *emptypb.Empty) (*pulumirpc.PluginInfo, error) {
-	return &pulumirpc.PluginInfo{Version: version.Version}, nil
-}
-
-func (h *languageHost) Handshake(
-	_ context.Context, req *pulumirpc.LanguageHandshakeRequest,
-) (*pulumirpc.LanguageHandshakeResponse, error) {
-	h.mu.Lock()
-	h.engineAddress = req.GetEngineAddress()
-	h.mu.Unlock()
-	return &pulumirpc.LanguageHandshakeResponse{}, nil
-}
-
-func (h *languageHost) Cancel(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
-	h.cancelRuns()
-	return &emptypb.Empty{}, nil
+	langhost.Host
 }
 
 func (h *languageHost) About(context.Context, *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
@@ -278,21 +187,11 @@ func parseRunOptions(m map[string]any) (runOptions, error) {
 }
 
 func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {
-	fail := func(err error) (*pulumirpc.RunResponse, error) {
-		return &pulumirpc.RunResponse{Error: err.Error()}, nil
-	}
+	fail := langhost.Failed
 	if req.GetAttachDebugger() {
 		return fail(errors.New("this minimal language host cannot attach a debugger"))
 	}
-
-	programDir := req.GetInfo().GetProgramDirectory()
-	if programDir == "" {
-		programDir = req.GetPwd()
-	}
-	entryPoint := req.GetInfo().GetEntryPoint()
-	if entryPoint == "" {
-		entryPoint = "."
-	}
+	programDir, entryPoint := langhost.Folders(req)
 
 	opts, err := parseRunOptions(req.GetInfo().GetOptions().AsMap())
 	if err != nil {
@@ -314,23 +213,13 @@ func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pul
 
 	// Config keys go to the SDK in the "<namespace>:config:<name>" form, which
 	// every @pulumi/pulumi version reads.
-	cfg := make(map[string]string, len(req.GetConfig()))
-	for k, v := range req.GetConfig() {
+	cfgEnv, err := langhost.ConfigEnv(req, func(k string) (string, error) {
 		key, err := config.ParseKey(k)
 		if err != nil {
-			return fail(err)
+			return "", err
 		}
-		cfg[key.Namespace()+":config:"+key.Name()] = v
-	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return fail(err)
-	}
-	secretKeys := req.GetConfigSecretKeys()
-	if secretKeys == nil {
-		secretKeys = []string{}
-	}
-	secretKeysJSON, err := json.Marshal(secretKeys)
+		return key.Namespace() + ":config:" + key.Name(), nil
+	})
 	if err != nil {
 		return fail(err)
 	}
@@ -346,7 +235,7 @@ func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pul
 	// host puts a forwarding proxy in between, needed only for synchronous
 	// invokes, which this host does not offer).
 	flagIf("monitor", req.GetMonitorAddress())
-	flagIf("engine", h.engine())
+	flagIf("engine", h.Engine())
 	flagIf("organization", req.GetOrganization())
 	flagIf("project", req.GetProject())
 	flagIf("root-directory", req.GetInfo().GetRootDirectory())
@@ -356,52 +245,16 @@ func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pul
 		args = append(args, "--dry-run")
 	}
 	flagIf("parallel", strconv.Itoa(int(req.GetParallel())))
-	flagIf("tracing", h.tracing)
+	flagIf("tracing", h.Tracing)
 	args = append(args, entryPoint)
 	args = append(args, req.GetArgs()...)
 
-	env := append(os.Environ(),
-		"PULUMI_CONFIG="+string(cfgJSON),
-		"PULUMI_CONFIG_SECRET_KEYS="+string(secretKeysJSON),
-	)
+	env := append(os.Environ(), cfgEnv...)
 	if opts.typescript {
 		env = append(env, "PULUMI_NODEJS_TYPESCRIPT=true")
 	}
 	if opts.tsconfig != "" {
 		env = append(env, "PULUMI_NODEJS_TSCONFIG_PATH="+opts.tsconfig)
 	}
-
-	// Stop node when the engine cancels us or the RPC goes away: interrupt
-	// first, kill after a grace period.
-	runCtx, cancel := context.WithCancel(h.cancelCtx)
-	defer cancel()
-	stopWatch := context.AfterFunc(ctx, cancel)
-	defer stopWatch()
-
-	cmd := exec.CommandContext(runCtx, nodeBin, args...)
-	cmd.Dir = programDir
-	cmd.Env = env
-	// Hand node pipes (wrapped writers make exec copy through a pipe) rather
-	// than our own stdout/stderr: node may switch its stdio file descriptors
-	// to non-blocking mode, which would then affect this process too.
-	cmd.Stdout = struct{ io.Writer }{os.Stdout}
-	cmd.Stderr = struct{ io.Writer }{os.Stderr}
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 5 * time.Second
-
-	if err := cmd.Run(); err != nil {
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			switch code := exitErr.ExitCode(); code {
-			case exitCodeAlreadyReported:
-				return &pulumirpc.RunResponse{Bail: true}, nil
-			case 0:
-				return fail(fmt.Errorf("program exited unexpectedly: %w", err))
-			default:
-				return fail(fmt.Errorf("Program exited with non-zero exit code: %d", code))
-			}
-		}
-		return fail(fmt.Errorf("could not run the Node.js program: %w", err))
-	}
-	return &pulumirpc.RunResponse{}, nil
+	return h.RunProgram(ctx, "Node.js", programDir, env, nodeBin, args...)
 }

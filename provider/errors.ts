@@ -40,3 +40,10 @@ export class TimeoutError extends ProviderError {
 export function isTransient(err: unknown): boolean {
   return err instanceof ProviderError && err.kind === "transient";
 }
+
+/** Raised by work the engine cancelled (an interrupted `pulumi up`, `pulumi cancel`): retrying it in the same run cannot help. */
+export class CancelledError extends ProviderError {
+  constructor() {
+    super("permanent", "cancelled: the Pulumi engine asked the provider to stop");
+  }
+}

@@ -21,6 +21,7 @@
 import http from "node:http";
 import net, { type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import { setTimeout as delay } from "node:timers/promises";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
 import { hostPort } from "../kvm/network/ip";
@@ -322,22 +323,32 @@ export interface HealthEnv {
 
 /**
  * Probes until one succeeds or `deadlineMs` (from now) passes; then throws a
- * TimeoutError carrying the last failure's reason.
+ * TimeoutError carrying the last failure's reason. `signal` (the
+ * provision's deadline, a cancel, a VM that stopped) ends the wait between
+ * probes with its reason.
  */
 export async function waitHealthy(
   t: ProbeTarget,
   deadlineMs: number,
-  options: HealthEnv & { pollMs?: number; probeTimeoutMs?: number } = {},
+  options: HealthEnv & { pollMs?: number; probeTimeoutMs?: number; signal?: AbortSignal } = {},
 ): Promise<ProbeResult> {
+  const { signal } = options;
   const now = options.now ?? (() => performance.now());
-  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
+  const sleep =
+    options.sleep ??
+    ((ms: number) =>
+      delay(ms, undefined, signal === undefined ? {} : { signal }).catch((err: unknown) => {
+        throw signal?.aborted ? signal.reason : err;
+      }));
   const pollMs = options.pollMs ?? 5_000;
   const start = now();
   let last = "no probe ran";
   for (;;) {
+    signal?.throwIfAborted();
     const left = deadlineMs - (now() - start);
     const r = await probeOnce(t, Math.max(1_000, Math.min(options.probeTimeoutMs ?? 10_000, left)));
     if (r.ok) return r;
+    signal?.throwIfAborted();
     last = r.reason;
     if (now() - start + pollMs > deadlineMs) {
       throw new TimeoutError(`a healthy proxy (${probeName(t)}); last failure: ${last}`, deadlineMs);

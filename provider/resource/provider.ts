@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { ProviderError } from "../errors";
+import { CancelledError, ProviderError } from "../errors";
 import type { HostConfig } from "../kvm/config/host-config";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
@@ -140,6 +140,18 @@ export class KvmProxyRuntime {
     this.secrets = secretsOf(this.config, req.config.get("kvm:sshPrivateKey"));
     this.operations = undefined;
     return Promise.allSettled([previous?.hosts.closeAll()]).then(() => undefined);
+  }
+
+  /** Aborted by {@link cancel}: creates and updates in flight end and roll back. */
+  private readonly cancelled = new AbortController();
+
+  /**
+   * The engine's Cancel: every create or update in flight fails at its
+   * next wait with a CancelledError and rolls back what it made (the
+   * connections stay open for that); later ones fail before they start.
+   */
+  cancel(): void {
+    this.cancelled.abort(new CancelledError());
   }
 
   /** Closes every libvirt connection (tests; the provider process just exits). */
@@ -326,6 +338,7 @@ export class KvmProxyRuntime {
         onProgress: this.progressTo(c.owner?.urn),
         deadlineMs: c.timeouts.create * 1000,
         deadlineName: options.deadlineName ?? "timeouts.create",
+        signal: this.cancelled.signal,
         waitForIp: c.waitForIp !== false,
         ...waitOptionsOf(c),
         pollMs: this.pollMs,
@@ -458,6 +471,7 @@ export class KvmProxyRuntime {
       deadlineMs: c.timeouts.create * 1000,
       deadlineName: options.deadlineName ?? "timeouts.create",
       pollMs: this.pollMs,
+      signal: this.cancelled.signal,
     };
     if (unfinished || status.state === "stopped" || status.state === "failed") {
       // Restart (or finish) the VM this resource records, whatever URN its
@@ -486,6 +500,7 @@ export class KvmProxyRuntime {
       status = await o.waitForIp(host, name, {
         ...waitOptionsOf(c),
         deadlineMs: deadline.deadlineMs,
+        signal: deadline.signal,
         pollMs: this.pollMs,
         onProgress: this.progressTo(c.owner?.urn),
       });

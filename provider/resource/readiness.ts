@@ -82,7 +82,7 @@ export class Readiness {
     const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, status.host, ip));
     if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
     const since = performance.now();
-    let r: ProbeResult = await waitHealthy(target, remainingMs, { pollMs: this.o.pollMs });
+    let r: ProbeResult = await waitHealthy(target, remainingMs, { pollMs: this.o.pollMs, signal });
     const inGuest = guestProbeOf(c);
     if (inGuest !== undefined) {
       r = await this.waitGuestProbe(

@@ -23,7 +23,7 @@ import {
   partialMarkerVolumeName,
 } from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
-import { isActiveState, mapDomainState } from "../domain/states";
+import { isActiveState, mapDomainState, type ProxyState } from "../domain/states";
 import {
   GUEST_PROBE_INTERPRETER,
   type GuestProbeReply,
@@ -187,6 +187,16 @@ export class KvmOperations {
    * saves the XML read too. For the core's own sequences (provision), which
    * hold that XML: the resource layer reads with {@link get}.
    */
+  /**
+   * The state of the domain with `uuid` as one virDomainGetState reads it
+   * ("provisioning" while it runs: no address is looked for), "absent" when
+   * libvirt has none. No retry: a watch reads again.
+   */
+  async runState(hostKey: string, name: string, uuid: string): Promise<ProxyState> {
+    const found = await stateByUuid(this.hosts.libvirt(hostKey), name, uuid);
+    return mapDomainState(found?.libvirtState, undefined);
+  }
+
   async readStatus(
     hostKey: string,
     name: string,

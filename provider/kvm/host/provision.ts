@@ -21,9 +21,10 @@
 import { ProviderError, TimeoutError } from "../../errors";
 import type { ParsedDomain } from "../domain/domain-xml";
 import { formatProviderId } from "../domain/provider-id";
+import type { ProxyState } from "../domain/states";
 import { report } from "../progress";
 import type { AddressPools, Allocation } from "./address-pools";
-import type { WaitForIpOptions } from "./addresses";
+import { KvmStateError, type WaitForIpOptions } from "./addresses";
 import type { ConsoleTail } from "./console";
 import type { CreateOptions, CreateResult, CreateSpec } from "./create";
 import { FirstBootError } from "./first-boot";
@@ -38,10 +39,22 @@ export interface ProvisionOptions
   deadlineMs?: number;
   /** What the deadline is called in its timeout message (the resource says `timeouts.create`). */
   deadlineName?: string;
+  /**
+   * Ends the provision early as the deadline would (the provider's Cancel):
+   * the wait in progress fails with the signal's reason and what was made
+   * is rolled back.
+   */
+  signal?: AbortSignal;
   /** Wait for the guest's address once it runs (default true; of `family`, default IPv4). */
   waitForIp?: boolean;
   /** Pause between IP polls, ms (default 1 s). */
   pollMs?: number;
+  /**
+   * Pause between the state reads that watch the VM while `ready` runs, ms
+   * (default {@link STATE_WATCH_MS}): one that stopped fails the provision
+   * at once instead of at the deadline.
+   */
+  stateWatchMs?: number;
   /**
    * Runs once the VM runs (with its address when waited for); a rejection
    * fails the provision. Gets the status, the milliseconds left before the
@@ -149,6 +162,7 @@ export interface ProvisionHost {
     known: { uuid?: string; domain?: ParsedDomain },
   ): Promise<VmStatus>;
   waitForIpFrom(from: VmStatus, options?: WaitForIpOptions): Promise<VmStatus>;
+  runState(hostKey: string, name: string, uuid: string): Promise<ProxyState>;
   delete(hostKey: string, name: string, options?: DeleteOptions): Promise<DeleteResult>;
   openConsole(hostKey: string, name: string, uuid?: string): Promise<ConsoleTail | undefined>;
 }
@@ -193,6 +207,45 @@ export async function provision(
   }
 }
 
+/** Default pause between the state reads that watch a VM through its readiness gate, ms. */
+export const STATE_WATCH_MS = 5_000;
+
+/**
+ * Watches a VM through the readiness gate, whose waits (first boot, health
+ * checks) cannot tell a slow guest from one that is gone: every `everyMs`
+ * one state read (virDomainGetState), and a VM that stopped, crashed or was
+ * removed aborts `deadline` with a KvmStateError. A failed read is left to
+ * the gate's own waits. Returns what ends the watch.
+ */
+function watchState(
+  ops: Pick<ProvisionHost, "runState">,
+  vm: VmStatus,
+  everyMs: number,
+  deadline: AbortController,
+): () => void {
+  const uuid = vm.uuid;
+  if (uuid === undefined) return () => undefined;
+  let reading = false;
+  const timer = setInterval(() => {
+    if (reading || deadline.signal.aborted) return;
+    reading = true;
+    ops
+      .runState(vm.host, vm.name, uuid)
+      .then(
+        (state) => {
+          if (state !== "running" && state !== "provisioning") {
+            deadline.abort(new KvmStateError(vm.host, vm.name, state, "the guest to become ready"));
+          }
+        },
+        () => undefined,
+      )
+      .finally(() => {
+        reading = false;
+      });
+  }, everyMs);
+  return () => clearInterval(timer);
+}
+
 async function provisionNow(
   ops: ProvisionHost,
   spec: CreateSpec,
@@ -216,6 +269,9 @@ async function provisionNow(
     deadlineMs,
   );
   const { signal } = deadline;
+  const cancel = () => deadline.abort(options.signal?.reason);
+  if (options.signal?.aborted) cancel();
+  else options.signal?.addEventListener("abort", cancel, { once: true });
   let status: VmStatus | undefined;
   let consoleTail: ConsoleTail | undefined;
   try {
@@ -261,10 +317,12 @@ async function provisionNow(
       const tick = () => report(options.onProgress, { kind: "ready", elapsedMs: ops.now() - since });
       tick();
       const ticker = setInterval(tick, options.pollMs ?? 1_000);
+      const unwatch = watchState(ops, status, options.stateWatchMs ?? STATE_WATCH_MS, deadline);
       try {
         await options.ready(status, left(), signal);
       } finally {
         clearInterval(ticker);
+        unwatch();
       }
     }
     return status;
@@ -283,6 +341,7 @@ async function provisionNow(
     throw new ProvisionError(id, err, { rollback }, status);
   } finally {
     clearTimeout(timer);
+    options.signal?.removeEventListener("abort", cancel);
     await consoleTail?.stop();
   }
 }

@@ -12,9 +12,11 @@ import {
   bakeSeedVolumeName,
   partialMarkerVolumeName,
 } from "../../../provider/kvm/domain/names";
+import { KvmStateError } from "../../../provider/kvm/host/addresses";
 import { HostPool } from "../../../provider/kvm/host/hosts";
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/host/operations";
+import { ProvisionError } from "../../../provider/kvm/host/provision";
 import { KvmOperationError } from "../../../provider/kvm/host/retry";
 import { shorthandNic } from "../../../provider/kvm/network/nic";
 import { DomainMetadataType } from "../../../provider/libvirt/constants";
@@ -321,6 +323,34 @@ describe("create", () => {
     expect(done.domain?.name).toBe(name);
     expect(done.domain?.mac).toBe(done.mac);
     await o.delete("local", name, ownedBy(name));
+  });
+
+  it("fails at once, not at its deadline, when the VM stops while its readiness gate waits, and rolls it back", async () => {
+    const o = ops();
+    const name = track(uniqueName("stops"));
+    const err = await o
+      .provision(baseSpec("local", name, sharedImage), {
+        waitForIp: false,
+        // Far past this test's own timeout: only the state watch ends the gate in time.
+        deadlineMs: 600_000,
+        stateWatchMs: 200,
+        // A gate that waits as long as it is allowed to: the guest powers off meanwhile.
+        ready: (_status, _left, signal) => {
+          virshQuiet(host, "destroy", name);
+          return new Promise((_resolve, reject) =>
+            signal.addEventListener("abort", () => reject(signal.reason), { once: true }),
+          );
+        },
+      })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProvisionError);
+    expect((err as ProvisionError).rolledBack).toBe(true);
+    expect((err as ProvisionError).cause).toBeInstanceOf(KvmStateError);
+    expect((err as Error).message).toContain(
+      `domain ${name} on host local is stopped while waiting for the guest to become ready`,
+    );
+    expect(domainsNamed(name)).toEqual([]);
+    expect(volumesOf(name)).toEqual([]);
   });
 
   it("stops where it is when its signal aborts: waiting for the image, no later step runs and nothing of the VM is made", async () => {

@@ -82,4 +82,28 @@ describe("health check deadline", () => {
     );
     expect((err as TimeoutError).timeoutMs).toBe(3_000);
   });
+
+  it("a signal that aborts between probes ends the wait with its reason, without waiting for the deadline", async () => {
+    const probe = net.createServer();
+    const port = await listen(probe);
+    probe.close();
+    const stop = new AbortController();
+    const reason = new Error("the VM stopped");
+    setTimeout(() => stop.abort(reason), 300);
+    // The next poll would come after the test's own timeout: only the signal ends this wait in time.
+    const err = await waitHealthy({ ip: "127.0.0.1", proxyPort: port, squidName: "kvm-proxy-0" }, 600_000, {
+      pollMs: 300_000,
+      signal: stop.signal,
+    }).catch((e: unknown) => e);
+    expect(err).toBe(reason);
+  });
+
+  it("an aborted signal ends the wait before any probe", async () => {
+    const stop = new AbortController();
+    stop.abort(new Error("cancelled"));
+    const err = await waitHealthy({ ip: "127.0.0.1", proxyPort: 9, squidName: "kvm-proxy-0" }, 600_000, {
+      signal: stop.signal,
+    }).catch((e: unknown) => e);
+    expect((err as Error).message).toBe("cancelled");
+  });
 });

@@ -16,24 +16,23 @@
  *   trace, nothing secret: the runtime's messages are redacted); a create
  *   whose VM is left in place answers with ErrorResourceInitFailed so the
  *   engine records it.
- * - Cancel stops new work and closes the libvirt connections, which ends
- *   the calls in flight; their operations fail (and roll back where they can).
+ * - Construct builds a ProxyFleet (construct.ts): its members are the
+ *   plugin's own KvmProxy, registered with the engine like a program's.
+ * - Cancel stops new work and ends the creates and updates in flight at
+ *   their next wait (KvmProxyRuntime.cancel); they roll back what they
+ *   made over the connections, which stay open for that.
  */
-import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import path from "node:path";
+import { engineAddressFromArgv } from "../resource/engine-log";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
 import { inPluginNamespace } from "../resource/stack-config";
 import { KVM_PROXY_TOKEN } from "../schema/properties";
+import { construct } from "./construct";
 import { KvmProxyPlugin } from "./kvm-proxy-plugin";
 import { type Props, reveal } from "./property-values";
+import { packageVersion, servedSchema } from "./served-schema";
 
-/** The package root: the nearest folder above this module with a package.json (from provider/ or dist/provider/). */
-const PACKAGE_ROOT = (() => {
-  let dir = __dirname;
-  while (!existsSync(path.join(dir, "package.json")) && path.dirname(dir) !== dir) dir = path.dirname(dir);
-  return dir;
-})();
+export { packageVersion, servedSchema };
 
 // biome-ignore lint/suspicious/noExplicitAny: the generated stubs are untyped JavaScript here
 type Message = any;
@@ -62,22 +61,6 @@ function load(): Modules {
     any: pulumiRequire("google-protobuf/google/protobuf/any_pb"),
     status: pulumiRequire("./proto/status_pb"),
   };
-}
-
-/** The package's version (package.json), which the plugin reports and the schema carries. */
-export function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, "package.json"), "utf8")) as {
-    version: string;
-  };
-  return pkg.version;
-}
-
-/** The package schema as the plugin serves it: schema.json with the package's version. */
-export function servedSchema(): string {
-  const schema = JSON.parse(
-    readFileSync(path.join(PACKAGE_ROOT, "provider/schema/schema.json"), "utf8"),
-  ) as Props;
-  return JSON.stringify({ ...schema, version: packageVersion() });
 }
 
 /**
@@ -240,17 +223,28 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
     }),
     cancel: (_call: unknown, callback: Callback) => {
       cancelled = true;
-      runtime.close().then(
-        () => callback(null, new m.empty.Empty()),
-        () => callback(null, new m.empty.Empty()),
-      );
+      runtime.cancel();
+      callback(null, new m.empty.Empty());
     },
     handshake: unimplemented("Handshake"),
     parameterize: unimplemented("Parameterize"),
     invoke: unimplemented("Invoke"),
     call: unimplemented("Call"),
     list: unimplemented("List"),
-    construct: unimplemented("Construct"),
+    construct: (call: { request: Message }, callback: Callback) => {
+      const engine = engineAddressFromArgv();
+      if (engine === undefined) {
+        callback({
+          code: m.grpc.status.FAILED_PRECONDITION,
+          details: "no engine address on the command line",
+        });
+        return;
+      }
+      construct(call.request, m.pb, m.struct, engine).then(
+        (reply: Message) => callback(null, reply),
+        (err: unknown) => callback(fail(err)),
+      );
+    },
     attach: unimplemented("Attach"),
     getMapping: unary(() => new m.pb.GetMappingResponse()),
     getMappings: unary(() => new m.pb.GetMappingsResponse()),

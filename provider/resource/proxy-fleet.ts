@@ -34,9 +34,7 @@ export interface ProxyFleetArgs {
    * username only.
    */
   proxy: Omit<KvmProxyArgs, "host" | "name" | "rotation" | "macAddress" | "proxy"> & {
-    proxy?: pulumi.Input<
-      ProxyInput<{ username: pulumi.Input<string>; password?: pulumi.Input<string> | undefined }>
-    >;
+    proxy?: pulumi.Input<ProxyInput<FleetProxyAuth>>;
   };
   /**
    * Replace members older than `maxAge` ("7d", "12h"), at most `batch`
@@ -55,20 +53,52 @@ export interface ProxyFleetArgs {
   memberPasswords?: MemberPasswords;
 }
 
+/** The credentials of every member: the password is left out with `memberPasswords`. */
+export interface FleetProxyAuth {
+  /** 1-64 letters, digits, '.', '_' or '-': every member's. */
+  username: pulumi.Input<string>;
+  /** Every member's password (at least 12 characters, secret); left out with `memberPasswords`. */
+  password?: pulumi.Input<string> | undefined;
+}
+
 /** Per-member passwords derived from one secret. */
 export interface MemberPasswords {
   /** At least 16 characters; each member's password is HMAC-SHA-256 of its name under it. */
   secret: pulumi.Input<string>;
 }
 
+/** What the fleet reads of a member: the outputs it gathers. */
+export interface FleetMember {
+  readonly id: pulumi.Output<string>;
+  readonly proxyUrl: pulumi.Output<string | undefined>;
+  readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
+  readonly socksUrl: pulumi.Output<string | undefined>;
+  readonly socksUrlWithCredentials: pulumi.Output<string | undefined>;
+  readonly host: pulumi.Output<string>;
+  readonly egressAddress: pulumi.Output<string | undefined>;
+}
+
+/**
+ * Makes member `name` from its arguments: the dynamic KvmProxy in a
+ * program, the plugin's own resource of type `kvmproxy:index:KvmProxy`
+ * when the provider plugin constructs the fleet.
+ */
+export type NewMember<M extends FleetMember> = (
+  name: string,
+  args: KvmProxyArgs,
+  opts: pulumi.CustomResourceOptions,
+) => M;
+
+const dynamicMember: NewMember<KvmProxy> = (name, args, opts) => new KvmProxy(name, args, opts);
+
 /**
  * `size` proxies sharing one set of arguments, placed over a pool of hosts
  * by capacity and rotated in batches; member `i` is the KvmProxy
  * `<fleet>-<i>`.
  */
-export class ProxyFleet extends pulumi.ComponentResource {
+export class ProxyFleet<M extends FleetMember = KvmProxy> extends pulumi.ComponentResource {
   /** The members, in order. */
-  readonly proxies: KvmProxy[];
+  readonly proxies: M[];
   /** The members' provider IDs (`kvm://<host>/<domain>`). */
   readonly ids: pulumi.Output<string[]>;
   /** The members' proxy URLs, without credentials. */
@@ -87,7 +117,13 @@ export class ProxyFleet extends pulumi.ComponentResource {
    */
   readonly egressAddresses: pulumi.Output<(string | undefined)[]>;
 
-  constructor(name: string, args: ProxyFleetArgs, opts?: pulumi.ComponentResourceOptions) {
+  constructor(
+    name: string,
+    args: ProxyFleetArgs,
+    opts?: pulumi.ComponentResourceOptions,
+    /** How a member is made (default: the dynamic KvmProxy). */
+    newMember: NewMember<M> = dynamicMember as unknown as NewMember<M>,
+  ) {
     super(PROXY_FLEET_TYPE, name, {}, opts);
     const size = args.size;
     if (!Number.isInteger(size) || size < 0) {
@@ -120,7 +156,7 @@ export class ProxyFleet extends pulumi.ComponentResource {
               ),
             };
       this.proxies.push(
-        new KvmProxy(
+        newMember(
           member,
           {
             ...args.proxy,

@@ -29,7 +29,7 @@ import type {
   Timeouts,
 } from "../resource/args";
 import { DEFAULTS } from "../resource/args";
-import type { MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
+import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
 import { ANY, type ObjectTable, type Prop, ref, type Table, type TypeSpec } from "./package-schema";
 
 /** The package's name: type tokens are `kvmproxy:index:<Name>`. */
@@ -103,6 +103,8 @@ const hostInput: Table<HostInput> = {
   sshConfig: p(ANY),
 };
 
+const { key: _key, ...hostConfig } = hostInput;
+
 const hostRef: TypeSpec = { oneOf: [STRING, t("HostInput")] };
 
 const hostPool: Table<HostPoolInput> = { pool: p({ type: "array", items: hostRef }) };
@@ -147,6 +149,12 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   Socks: { source: "SocksInput", properties: socks },
   Proxy: { source: "ProxyConfig", properties: proxy },
   HostInput: { source: "HostInput", properties: hostInput },
+  HostConfig: {
+    source: "HostInput",
+    description:
+      "A host of the provider's configuration (`kvmproxy:hosts`, or an explicit provider's `hosts`), under its key: the fields of a host given in full but `key`.",
+    properties: hostConfig,
+  },
   HostPool: { source: "HostPoolInput", properties: hostPool },
   Rotation: { source: "RotationInput", properties: rotation },
   Nic: { source: "NicInput", properties: nic },
@@ -250,7 +258,9 @@ export const PROXY_FLEET_INPUTS: Table<ProxyFleetArgs> = {
 
 type FleetProxy = ProxyFleetArgs["proxy"];
 const { host: _h, name: _n, rotation: _r, macAddress: _m, proxy: _p, ...memberArgs } = KVM_PROXY_INPUTS;
-const fleetProxy: Table<FleetProxy> = { ...memberArgs, proxy: p(t("Proxy")) };
+const fleetProxy: Table<FleetProxy> = { ...memberArgs, proxy: p(t("FleetProxyConfig")) };
+const fleetProxyConfig: Table<ProxyInput<FleetProxyAuth>> = { ...proxy, auth: p(t("FleetProxyAuth")) };
+const fleetProxyAuth: Table<FleetProxyAuth> = { ...proxyAuth };
 const fleetRotation: Table<NonNullable<ProxyFleetArgs["rotation"]>> = {
   maxAge: rotation.maxAge,
   batch: rotation.batch,
@@ -265,6 +275,13 @@ export const FLEET_TYPES: Readonly<Record<string, ObjectTable>> = {
     properties: fleetProxy,
   },
   FleetRotation: { source: "RotationInput", properties: fleetRotation },
+  FleetProxyConfig: {
+    source: "ProxyConfig",
+    description:
+      "The proxy block of every member of a ProxyFleet: a KvmProxy's, whose auth may leave the password to `memberPasswords`.",
+    properties: fleetProxyConfig,
+  },
+  FleetProxyAuth: { source: "FleetProxyAuth", properties: fleetProxyAuth },
 };
 
 /** The outputs of the `ProxyFleet` component (its class's public outputs). */
@@ -282,10 +299,10 @@ export const PROXY_FLEET_OUTPUTS = {
 /** The provider's configuration: the stack config keys of namespace `kvm` (`kvmproxy` for the plugin). */
 export const CONFIG: Readonly<Record<string, Prop>> = {
   hosts: p(
-    { type: "object", additionalProperties: t("HostInput") },
+    { type: "object", additionalProperties: t("HostConfig") },
     {
       description:
-        "The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (the fields of a host given in full, without `key`).",
+        "The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).",
     },
   ),
   images: p(

@@ -10,13 +10,11 @@
  * (TEST_PROXY_ARGS); a static address on the test bridge gives a proxy
  * its URL.
  */
-import { spawnSync } from "node:child_process";
+import { type ChildProcess, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import YAML from "yaml";
-import { servedSchema } from "../../provider/plugin/server";
 import { SECRET_DERIVED_OUTPUTS } from "../../provider/resource/args";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
@@ -28,11 +26,19 @@ import {
   pulumiEnv,
   removeByHand,
   runTool,
-  TEST_PROXY_ARGS,
-  Workspace,
+  type Workspace,
 } from "./harness";
+import {
+  generateSdk,
+  KVM_PROXY_TYPE,
+  PLUGIN_PROXY_ARGS,
+  pluginConfig,
+  pluginWorkspace,
+  servedVersion,
+  shownSecret,
+} from "./plugin-workspace";
 
-const TYPE = "kvmproxy:index:KvmProxy";
+const TYPE = KVM_PROXY_TYPE;
 const SDK_DIR = path.join(repoRoot, ".state/plugin-sdk", String(process.pid));
 const PASSWORD = `plugin-${process.pid}-S3cret!pw`;
 
@@ -44,13 +50,7 @@ const run = runTool;
 
 /** The TypeScript SDK of the schema the plugin serves, compiled to a package folder. */
 function buildSdk(): string {
-  rmSync(SDK_DIR, { recursive: true, force: true });
-  mkdirSync(SDK_DIR, { recursive: true });
-  const schemaFile = path.join(SDK_DIR, "schema.json");
-  writeFileSync(schemaFile, servedSchema());
-  const src = path.join(SDK_DIR, "src");
-  const gen = run("kvmproxy-schema", ["gen-sdk", "nodejs", schemaFile, src], repoRoot);
-  expect(gen.out).toMatch(/^ok: nodejs SDK/);
+  const src = generateSdk("nodejs", SDK_DIR);
   const tsc = run(
     process.execPath,
     [path.join(repoRoot, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.json"],
@@ -59,34 +59,27 @@ function buildSdk(): string {
   expect(tsc.out).toBe("");
   const out = path.join(src, "bin");
   const pkg = JSON.parse(readFileSync(path.join(src, "package.json"), "utf8")) as Record<string, unknown>;
-  const version = (JSON.parse(servedSchema()) as { version: string }).version;
-  writeFileSync(path.join(out, "package.json"), JSON.stringify({ ...pkg, version, main: "index.js" }));
+  writeFileSync(
+    path.join(out, "package.json"),
+    JSON.stringify({ ...pkg, version: servedVersion(), main: "index.js" }),
+  );
   return out;
 }
 
-/** A Node.js project using the SDK, with the plugin found in bin/ (no PATH, no plugin install). */
-function pluginWorkspace(tag: string, program: string): Workspace {
-  const ws = new Workspace(tag, {
-    name: "kvmpt-plugin",
-    files: {
+/** A Node.js project using the SDK (node_modules/@kvmproxy/sdk). */
+function nodeWorkspace(tag: string, program: string): Workspace {
+  const ws = pluginWorkspace(
+    tag,
+    { name: "kvmpt-plugin", runtime: { name: "nodejs", options: { typescript: false } } },
+    {
       "index.js": program,
       "package.json": JSON.stringify({ name: "kvmpt-plugin", main: "index.js" }),
     },
-  });
+  );
   workspaces.push(ws);
-  const yamlFile = path.join(ws.dir, "Pulumi.yaml");
-  const doc = YAML.parse(readFileSync(yamlFile, "utf8")) as Record<string, unknown>;
-  doc.plugins = { providers: [{ name: "kvmproxy", path: path.join(repoRoot, "bin") }] };
-  writeFileSync(yamlFile, YAML.stringify(doc));
   mkdirSync(path.join(ws.dir, "node_modules/@kvmproxy"), { recursive: true });
   symlinkSync(sdk, path.join(ws.dir, "node_modules/@kvmproxy/sdk"));
   return ws;
-}
-
-/** A secret as `stack export --show-secrets` shows it (`{<sig>, plaintext: <JSON>}`), decoded; anything else as it is. */
-function shownSecret(v: unknown): unknown {
-  const plaintext = (v as { plaintext?: unknown } | undefined)?.plaintext;
-  return typeof plaintext === "string" ? JSON.parse(plaintext) : v;
 }
 
 /** `pulumi <args> --debug` (at `level`, logs to stderr); throws unless it succeeds; all it printed. */
@@ -97,13 +90,7 @@ function debugRun(ws: Workspace, level: string | undefined, ...args: string[]): 
   return r.output;
 }
 
-/** `kvm:hosts`/`kvm:images` of the test host under the plugin's namespace. */
-function pluginConfig(): Record<string, unknown> {
-  const c = hostsConfig(host, ["local"]);
-  return { "kvmproxy:hosts": c["kvm:hosts"], "kvmproxy:images": c["kvm:images"] };
-}
-
-const ARGS = JSON.stringify({ host: "local", image: "tiny", ...TEST_PROXY_ARGS });
+const ARGS = JSON.stringify(PLUGIN_PROXY_ARGS);
 
 beforeAll(() => {
   host = testHost();
@@ -121,7 +108,7 @@ afterAll(() => {
 describe("a Node.js program through the generated SDK and the plugin", () => {
   it("creates two proxies (one with auth), previews and refreshes with no change, keeps the password secret, and destroys everything", () => {
     const bridge = staticBridgeOf(host);
-    const ws = pluginWorkspace(
+    const ws = nodeWorkspace(
       "plugin",
       `const pulumi = require("@pulumi/pulumi");
 const kvmproxy = require("@kvmproxy/sdk");
@@ -137,7 +124,7 @@ exports.url = authed.proxyUrl;
 exports.urlWithCredentials = authed.proxyUrlWithCredentials;
 `,
     );
-    ws.setConfig(pluginConfig());
+    ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-plugin:password", PASSWORD);
 
     // --debug -v=9: our lines, the SDK's debug lines and the engine's property dumps.
@@ -210,7 +197,7 @@ exports.urlWithCredentials = authed.proxyUrlWithCredentials;
   });
 
   it("fails a create that passes its customTimeouts and leaves nothing", () => {
-    const ws = pluginWorkspace(
+    const ws = nodeWorkspace(
       "plugintimeout",
       `const kvmproxy = require("@kvmproxy/sdk");
 new kvmproxy.KvmProxy(
@@ -220,7 +207,7 @@ new kvmproxy.KvmProxy(
 );
 `,
     );
-    ws.setConfig(pluginConfig());
+    ws.setConfig(pluginConfig(host));
     const r = ws.run("up", "--yes", "--skip-preview");
     expect(r.code).not.toBe(0);
     // The engine's 1 s, not the 90 s of the inputs (the guest never gets an address here).
@@ -232,9 +219,38 @@ new kvmproxy.KvmProxy(
   });
 });
 
+describe("the engine's Cancel", () => {
+  it("ends a create waiting for its guest's address when `pulumi up` is interrupted, and rolls it back", async () => {
+    const ws = nodeWorkspace(
+      "plugincancel",
+      `const kvmproxy = require("@kvmproxy/sdk");
+new kvmproxy.KvmProxy("waiting", { ...${ARGS}, waitForIp: true, timeouts: { create: 400 } });
+`,
+    );
+    ws.setConfig(pluginConfig(host));
+    let cli: ChildProcess | undefined;
+    const up = ws.runAsync(["up", "--yes", "--skip-preview"], {}, (c) => {
+      cli = c;
+    });
+    // Defined and started: the create now waits for an address the guest never gets (no guest boots here).
+    const since = Date.now();
+    while (domainsOfStack(host, ws.stack).length === 0 && Date.now() - since < 300_000) {
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(domainsOfStack(host, ws.stack)).toHaveLength(1);
+    await new Promise((r) => setTimeout(r, 2_000));
+    cli?.kill("SIGINT");
+    const r = await up;
+    expect(r.code).not.toBe(0);
+    expect(r.output).toContain("cancelled: the Pulumi engine asked the provider to stop");
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+    expect(ws.state().resources.filter((x) => x.type === TYPE)).toEqual([]);
+  });
+});
+
 describe("pulumi import", () => {
   it("adopts a proxy another stack made, and the next preview shows no change", () => {
-    const maker = pluginWorkspace(
+    const maker = nodeWorkspace(
       "pluginmaker",
       `const kvmproxy = require("@kvmproxy/sdk");
 const p = new kvmproxy.KvmProxy("made", { ...${ARGS}, tags: { team: "crawl" } });
@@ -242,15 +258,15 @@ exports.id = p.id;
 exports.name = p.domainName;
 `,
     );
-    maker.setConfig(pluginConfig());
+    maker.setConfig(pluginConfig(host));
     maker.up();
     const { id, name } = maker.outputs() as { id: string; name: string };
 
     const program = `const kvmproxy = require("@kvmproxy/sdk");
 new kvmproxy.KvmProxy("adopted", { ...${ARGS}, name: ${JSON.stringify(name)}, tags: { team: "crawl" } });
 `;
-    const adopter = pluginWorkspace("pluginadopter", program);
-    adopter.setConfig(pluginConfig());
+    const adopter = nodeWorkspace("pluginadopter", program);
+    adopter.setConfig(pluginConfig(host));
     adopter.mustRun("import", TYPE, "adopted", id, "--yes", "--protect=false", "--generate-code=false");
     const adopted = adopter.state().resources.filter((r) => r.type === TYPE);
     expect(adopted.map((r) => r.id)).toEqual([id]);
@@ -285,7 +301,7 @@ describe("moving a stack from the dynamic provider to the plugin", () => {
   nics: [{ bridge: ${JSON.stringify(bridge.name)}, addresses: ["192.0.2.232/24"] }],
   proxy: { auth: { username: "crawler", password: cfg.requireSecret("password") } },
 }`;
-    const ws = pluginWorkspace(
+    const ws = nodeWorkspace(
       "pluginmove",
       `const pulumi = require("@pulumi/pulumi");
 const { KvmProxy } = require("pulumi-kvm-proxy");
@@ -295,7 +311,7 @@ new KvmProxy("plain", ${ARGS});
 `,
     );
     const c = hostsConfig(host, ["local"]);
-    ws.setConfig({ ...c, ...pluginConfig() });
+    ws.setConfig({ ...c, ...pluginConfig(host) });
     ws.setSecret("kvmpt-plugin:password", PASSWORD);
     ws.up();
     const before = ws.proxies().map((p) => p.id as string);

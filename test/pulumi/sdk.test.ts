@@ -5,8 +5,9 @@
  * @pulumi/pulumi of node_modules, Python byte-compiled, Go with the toolchain
  * against the module versions the CLI is built from. A program in each of
  * TypeScript and Go declares a proxy through its SDK and compiles; one with
- * a wrong type does not (the SDK's types are real). Running a program needs
- * the provider plugin (issue 27's next step).
+ * a wrong type does not (the SDK's types are real). Programs that run
+ * through the plugin: plugin.test.ts (TypeScript) and
+ * plugin-languages.test.ts (YAML, Python, Go).
  */
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";

@@ -1,0 +1,332 @@
+/**
+ * The provider plugin from programs in other languages than Node.js, each
+ * through the real CLI and its language host (scripts/pulumi-cli builds
+ * them: pulumi-yaml's, and this project's minimal Python and Go hosts):
+ * Pulumi YAML (an explicit provider whose hosts come from the program),
+ * Python and Go (the SDKs generated from the schema the plugin serves, the
+ * default provider configured by the stack). Each creates two proxies, one
+ * with auth whose URL with credentials is a secret output, previews and
+ * refreshes with no change, and destroys them. No guest boots
+ * (TEST_PROXY_ARGS); a static address on the test bridge gives the proxy
+ * with auth its URL.
+ */
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import {
+  allDomains,
+  domainsOfStack,
+  hostsConfig,
+  removeByHand,
+  runTool,
+  type StateResource,
+  type Workspace,
+} from "./harness";
+import {
+  generateSdk,
+  KVM_PROXY_TYPE,
+  PLUGIN_PROXY_ARGS,
+  PYTHON_VENV,
+  pluginConfig,
+  pluginWorkspace,
+} from "./plugin-workspace";
+
+const SDK_DIR = path.join(repoRoot, ".state/plugin-languages", String(process.pid));
+const PASSWORD = `languages-${process.pid}-S3cret!pw`;
+
+let host: TestHost;
+const workspaces: Workspace[] = [];
+
+beforeAll(() => {
+  host = testHost();
+});
+
+afterAll(() => {
+  for (const ws of workspaces) {
+    ws.cleanup();
+    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+  rmSync(SDK_DIR, { recursive: true, force: true });
+});
+
+function track(ws: Workspace): Workspace {
+  workspaces.push(ws);
+  return ws;
+}
+
+/** A Pulumi YAML interpolation: `${expr}`. */
+const yamlRef = (expr: string) => `\${${expr}}`;
+
+/** The URL with credentials of the proxy with auth at `ip`. */
+const credentialUrl = (ip: string) => `http://crawler:${encodeURIComponent(PASSWORD)}@${ip}:3128`;
+
+/**
+ * up, then what every language's program must show: two proxies of the
+ * plugin's type on the host, the secret output masked (and itself with
+ * --show-secrets), preview and refresh with no change, destroy leaving
+ * nothing.
+ */
+function upToDestroy(ws: Workspace, ip: string): void {
+  const up = ws.run("up", "--yes", "--skip-preview");
+  expect(up.code, up.output.slice(-4000)).toBe(0);
+  const proxies = ws.state().resources.filter((r) => r.type === KVM_PROXY_TYPE);
+  expect(proxies).toHaveLength(2);
+  const names = proxies.map((p) => (p.id as string).replace(/^kvm:\/\/local\//, "")).sort();
+  expect(domainsOfStack(host, ws.stack)).toEqual(names);
+
+  const shown = JSON.parse(ws.mustRun("stack", "output", "--json").stdout) as Record<string, unknown>;
+  expect(shown.url).toBe(`http://${ip}:3128`);
+  expect(shown.urlWithCredentials).toBe("[secret]");
+  expect(ws.outputs().urlWithCredentials).toBe(credentialUrl(ip));
+  expect(ws.stateText()).not.toContain(PASSWORD);
+
+  ws.mustRun("preview", "--expect-no-changes");
+  ws.mustRun("refresh", "--yes", "--skip-preview", "--expect-no-changes");
+  ws.mustRun("preview", "--expect-no-changes");
+
+  ws.destroy();
+  expect(domainsOfStack(host, ws.stack)).toEqual([]);
+  for (const n of names) expect(allDomains(host)).not.toContain(n);
+}
+
+describe("a Pulumi YAML program", () => {
+  it("creates two proxies through an explicit provider (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
+    const bridge = staticBridgeOf(host);
+    const c = hostsConfig(host, ["local"]);
+    const ip = "192.0.2.233";
+    const common = { ...PLUGIN_PROXY_ARGS };
+    const ws = track(
+      pluginWorkspace("yaml", {
+        name: "kvmpt-yaml",
+        runtime: "yaml",
+        config: { password: { type: "string", secret: true } },
+        resources: {
+          lab: {
+            type: "pulumi:providers:kvmproxy",
+            properties: { hosts: c["kvm:hosts"], images: c["kvm:images"] },
+          },
+          plain: {
+            type: KVM_PROXY_TYPE,
+            properties: common,
+            options: { provider: yamlRef("lab") },
+          },
+          authed: {
+            type: KVM_PROXY_TYPE,
+            properties: {
+              ...common,
+              nics: [{ bridge: bridge.name, addresses: [`${ip}/24`] }],
+              proxy: { auth: { username: "crawler", password: yamlRef("password") } },
+            },
+            options: { provider: yamlRef("lab") },
+          },
+        },
+        outputs: {
+          url: yamlRef("authed.proxyUrl"),
+          urlWithCredentials: yamlRef("authed.proxyUrlWithCredentials"),
+        },
+      }),
+    );
+    ws.setSecret("kvmpt-yaml:password", PASSWORD);
+    upToDestroy(ws, ip);
+  });
+});
+
+describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constructs)", () => {
+  it("makes its members of the plugin's KvmProxy type under it, each with a password of its own, previews with no change and destroys them", () => {
+    const bridge = staticBridgeOf(host);
+    const { host: _host, image: _image, ...sized } = PLUGIN_PROXY_ARGS;
+    const ws = track(
+      pluginWorkspace("yamlfleet", {
+        name: "kvmpt-yamlfleet",
+        runtime: "yaml",
+        config: { password: { type: "string", secret: true } },
+        resources: {
+          fleet: {
+            type: "kvmproxy:index:ProxyFleet",
+            properties: {
+              size: 2,
+              hosts: ["local"],
+              proxy: {
+                ...sized,
+                image: "tiny",
+                nics: [{ bridge: bridge.name, addressPool: { ranges: ["192.0.2.240-192.0.2.242/24"] } }],
+                proxy: { auth: { username: "crawler" } },
+              },
+              memberPasswords: { secret: yamlRef("password") },
+            },
+          },
+        },
+        outputs: { urls: yamlRef("fleet.urls"), urlsWithCredentials: yamlRef("fleet.urlsWithCredentials") },
+      }),
+    );
+    ws.setConfig(pluginConfig(host));
+    ws.setSecret("kvmpt-yamlfleet:password", PASSWORD);
+    const up = ws.run("up", "--yes", "--skip-preview");
+    expect(up.code, up.output.slice(-4000)).toBe(0);
+    const resources = ws.state().resources as (StateResource & { parent?: string })[];
+    const fleet = resources.find((r) => r.type === "kvmproxy:index:ProxyFleet");
+    const members = resources.filter((r) => r.type === KVM_PROXY_TYPE);
+    expect(members.map((m) => m.urn.replace(/^.*::/, "")).sort()).toEqual(["fleet-0", "fleet-1"]);
+    for (const m of members) expect(m.parent).toBe(fleet?.urn);
+    expect(domainsOfStack(host, ws.stack)).toHaveLength(2);
+
+    const urls = ws.outputs().urls as string[];
+    expect(urls.sort()).toEqual(["http://192.0.2.240:3128", "http://192.0.2.241:3128"].sort());
+    expect(
+      (JSON.parse(ws.mustRun("stack", "output", "--json").stdout) as Record<string, unknown>)
+        .urlsWithCredentials,
+    ).toBe("[secret]");
+    const withCredentials = ws.outputs().urlsWithCredentials as string[];
+    const passwords = withCredentials.map((u) => decodeURIComponent(new URL(u).password));
+    expect(withCredentials.map((u) => new URL(u).username)).toEqual(["crawler", "crawler"]);
+    expect(new Set(passwords).size).toBe(2);
+    expect(passwords).not.toContain(PASSWORD);
+
+    // Nothing of the secret, nor of the passwords made from it, in a --debug run or the plaintext state.
+    const debug = ws.run("preview", "--expect-no-changes", "--debug");
+    expect(debug.code, debug.output.slice(-4000)).toBe(0);
+    for (const secret of [PASSWORD, ...passwords]) {
+      expect(debug.output).not.toContain(secret);
+      expect(ws.stateText()).not.toContain(secret);
+    }
+
+    ws.destroy();
+    expect(domainsOfStack(host, ws.stack)).toEqual([]);
+    expect((ws.state().resources ?? []).filter((r) => r.type === KVM_PROXY_TYPE)).toEqual([]);
+  });
+});
+
+describe("a Python program", () => {
+  it("creates two proxies through the generated Python SDK (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
+    // The SDK installed into a folder of its own (its version is read from its installed metadata).
+    const src = generateSdk("python", path.join(SDK_DIR, "python-src"));
+    const site = path.join(SDK_DIR, "python-site");
+    const pip = runTool(
+      path.join(PYTHON_VENV, "bin/pip"),
+      [
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--target",
+        site,
+        src,
+      ],
+      SDK_DIR,
+    );
+    expect(pip.out).toBe("");
+    expect(pip.code).toBe(0);
+    const bridge = staticBridgeOf(host);
+    const ip = "192.0.2.234";
+    const ws = track(
+      pluginWorkspace(
+        "python",
+        { name: "kvmpt-python", runtime: { name: "python", options: { virtualenv: PYTHON_VENV } } },
+        {
+          "__main__.py": `import sys
+sys.path.insert(0, ${JSON.stringify(site)})
+
+import pulumi
+import pulumi_kvmproxy as kvmproxy
+
+cfg = pulumi.Config()
+common = dict(host="local", image="tiny", health_check=False, wait_for_ip=False, memory_mi_b=128, disk_gi_b=1)
+plain = kvmproxy.KvmProxy("plain", **common)
+authed = kvmproxy.KvmProxy(
+    "authed",
+    nics=[kvmproxy.NicArgs(bridge=${JSON.stringify(bridge.name)}, addresses=["${ip}/24"])],
+    proxy=kvmproxy.ProxyArgs(
+        auth=kvmproxy.ProxyAuthArgs(username="crawler", password=cfg.require_secret("password")),
+    ),
+    **common,
+)
+pulumi.export("ids", [plain.id, authed.id])
+pulumi.export("url", authed.proxy_url)
+pulumi.export("urlWithCredentials", authed.proxy_url_with_credentials)
+`,
+        },
+      ),
+    );
+    ws.setConfig(pluginConfig(host));
+    ws.setSecret("kvmpt-python:password", PASSWORD);
+    upToDestroy(ws, ip);
+  });
+});
+
+describe("a Go program", () => {
+  it("built by the Go host against the generated Go SDK, creates two proxies (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
+    const sdk = generateSdk("go", path.join(SDK_DIR, "go"));
+    // The SDK's module, offline, against the versions tools/pulumi pins (its go.mod, renamed); the
+    // program is a package of that module.
+    const mod = readFileSync(path.join(repoRoot, "tools/pulumi/go.mod"), "utf8").replace(
+      /^module .*$/m,
+      "module github.com/pulumi-kvm-proxy/sdk/go",
+    );
+    writeFileSync(path.join(sdk, "go.mod"), mod);
+    copyFileSync(path.join(repoRoot, "tools/pulumi/go.sum"), path.join(sdk, "go.sum"));
+    const bridge = staticBridgeOf(host);
+    const ip = "192.0.2.235";
+    mkdirSync(path.join(sdk, "program"));
+    writeFileSync(
+      path.join(sdk, "program/main.go"),
+      `package main
+
+import (
+	"github.com/pulumi-kvm-proxy/sdk/go/kvmproxy"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
+)
+
+func main() {
+	pulumi.Run(func(ctx *pulumi.Context) error {
+		cfg := config.New(ctx, "")
+		common := func(args *kvmproxy.KvmProxyArgs) *kvmproxy.KvmProxyArgs {
+			args.Host = pulumi.String("local")
+			args.Image = pulumi.String("tiny")
+			args.HealthCheck = pulumi.Bool(false)
+			args.WaitForIp = pulumi.Bool(false)
+			args.MemoryMiB = pulumi.Int(128)
+			args.DiskGiB = pulumi.Int(1)
+			return args
+		}
+		plain, err := kvmproxy.NewKvmProxy(ctx, "plain", common(&kvmproxy.KvmProxyArgs{}))
+		if err != nil {
+			return err
+		}
+		authed, err := kvmproxy.NewKvmProxy(ctx, "authed", common(&kvmproxy.KvmProxyArgs{
+			Nics: kvmproxy.NicArray{kvmproxy.NicArgs{
+				Bridge:    pulumi.String(${JSON.stringify(bridge.name)}),
+				Addresses: pulumi.StringArray{pulumi.String("${ip}/24")},
+			}},
+			Proxy: &kvmproxy.ProxyArgs{
+				Auth: &kvmproxy.ProxyAuthArgs{Username: pulumi.String("crawler"), Password: cfg.RequireSecret("password")},
+			},
+		}))
+		if err != nil {
+			return err
+		}
+		ctx.Export("ids", pulumi.StringArray{plain.ID().ToStringOutput(), authed.ID().ToStringOutput()})
+		ctx.Export("url", authed.ProxyUrl)
+		ctx.Export("urlWithCredentials", authed.ProxyUrlWithCredentials)
+		return nil
+	})
+}
+`,
+    );
+    const ws = track(
+      pluginWorkspace("go", {
+        name: "kvmpt-go",
+        runtime: "go",
+        main: path.join(sdk, "program"),
+      }),
+    );
+    // The flags of the CLI's build (scripts/pulumi-cli), whose compiled packages the build cache holds.
+    ws.extraEnv = { GOFLAGS: "-mod=mod -trimpath", GOPROXY: "off", CGO_ENABLED: "0" };
+    ws.setConfig(pluginConfig(host));
+    ws.setSecret("kvmpt-go:password", PASSWORD);
+    upToDestroy(ws, ip);
+  }, 900_000);
+});

@@ -249,6 +249,14 @@ export class Workspace {
   }
 }
 
+/** Destroys each workspace's stack, then removes by hand what its stack still owns on the host (a failed test's leftovers). */
+export function cleanUpWorkspaces(host: TestHost, workspaces: readonly Workspace[]): void {
+  for (const ws of workspaces) {
+    ws.cleanup();
+    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
+  }
+}
+
 export interface StateResource {
   urn: string;
   type: string;

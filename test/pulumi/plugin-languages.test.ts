@@ -16,9 +16,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
+  cleanUpWorkspaces,
   domainsOfStack,
   hostsConfig,
-  removeByHand,
   runTool,
   type StateResource,
   type Workspace,
@@ -43,10 +43,7 @@ beforeAll(() => {
 });
 
 afterAll(() => {
-  for (const ws of workspaces) {
-    ws.cleanup();
-    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
-  }
+  cleanUpWorkspaces(host, workspaces);
   rmSync(SDK_DIR, { recursive: true, force: true });
 });
 

@@ -19,12 +19,12 @@ import { SECRET_DERIVED_OUTPUTS } from "../../provider/resource/args";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
+  cleanUpWorkspaces,
   domainsOfStack,
   ENGINE_PROPERTY_DUMP,
   hostsConfig,
   metadataOf,
   pulumiEnv,
-  removeByHand,
   runTool,
   type Workspace,
 } from "./harness";
@@ -98,10 +98,7 @@ beforeAll(() => {
 });
 
 afterAll(() => {
-  for (const ws of workspaces) {
-    ws.cleanup();
-    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
-  }
+  cleanUpWorkspaces(host, workspaces);
   rmSync(SDK_DIR, { recursive: true, force: true });
 });
 

@@ -28,7 +28,7 @@ import type { KvmProxyArgs } from "../resource/args";
 import { ProxyFleet, type ProxyFleetArgs } from "../resource/proxy-fleet";
 import { PACKAGE, PROXY_FLEET_TOKEN } from "../schema/properties";
 import { PluginKvmProxy } from "./plugin-kvm-proxy";
-import { servedSchema } from "./served-schema";
+import { servedSchemaSpec } from "./served-schema";
 
 // biome-ignore lint/suspicious/noExplicitAny: the SDK's runtime modules are untyped JavaScript here
 type Untyped = any;
@@ -89,8 +89,7 @@ export function fieldsOf(v: unknown, fields: readonly string[]): unknown {
 
 /** The fields of the fleet's `proxy` block (the served schema's FleetProxy). */
 function fleetProxyFields(): string[] {
-  const schema = JSON.parse(servedSchema()) as { types: Record<string, { properties: object }> };
-  return Object.keys(schema.types[`${PACKAGE}:index:FleetProxy`]?.properties ?? {});
+  return Object.keys(servedSchemaSpec().types[`${PACKAGE}:index:FleetProxy`]?.properties ?? {});
 }
 
 /** The fleet's arguments from the deserialized inputs: why not, when a count is not a plain value. */

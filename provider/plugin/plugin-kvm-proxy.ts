@@ -11,30 +11,15 @@ import * as pulumi from "@pulumi/pulumi";
 import type { KvmProxyArgs } from "../resource/args";
 import type { FleetMember } from "../resource/proxy-fleet";
 import { KVM_PROXY_TOKEN } from "../schema/properties";
-import { servedSchema } from "./served-schema";
-
-interface PublishedOutputs {
-  names: string[];
-  secret: string[];
-}
-
-let published: PublishedOutputs | undefined;
+import { servedSchemaSpec } from "./served-schema";
 
 /** The outputs the plugin's KvmProxy publishes (the served schema's), and which are secret. */
-export function publishedOutputs(): PublishedOutputs {
-  if (published === undefined) {
-    const schema = JSON.parse(servedSchema()) as {
-      resources: Record<string, { properties: Record<string, { secret?: boolean }> }>;
-    };
-    const props = schema.resources[KVM_PROXY_TOKEN]?.properties ?? {};
-    published = {
-      names: Object.keys(props),
-      secret: Object.entries(props)
-        .filter(([, p]) => p.secret === true)
-        .map(([n]) => n),
-    };
-  }
-  return published;
+export function publishedOutputs(): { names: string[]; secret: string[] } {
+  const props = servedSchemaSpec().resources[KVM_PROXY_TOKEN]?.properties ?? {};
+  return {
+    names: Object.keys(props),
+    secret: Object.keys(props).filter((n) => props[n]?.secret === true),
+  };
 }
 
 /** A member of a fleet the plugin constructs: the plugin's own KvmProxy. */

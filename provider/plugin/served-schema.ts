@@ -22,10 +22,25 @@ export function packageVersion(): string {
   return pkg.version;
 }
 
-/** The package schema as the plugin serves it: schema.json with the package's version. */
+/** The served schema's parts the plugin reads itself. */
+export interface ServedSchemaSpec {
+  version: string;
+  resources: Record<string, { properties: Record<string, { secret?: boolean }> }>;
+  types: Record<string, { properties: Record<string, unknown> }>;
+}
+
+let spec: ServedSchemaSpec | undefined;
+
+/** The package schema as the plugin serves it: schema.json with the package's version (read once). */
+export function servedSchemaSpec(): ServedSchemaSpec {
+  spec ??= {
+    ...(JSON.parse(readFileSync(path.join(PACKAGE_ROOT, "provider/schema/schema.json"), "utf8")) as Props),
+    version: packageVersion(),
+  } as unknown as ServedSchemaSpec;
+  return spec;
+}
+
+/** The served schema as its JSON text. */
 export function servedSchema(): string {
-  const schema = JSON.parse(
-    readFileSync(path.join(PACKAGE_ROOT, "provider/schema/schema.json"), "utf8"),
-  ) as Props;
-  return JSON.stringify({ ...schema, version: packageVersion() });
+  return JSON.stringify(servedSchemaSpec());
 }

@@ -66,8 +66,3 @@ export function shownSecret(v: unknown): unknown {
   const plaintext = (v as { plaintext?: unknown } | undefined)?.plaintext;
   return typeof plaintext === "string" ? JSON.parse(plaintext) : v;
 }
-
-/** The package version the served schema carries (what a generated SDK asks the engine for). */
-export function servedVersion(): string {
-  return (JSON.parse(servedSchema()) as { version: string }).version;
-}

@@ -15,6 +15,7 @@ import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { packageVersion } from "../../provider/plugin/served-schema";
 import { SECRET_DERIVED_OUTPUTS } from "../../provider/resource/args";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
@@ -34,7 +35,6 @@ import {
   PLUGIN_PROXY_ARGS,
   pluginConfig,
   pluginWorkspace,
-  servedVersion,
   shownSecret,
 } from "./plugin-workspace";
 
@@ -61,7 +61,7 @@ function buildSdk(): string {
   const pkg = JSON.parse(readFileSync(path.join(src, "package.json"), "utf8")) as Record<string, unknown>;
   writeFileSync(
     path.join(out, "package.json"),
-    JSON.stringify({ ...pkg, version: servedVersion(), main: "index.js" }),
+    JSON.stringify({ ...pkg, version: packageVersion(), main: "index.js" }),
   );
   return out;
 }

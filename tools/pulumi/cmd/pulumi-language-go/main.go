@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 
@@ -32,15 +31,7 @@ type languageHost struct {
 }
 
 func (h *languageHost) About(context.Context, *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
-	bin, err := exec.LookPath("go")
-	if err != nil {
-		return nil, fmt.Errorf("could not find go on the PATH: %w", err)
-	}
-	resp := &pulumirpc.AboutResponse{Executable: bin}
-	if out, err := exec.Command(bin, "env", "GOVERSION").Output(); err == nil {
-		resp.Version = strings.TrimSpace(string(out))
-	}
-	return resp, nil
+	return langhost.AboutTool("go", "", "env", "GOVERSION")
 }
 
 func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {

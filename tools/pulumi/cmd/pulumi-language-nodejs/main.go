@@ -55,15 +55,7 @@ type languageHost struct {
 }
 
 func (h *languageHost) About(context.Context, *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
-	nodeBin, err := exec.LookPath("node")
-	if err != nil {
-		return nil, fmt.Errorf("could not find node on the PATH: %w", err)
-	}
-	resp := &pulumirpc.AboutResponse{Executable: nodeBin}
-	if out, err := exec.Command(nodeBin, "--version").Output(); err == nil {
-		resp.Version = strings.TrimSpace(string(out))
-	}
-	return resp, nil
+	return langhost.AboutTool("node", "", "--version")
 }
 
 // packageJSON holds the package.json fields that name a Pulumi resource plugin.

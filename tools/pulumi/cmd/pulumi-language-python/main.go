@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 
@@ -61,16 +60,8 @@ func python(req *pulumirpc.RunRequest) (bin string, env []string, err error) {
 	}, nil
 }
 
-func (h *languageHost) About(_ context.Context, req *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
-	bin, err := exec.LookPath("python3")
-	if err != nil {
-		return nil, fmt.Errorf("could not find python3 on the PATH: %w", err)
-	}
-	resp := &pulumirpc.AboutResponse{Executable: bin}
-	if out, err := exec.Command(bin, "--version").Output(); err == nil {
-		resp.Version = strings.TrimSpace(strings.TrimPrefix(string(out), "Python "))
-	}
-	return resp, nil
+func (h *languageHost) About(context.Context, *pulumirpc.AboutRequest) (*pulumirpc.AboutResponse, error) {
+	return langhost.AboutTool("python3", "Python ", "--version")
 }
 
 func (h *languageHost) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.RunResponse, error) {

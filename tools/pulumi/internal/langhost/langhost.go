@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,20 @@ func (h *Host) GetRequiredPackages(
 	context.Context, *pulumirpc.GetRequiredPackagesRequest,
 ) (*pulumirpc.GetRequiredPackagesResponse, error) {
 	return &pulumirpc.GetRequiredPackagesResponse{}, nil
+}
+
+// AboutTool is an About reply for the tool `name` found on the PATH, its
+// version the first line `versionArgs` print, less `prefix`.
+func AboutTool(name, prefix string, versionArgs ...string) (*pulumirpc.AboutResponse, error) {
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("could not find %s on the PATH: %w", name, err)
+	}
+	resp := &pulumirpc.AboutResponse{Executable: bin}
+	if out, err := exec.Command(bin, versionArgs...).Output(); err == nil {
+		resp.Version = strings.TrimPrefix(strings.TrimSpace(string(out)), prefix)
+	}
+	return resp, nil
 }
 
 // Folders is the program folder (the project folder when the program names

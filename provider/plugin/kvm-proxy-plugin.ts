@@ -131,7 +131,10 @@ export interface CheckResult {
 
 /** The plugin's KvmProxy over one runtime. */
 export class KvmProxyPlugin {
-  constructor(readonly runtime: KvmProxyRuntime) {}
+  constructor(readonly runtime: KvmProxyRuntime) {
+    // The engine sends the old inputs: the outputs keep no host connection, sealed or not (`published`).
+    runtime.sealHostConnections = false;
+  }
 
   async check(urn: string, oldsIn: Props, newsIn: Props): Promise<CheckResult> {
     const olds = withoutPassword(reveal(oldsIn).props).inputs;

@@ -7,6 +7,7 @@
  * `batch` of a fleet per `up`).
  */
 import { configKeyProblem, type HostConfig } from "../kvm/config/host-config";
+import { secretName } from "../kvm/config/image";
 import { parseDuration } from "../kvm/duration";
 import { isObject } from "../kvm/fields";
 import { Failures, quote } from "../kvm/validation";
@@ -72,7 +73,8 @@ export function checkHostEntry(
   if (JSON.stringify(entry).includes(UNKNOWN)) return undefined;
   const own = new Failures();
   const host = parseHostEntry(key as string, entry, own, config.sharedSshKey);
-  for (const x of own.list) f.fail(x.property === "" ? at : field(x.property), x.reason);
+  // The engine prints a failing top-level input's value beside the reason: a host in full may hold a key.
+  for (const x of own.list) f.fail(x.property === "" ? secretName(at) : field(x.property), x.reason);
   if (host === undefined) return undefined;
   const configured = Object.hasOwn(config.hosts, host.key) ? config.hosts[host.key] : undefined;
   if (configured !== undefined && JSON.stringify(configured) !== JSON.stringify(host)) {
@@ -97,17 +99,20 @@ export function checkHost(f: Failures, v: unknown, config: StackConfig): HostCon
   }
   if (v === UNKNOWN) return undefined;
   if (isHostEntry(v)) return checkHostEntry(f, v, config);
+  if (typeof v === "string") return hostKey(f, "host", v, config);
+  // Failures about a whole value that is no key are named so that the engine prints no value:
+  // the engine prints a failing top-level input beside the reason, and this one may hold a key.
+  const shapes =
+    "a key of the stack config kvm:hosts, a host in full {key, uri, ...}, or a pool {pool: [...]}";
   if (!isObject(v)) {
-    if (typeof v !== "string")
-      f.fail("host", "must be a string (a key of the stack config kvm:hosts) or {pool: [keys]}");
-    else return hostKey(f, "host", v, config);
+    f.fail(secretName("host"), `must be ${shapes}`);
     return undefined;
   }
   for (const k of Object.keys(v)) if (k !== "pool") f.fail(`host.${k}`, "unknown property (known: pool)");
   const pool = v.pool;
   if (pool === UNKNOWN) return;
   if (pool === undefined || pool === null) {
-    f.fail("host", "a pool must list keys of the stack config kvm:hosts: {pool: [keys]}");
+    f.fail(secretName("host"), `must be ${shapes}: it names neither key, uri nor pool`);
     return;
   }
   if (!Array.isArray(pool) || pool.length === 0) {

@@ -346,9 +346,11 @@ export function checkInputs(
     f.fail(images ? "image" : "host", `stack config ${x.property}: ${x.reason}`);
   }
 
+  // Named so that the engine prints no value beside it (it prints a failing top-level input's): a misspelt
+  // property may hold anything, a key or a password.
   for (const k of Object.keys(news)) {
     if (!INPUT_PROPERTIES.includes(k) && !INTERNAL.includes(k)) {
-      f.fail(k, "unknown property");
+      f.fail(secretName(k), "unknown property");
     }
   }
 

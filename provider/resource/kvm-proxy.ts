@@ -13,9 +13,9 @@
  * capture its `__awaiter` helper), no `this`, no method shorthand.
  */
 import * as pulumi from "@pulumi/pulumi";
+import { mayCarryKeyMaterial } from "../kvm/config/host-config";
 import { KVM_PROXY_TYPE, type KvmProxyArgs, SECRET_OUTPUTS } from "./args";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "./proxy-auth";
-import { carriesKeyMaterial } from "./secret-inputs";
 
 /** The module the serialized provider requires: resolved from the program's folder. */
 export const PROVIDER_MODULE = "pulumi-kvm-proxy/dist/provider/resource/provider";
@@ -173,7 +173,7 @@ type ProxyArg = NonNullable<KvmProxyArgs["proxy"]>;
  * then hold it encrypted, whether or not the program passed those as secrets.
  */
 function secretIfKeyed(host: KvmProxyArgs["host"]): pulumi.Output<unknown> {
-  return pulumi.output(host).apply((h) => (carriesKeyMaterial(h) ? pulumi.secret(h) : h));
+  return pulumi.output(host).apply((h) => (mayCarryKeyMaterial(h) ? pulumi.secret(h) : h));
 }
 
 /**

@@ -12,7 +12,7 @@
 
 import { randomBytes } from "node:crypto";
 import { CancelledError, ProviderError } from "../errors";
-import type { HostConfig } from "../kvm/config/host-config";
+import { type HostConfig, mayCarryKeyMaterial } from "../kvm/config/host-config";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
 import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
@@ -25,13 +25,14 @@ import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { DEFAULTS, type ProxyHealth, placementOf } from "./args";
+import { DEFAULTS, type HostEntry, type ProxyHealth, placementOf } from "./args";
 import { backendIdentity } from "./backend";
-import { asChecked, checkInputs } from "./check";
+import { asChecked, checkInputs, isUnknown } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
+import { isSealed, openHostConnection, sealHostConnection } from "./host-connection";
 import {
   createSpec,
   inputsFromMetadata,
@@ -103,6 +104,13 @@ export class KvmProxyRuntime {
   log: EngineLog | undefined;
   /** Secret strings of the configuration, masked in anything logged. */
   private secrets: string[] = [];
+  /**
+   * Whether the outputs keep a host given in full with key material sealed
+   * (host-connection.ts): the dynamic provider's read and delete see only
+   * outputs, which a program receives. The provider plugin, which the engine
+   * sends the old inputs, keeps none (kvm-proxy-plugin.ts).
+   */
+  sealHostConnections = true;
 
   private engineLog(): EngineLog {
     this.log ??= engineLogFromArgv(process.argv, { redact: (t) => this.redact(t), minIntervalMs: 1_000 });
@@ -175,7 +183,8 @@ export class KvmProxyRuntime {
    * material joins the secrets every message is cleaned of. Anything else
    * (a key of kvm:hosts, a pool) is left to the configuration.
    */
-  private registerHost(v: unknown): void {
+  private registerHost(given: unknown): void {
+    const v = this.openedConnection(given);
     const pool =
       typeof v === "object" && v !== null && !isHostEntry(v) ? (v as { pool?: unknown }).pool : undefined;
     if (Array.isArray(pool)) {
@@ -241,6 +250,7 @@ export class KvmProxyRuntime {
       randomBytes: (n) => randomBytes(n),
       claimAddress: (host, address, owner) => this.claim(host, address, owner),
     });
+    if (r.failures.length === 0) r.failures.push(...this.stateKeyFailures(r.inputs.host));
     const { warnings, ...outcome } = r;
     // Once per text: a fleet on one network hears each once.
     const fresh = (warnings ?? []).filter((w) => !this.warned.has(w));
@@ -260,6 +270,51 @@ export class KvmProxyRuntime {
   /** Warnings given in this process. */
   private readonly warned = new Set<string>();
 
+  /** A host in full whose key material the outputs would keep, and no usable `kvm:stateKey` to seal it under. */
+  private stateKeyFailures(host: unknown): { property: string; reason: string }[] {
+    if (!this.sealHostConnections || isUnknown(host) || !hostEntriesOf(host).some(mayCarryKeyMaterial))
+      return [];
+    const problem = this.config.stateKeyProblem;
+    if (problem !== undefined) return [{ property: "kvm:stateKey", reason: problem }];
+    if (this.config.stateKey !== undefined) return [];
+    return [
+      {
+        property: "kvm:stateKey",
+        reason:
+          "is required: this proxy's host is given in full with key material, which refresh and destroy need " +
+          "and the state's outputs keep only sealed under this stack config secret (a program receives every " +
+          "output, and the Node.js SDK prints them with --debug). Set it once and keep it: " +
+          '`pulumi config set --secret kvm:stateKey "$(openssl rand -base64 32)"`; ' +
+          "or give the key as privateKeyPath or agentSocket, or use the provider plugin",
+      },
+    ];
+  }
+
+  /** `outs` as the state keeps them: a host in full with key material sealed (see sealHostConnections). */
+  private sealed(outs: Props): Props {
+    const entry = outs.hostConnection;
+    if (!this.sealHostConnections || isSealed(entry) || !mayCarryKeyMaterial(entry)) return outs;
+    // check refuses such a proxy without the key: only a record written before is read without one.
+    if (this.config.stateKey === undefined) return outs;
+    return { ...outs, hostConnection: sealHostConnection(entry as HostEntry, this.config.stateKey) };
+  }
+
+  /** The host entry a state's `hostConnection` records: itself, or what its seal holds (a failure says why not). */
+  private openedConnection(v: unknown): unknown {
+    if (!isSealed(v)) return v;
+    const opened = openHostConnection(v, this.config.stateKey);
+    if ("problem" in opened) throw new ProviderError("permanent", opened.problem);
+    return opened.entry;
+  }
+
+  /** `olds` with their `hostConnection` opened, when it opens (diff compares it with the new host). */
+  private opened(olds: Props): Props {
+    if (!isSealed(olds.hostConnection)) return olds;
+    const opened = openHostConnection(olds.hostConnection, this.config.stateKey);
+    // Unopened, it differs from any host given: an update records it again, sealed under the key set now.
+    return "entry" in opened ? { ...olds, hostConnection: opened.entry } : olds;
+  }
+
   /** Static addresses the proxies of this program give out, per host (check-nics.ts). */
   private readonly addressClaims = new Map<string, string>();
   private claim(host: string, address: string, owner: string): string | undefined {
@@ -270,7 +325,8 @@ export class KvmProxyRuntime {
     return undefined;
   }
 
-  async diff(id: string, olds: Props, news: Props) {
+  async diff(id: string, oldsIn: Props, news: Props) {
+    const olds = this.opened(oldsIn);
     const d = diffProxy(olds, news);
     const urn = (news.owner as { urn?: string } | undefined)?.urn;
     const rotation = news.rotation as RotationSettings | undefined;
@@ -302,7 +358,8 @@ export class KvmProxyRuntime {
   /** The members of a proxy's rotation group on its hosts (its own and its pool's). */
   private membersOf(rotation: RotationSettings, olds: Props, news: Props): Promise<Member[]> {
     const owner = news.owner as { project?: unknown; stack?: unknown } | undefined;
-    this.registerHost(olds.hostConnection);
+    // A record whose seal does not open is left to the new host (diff's `opened`).
+    if (!isSealed(olds.hostConnection)) this.registerHost(olds.hostConnection);
     this.registerHost(news.host);
     const keys = [...new Set([olds.host, ...hostKeysOf(news.host)])].filter(
       (k): k is string => typeof k === "string" && this.ops().hosts.has(k),
@@ -365,14 +422,16 @@ export class KvmProxyRuntime {
         const egress = await this.egressOf(made, status, proxyAddressOf(made.nics, status), c.owner?.urn, 3);
         if (egress !== undefined) outs.egressAddress = egress;
       }
-      return { id: formatProviderId(status.host, c.name), outs };
+      return { id: formatProviderId(status.host, c.name), outs: this.sealed(outs) };
     } catch (err) {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
       const id = err.providerId;
       const props: Props = {
-        ...outputsFrom(
-          withPoolAddresses(c, err.status?.createdNics),
-          err.status ?? { host: parseProviderId(id).host, name: c.name, state: "failed" },
+        ...this.sealed(
+          outputsFrom(
+            withPoolAddresses(c, err.status?.createdNics),
+            err.status ?? { host: parseProviderId(id).host, name: c.name, state: "failed" },
+          ),
         ),
         __provider: inputs.__provider,
       };
@@ -440,7 +499,7 @@ export class KvmProxyRuntime {
     await this.engineLog()
       .flush()
       .catch(() => undefined);
-    return { id, props: next };
+    return { id, props: this.sealed(next) };
   }
 
   async update(
@@ -519,7 +578,7 @@ export class KvmProxyRuntime {
       if (egress !== undefined) outs.egressAddress = egress;
     }
     await this.engineLog().flush();
-    return { outs };
+    return { outs: this.sealed(outs) };
   }
 
   async delete(id: string, props: Props): Promise<void> {
@@ -548,6 +607,13 @@ export class KvmProxyRuntime {
       await log.flush();
     }
   }
+}
+
+/** The hosts given in full of a `host` input: itself, or its pool's. */
+function hostEntriesOf(host: unknown): unknown[] {
+  if (isHostEntry(host)) return [host];
+  const pool = typeof host === "object" && host !== null ? (host as { pool?: unknown }).pool : undefined;
+  return Array.isArray(pool) ? pool.filter(isHostEntry) : [];
 }
 
 /** The URN in a state's owner record, if any. */

@@ -6,7 +6,10 @@
  *   privateKeyPath | agentSocket, passphrase}` (see provider/kvm/config/host-config.ts);
  * - `kvm:images`: object, image key → `{url, format, firmware, sha256}`;
  * - `kvm:sshPrivateKey` (set it with `--secret`): the private key for every
- *   ssh:// host that names no privateKey, privateKeyPath or agentSocket.
+ *   ssh:// host that names no privateKey, privateKeyPath or agentSocket;
+ * - `kvm:stateKey` (set it with `--secret`): what the dynamic provider seals
+ *   a host given in full with key material under in its outputs
+ *   (host-connection.ts).
  *
  * Dynamic providers receive the whole stack config in `configure`, secrets
  * decrypted. Each host and image is parsed on its own, so one broken entry
@@ -19,12 +22,14 @@ import { type ImageConfig, parseImage } from "../kvm/config/image";
 import { privateKeyContentProblem } from "../kvm/config/ssh-reach";
 import { given, isObject } from "../kvm/fields";
 import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
+import { stateKeyProblem } from "./host-connection";
 
 /** Stack config keys read. */
 export const CONFIG_KEYS = {
   hosts: "kvm:hosts",
   images: "kvm:images",
   sshPrivateKey: "kvm:sshPrivateKey",
+  stateKey: "kvm:stateKey",
 } as const;
 
 /** The provider plugin's configuration namespace (its package's name): `kvmproxy:hosts` for `kvm:hosts`. */
@@ -46,6 +51,10 @@ export interface StackConfig {
   general: ValidationFailure[];
   /** `kvm:sshPrivateKey`, for hosts given as inputs that bring no auth of their own either. */
   sharedSshKey?: string;
+  /** `kvm:stateKey`, when set and usable: what a host's key material is sealed under in outputs. */
+  stateKey?: string;
+  /** Why the `kvm:stateKey` set is not usable (failing only the proxies that need it). */
+  stateKeyProblem?: string;
 }
 
 /** An empty configuration (before configure ran, or with no `kvm:*` keys). */
@@ -114,6 +123,12 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
   const rawHosts = decodeConfigValue(read(CONFIG_KEYS.hosts));
   const rawImages = decodeConfigValue(read(CONFIG_KEYS.images));
   const sshKey = read(CONFIG_KEYS.sshPrivateKey);
+  const stateKey = read(CONFIG_KEYS.stateKey);
+  if (given(stateKey)) {
+    const problem = stateKeyProblem(stateKey);
+    if (problem !== undefined) out.stateKeyProblem = problem;
+    else out.stateKey = stateKey as string;
+  }
 
   if (given(sshKey)) {
     const problem = typeof sshKey === "string" ? privateKeyContentProblem(sshKey) : "must be a string";

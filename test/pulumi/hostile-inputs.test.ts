@@ -22,7 +22,7 @@ import { Failures } from "../../provider/kvm/validation";
 import { checkInputs } from "../../provider/resource/check";
 import { hashedProxyBlock } from "../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../provider/resource/stack-config";
-import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, UNIT_ONLY } from "../support/bad-inputs";
+import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, KEY_MARKER, UNIT_ONLY } from "../support/bad-inputs";
 import { type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
@@ -153,7 +153,8 @@ describe("bad inputs through pulumi preview", () => {
         .filter(([, , property, reason]) => !reason.test(problem(r.output, resource, property) ?? ""))
         .map(([what, , property]) => `${what} (${property})`);
       expect(missed, r.output.slice(-3000)).toEqual([]);
-      // A secret input's value never appears beside its failure.
+      // A secret input's value never appears beside its failure, nor key material in any shape.
+      expect(r.output).not.toContain(KEY_MARKER);
       for (const [, change, property] of group) {
         if (!property.endsWith("(secret)")) continue;
         for (const v of Object.values(change))

@@ -6,6 +6,9 @@
  */
 
 export const KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+/** What a leak of the rows' key material would show: no output of a preview may hold it. */
+export const KEY_MARKER = "kvmpHostileKeyMarkerQz7";
+const MARKED_KEY = `-----BEGIN OPENSSH PRIVATE KEY-----\n${KEY_MARKER}\n-----END OPENSSH PRIVATE KEY-----\n`;
 
 /** The stack config the rows are checked against (`kvm:*` keys as a user would write them). */
 export const BAD_INPUT_CONFIG: Record<string, unknown> = {
@@ -46,7 +49,7 @@ export const UNIT_ONLY = new Set(["userData over the seed limit"]);
 // Each row: inputs (merged over a good proxy) → the property the failure must name, and part of its reason.
 export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
   ["missing host", { host: undefined }, "host", /is required/],
-  ["host not a string", { host: 7 }, "host", /must be a string/],
+  ["host not a string", { host: 7 }, "host (secret)", /must be a key of the stack config kvm:hosts/],
   ["unknown host key", { host: "nowhere" }, "host", /unknown host "nowhere".*configured: lab, remote/],
   ["host whose config is broken", { host: "broken" }, "host", /stack config kvm:hosts\.broken\.uri/],
   [
@@ -107,6 +110,46 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     { host: { key: "edge", uri: "unix:///run/x", colour: "red" } },
     "host.colour",
     /unknown/,
+  ],
+  // Key material in every shape a user may give it: never printed beside a failure.
+  [
+    "host in full with a misspelt uri, its key beside it",
+    {
+      host: {
+        key: "edge",
+        url: "ssh://root@lab.example.com:22",
+        knownHostsPath: "/k",
+        privateKey: MARKED_KEY,
+      },
+    },
+    "host.url",
+    /unknown property/,
+  ],
+  [
+    "host object naming neither key, uri nor pool, a key inside",
+    { host: { url: "ssh://root@lab.example.com:22", privateKey: MARKED_KEY } },
+    "host (secret)",
+    /names neither key, uri nor pool/,
+  ],
+  [
+    "host in full whose one jump hop has a misspelt key field",
+    {
+      host: {
+        key: "edge",
+        uri: "ssh://root@lab.example.com:22",
+        knownHostsPath: "/k",
+        privateKeyPath: "/id",
+        jump: { uri: "ssh://ops@bastion.example.com", privatekey: MARKED_KEY },
+      },
+    },
+    "host.jump.privatekey",
+    /unknown property/,
+  ],
+  [
+    "an unknown top-level property holding a key",
+    { sshPrivateKey: MARKED_KEY },
+    "sshPrivateKey (secret)",
+    /unknown property/,
   ],
   [
     "host pool whose host in full has no uri",
@@ -637,5 +680,5 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "tags",
     /at most 64/,
   ],
-  ["unknown property", { memory: 512 }, "memory", /unknown property/],
+  ["unknown property", { memory: 512 }, "memory (secret)", /unknown property/],
 ];

@@ -24,10 +24,12 @@ import { Failures, internalFailure, quote, ValidationError, type ValidationFailu
 import { type ImageConfig, parseImage } from "./image";
 import {
   checkSshPairs,
+  HOP_FIELDS,
   hostProblem,
   parseReach,
   REACH_FIELDS,
   readSshMaterial,
+  SECRET_SSH_FIELDS,
   SSH_MATERIAL_FIELDS,
   type SshMaterial,
   type SshReach,
@@ -121,6 +123,50 @@ const HOST_FIELDS = [
   "capacity",
   ...REACH_FIELDS,
 ] as const;
+
+/**
+ * Whether a host as a program or a config gives it may carry key material,
+ * so that everything holding it is kept secret: a host entry (or a pool of
+ * them, or a hop of its `jump`, one or a list) with a secret field
+ * ({@link SECRET_SSH_FIELDS}), a URI with a password, or any field the
+ * parser does not know: a misspelt `privatekey` holds a key all the same.
+ * A host's key of `kvm:hosts` (a string) carries none. The one description
+ * the KvmProxy class, the provider plugin and the dynamic provider's
+ * outputs mark secrets by.
+ */
+export function mayCarryKeyMaterial(v: unknown): boolean {
+  if (Array.isArray(v)) return v.some(mayCarryKeyMaterial);
+  if (typeof v === "string") return uriHasPassword(v);
+  return isObject(v) && entryCarries(v, HOST_ENTRY_PUBLIC_FIELDS);
+}
+
+/** Fields of a host entry that never hold a secret (`key` names it; `pool` is a storage pool, or a pool's hosts). */
+const HOST_ENTRY_PUBLIC_FIELDS: readonly string[] = [
+  "key",
+  ...HOST_FIELDS.filter((k) => !SECRET_SSH_FIELDS.includes(k)),
+];
+const HOP_PUBLIC_FIELDS: readonly string[] = HOP_FIELDS.filter((k) => !SECRET_SSH_FIELDS.includes(k));
+
+function entryCarries(o: Obj, publicFields: readonly string[]): boolean {
+  return Object.entries(o).some(([k, x]) => {
+    if (x === undefined || x === null) return false;
+    if (!publicFields.includes(k)) return true;
+    if (k === "jump") return hopsCarry(x);
+    if (k === "pool" || k === "uri") return mayCarryKeyMaterial(x);
+    return false;
+  });
+}
+
+function hopsCarry(v: unknown): boolean {
+  if (Array.isArray(v)) return v.some(hopsCarry);
+  if (typeof v === "string") return uriHasPassword(v);
+  return isObject(v) && entryCarries(v, HOP_PUBLIC_FIELDS);
+}
+
+/** `scheme://user:password@...`: a password in a URI's user part. */
+function uriHasPassword(v: string): boolean {
+  return /^[a-z][a-z0-9+.-]*:\/\/[^/?#@]*:[^/?#@]*@/i.test(v);
+}
 
 /**
  * The libvirt drivers a host's libvirtd can be asked to open for this

@@ -92,7 +92,9 @@ export const SSH_MATERIAL_FIELDS = [
   "agentSocket",
   "passphrase",
 ] as const;
-const HOP_FIELDS = ["uri", ...SSH_MATERIAL_FIELDS] as const;
+export const HOP_FIELDS = ["uri", ...SSH_MATERIAL_FIELDS] as const;
+/** The SSH material that is a secret: the key itself and its passphrase (the rest are paths and public keys). */
+export const SECRET_SSH_FIELDS: readonly string[] = ["privateKey", "passphrase"];
 const AUTH_FIELDS: (keyof SshMaterial)[] = ["privateKey", "privateKeyPath", "agentSocket", "passphrase"];
 const KNOWN_HOSTS_FIELDS: (keyof SshMaterial)[] = ["knownHosts", "knownHostsPath"];
 const PATH_FIELDS = ["privateKeyPath", "knownHostsPath", "agentSocket"] as const;

@@ -1,13 +1,16 @@
 /**
- * A host given in full (issue 24): the program makes its hypervisor's
- * connection itself (test/pulumi/programs/hosted: a dynamic resource returns
- * the test host's uri, host key and a secret private key), and its proxies
- * take the host from those outputs in the same `up`. Preview plans them with
- * the host unknown; nothing in the state, and no line of the CLI with
- * --debug at -v=6 and our most verbose trace, holds the private key; at -v=9
- * only the engine's own property dumps do (from -v=7 they print every value
- * it plans with, the recorded `hostConnection` output too: see
- * secrets.test.ts); destroy deletes the proxies before the hypervisor.
+ * A host given in full: the program makes its hypervisor's connection
+ * itself (test/pulumi/programs/hosted: a dynamic resource returns the test
+ * host's uri and host key; the private key is read by the program, a secret
+ * the engine has no config value of, so it masks nothing), and its proxies
+ * take the host from those outputs in the same `up`. Preview refuses them
+ * until `kvm:stateKey` is set, then plans them with the host unknown; nothing
+ * in the state, and no line of the CLI with --debug at -v=6 and our most
+ * verbose trace, holds the private key (the outputs the Node.js SDK prints
+ * keep the host sealed); at -v=9 only the engine's own property dumps do
+ * (from -v=7 they print every value it plans with: see secrets.test.ts);
+ * refresh and destroy, which run without the program, reach the host through
+ * the sealed record, and destroy deletes the proxies before the hypervisor.
  * A stack moving from `host: "remote"` to the same host in full replaces
  * nothing.
  */
@@ -16,6 +19,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type TestHost, testHost } from "../support/test-host";
 import { domainsOfStack, hostsConfig, removeByHand, TEST_PROXY_ARGS, virsh, Workspace } from "./harness";
 
+/** A `kvm:stateKey` (host-connection.ts). */
+const STATE_KEY = "kvmpt-state-key-0123456789abcdefghij";
 /** The most verbose engine level that prints no property values (secrets.test.ts). */
 const SAFE_LEVEL = 6;
 /** Engine lines that print every property value (secrets.test.ts). */
@@ -85,8 +90,15 @@ describe("a host another resource of the program makes", () => {
       "hosted:proxies": ["made-a", "made-b"],
       "hosted:fleetSize": 2,
       "hosted:proxyArgs": { image: "tiny", ...TEST_PROXY_ARGS },
+      "hosted:privateKeyFile": host.sshKeyPath,
     });
-    ws.setSecret("hosted:privateKey", keyText);
+
+    // A host with key material in the dynamic provider's outputs needs a key to seal it under.
+    const refused = ws.run("preview");
+    expect(refused.code).not.toBe(0);
+    expect(refused.output).toMatch(/property kvm:stateKey value \{<nil>\} has a problem: is required/);
+    expect(leaks(refused.output)).toEqual([]);
+    ws.setSecret("kvm:stateKey", STATE_KEY);
 
     // Preview: the hypervisor and both proxies to be created, the proxies' host not known yet.
     const plan = JSON.parse(ws.mustRun("preview", "--json").stdout) as {
@@ -101,6 +113,10 @@ describe("a host another resource of the program makes", () => {
 
     const upLog = verbose(ws, 9, "up", "--yes", "--skip-preview");
     expect(leakingLines(upLog)).toEqual([]);
+    // The SDK did print the proxies' outputs, the host among them: sealed.
+    expect(upLog).toMatch(
+      /RegisterResource RPC finished: resource:made-a\[pulumi-nodejs:dynamic:KvmProxy\][^\n]*v1\./,
+    );
     const domains = domainsOfStack(host, ws.stack);
     expect(domains).toHaveLength(4);
     const outputs = ws.outputs();
@@ -153,6 +169,7 @@ describe("moving between the two forms", () => {
       "hosted:hostExtra": { knownHostsPath: host.knownHostsPath, ...common() },
     });
     ws.setSecret("hosted:privateKey", keyText);
+    ws.setSecret("kvm:stateKey", STATE_KEY);
     const steps = ws.previewSteps().filter((s) => s.urn.endsWith("::moved-a"));
     expect(steps.map((s) => s.op)).toEqual(["update"]);
 

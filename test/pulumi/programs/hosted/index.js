@@ -4,12 +4,16 @@
 // reach it, its uri, host key and a secret private key, which are unknown
 // until it is created. Its proxies take the host in full from its outputs.
 // Stack config:
-//   hosted:hypervisor  {uri, knownHosts?}, and the secret hosted:privateKey
+//   hosted:hypervisor  {uri, knownHosts?}, and the secret hosted:privateKey, or
+//   hosted:privateKeyFile  a key file the program reads itself (pulumi.secret, no
+//                      config secret: the engine knows nothing to mask), once the
+//                      hypervisor exists
 //   hosted:key         the host's key (its name in provider IDs)
 //   hosted:hostExtra   more fields of the host in full (pool, network, ...)
 //   hosted:fromConfig  a key of kvm:hosts to give instead (the form a stack moves from)
 //   hosted:proxies     [names], each a KvmProxy with hosted:proxyArgs
 //   hosted:fleetSize   a ProxyFleet "fleet" of that size with hosted:proxyArgs, its pool that one host
+const { readFileSync } = require("node:fs");
 const pulumi = require("@pulumi/pulumi");
 const { KvmProxy, ProxyFleet } = require("pulumi-kvm-proxy");
 
@@ -38,16 +42,20 @@ class Hypervisor extends pulumi.dynamic.Resource {
 const fromConfig = config.get("fromConfig");
 let host = fromConfig;
 if (fromConfig === undefined) {
+  const keyFile = config.get("privateKeyFile");
   const hv = new Hypervisor("hypervisor", {
     ...config.requireObject("hypervisor"),
-    privateKey: config.requireSecret("privateKey"),
+    ...(keyFile === undefined ? { privateKey: config.requireSecret("privateKey") } : {}),
   });
   const reach = config.requireObject("hypervisor");
   host = {
     key: config.require("key"),
     uri: hv.uri,
     ...(reach.knownHosts !== undefined ? { knownHosts: hv.knownHosts } : {}),
-    privateKey: hv.privateKey,
+    privateKey:
+      keyFile === undefined
+        ? hv.privateKey
+        : hv.uri.apply(() => pulumi.secret(readFileSync(keyFile, "utf8"))),
     ...(config.getObject("hostExtra") ?? {}),
   };
 }

@@ -103,10 +103,14 @@ const APT_INSTALL_FUNCTION = `apt_install() {
 }`;
 
 /**
- * The builder's vendor-data script for `recipe` (package names are checked
- * by config/image.ts: nothing but letters, digits and `+._-` reaches it;
- * apt-get installs only names it has a package by exactly,
- * {@link APT_INSTALL_FUNCTION}).
+ * The builder's vendor-data script for `recipe`. Its package names are
+ * checked by config/image.ts (packageNameProblem): lower-case letters,
+ * digits and `+.-`, never a leading or trailing '-', so no shell word, glob
+ * or option reaches a package manager. apt-get installs only names it has a
+ * package by exactly ({@link APT_INSTALL_FUNCTION}). dnf, yum and zypper get
+ * the names as they are: the package of that name, else what they make of
+ * it (`name-version`, `name.arch`, a capability another package provides);
+ * none of them reads a regular expression.
  */
 export function buildBakeScript(recipe: BakeRecipe): string {
   const extra = recipe.packages.join(" ");

@@ -66,12 +66,53 @@ const BAKE_FIELDS = ["packages", "userData"] as const;
 
 /** At most this many extra packages in a bake recipe. */
 export const MAX_BAKE_PACKAGES = 64;
-/** A Debian (and RPM, apk) package name: what the install script may name, so no shell text gets through. */
-const PACKAGE_NAME = /^[a-z0-9][a-z0-9+._-]{0,127}$/;
+/** At most this many characters in a bake package name. */
+export const MAX_PACKAGE_NAME = 128;
 
-/** Whether `p` is a package name a bake recipe may hold. */
+/** What apt-get makes of a character no package name holds. */
+const APT_READS: Readonly<Record<string, string>> = {
+  "=": "apt-get reads '=' as a version",
+  ":": "apt-get reads ':' as an architecture",
+  "/": "apt-get reads '/' as a release",
+  "*": "apt-get reads '*' as a glob",
+  "?": "apt-get reads '?' as a glob",
+  "[": "apt-get reads '[' as a glob",
+};
+
+/**
+ * Why `p` is not a package name a bake recipe may hold, or undefined when it
+ * is one. The rule is Debian policy's (5.6.1, "Package"): only lower-case
+ * letters, digits, '+', '-' and '.', at least two characters, an
+ * alphanumeric first. Beyond policy, no trailing '-': apt-get reads it as
+ * "remove this package", and no Debian package name ends in one. A trailing
+ * '+' stays (`g++`): apt-get takes a name a package has as that package
+ * before it reads a trailing '+' as "install", and what apt makes of a name
+ * no package has (a regular expression over '.' and '+', a trailing '+' on
+ * another package's name) the builder's script refuses: it installs only
+ * names apt has a package by exactly (guest/bake-script.ts). Since nothing
+ * but those characters passes, no shell word, option, version, architecture,
+ * release, glob or pattern reaches apt-get, dnf, yum or zypper.
+ */
+export function packageNameProblem(p: unknown): string | undefined {
+  if (typeof p !== "string") return "must be a package name (a string)";
+  if (p.length < 2) return "must be at least two characters long (Debian policy)";
+  if (p.length > MAX_PACKAGE_NAME) return `must be at most ${MAX_PACKAGE_NAME} characters long`;
+  if (p.startsWith("-")) return "must not start with '-': apt-get, dnf, yum and zypper read it as an option";
+  if (!/^[a-z0-9]/.test(p)) return "must start with a lower-case letter or a digit (Debian policy)";
+  const bad = /[^a-z0-9+.-]/.exec(p)?.[0];
+  if (bad !== undefined) {
+    const why = /[A-Z]/.test(bad)
+      ? "package names are lower case"
+      : (APT_READS[bad] ?? `${quote(bad)} is none of them`);
+    return `may hold only lower-case letters, digits, '+', '-' and '.' (Debian policy): ${why}`;
+  }
+  if (p.endsWith("-")) return "must not end in '-': apt-get reads a trailing '-' as \"remove this package\"";
+  return undefined;
+}
+
+/** Whether `p` is a package name a bake recipe may hold ({@link packageNameProblem}). */
 export function isPackageName(p: unknown): p is string {
-  return typeof p === "string" && PACKAGE_NAME.test(p);
+  return packageNameProblem(p) === undefined;
 }
 
 /** Why a URL that carries `user:password@` is refused; it never quotes the URL. */
@@ -190,12 +231,9 @@ function parseBake(raw: unknown, f: Failures): { recipe: BakeRecipe; userData?: 
       fb.fail("packages", `must name at most ${MAX_BAKE_PACKAGES} packages`);
     else
       raw.packages.forEach((p, i) => {
-        if (isPackageName(p)) packages.add(p);
-        else
-          fb.fail(
-            `packages[${i}]`,
-            "must be a package name (lower-case letters, digits, '+', '.', '_', '-'; no version or option)",
-          );
+        const problem = packageNameProblem(p);
+        if (problem === undefined) packages.add(p as string);
+        else fb.fail(`packages[${i}]`, problem);
       });
   }
   let userData: string | undefined;

@@ -8,12 +8,12 @@
  *
  * - Installed: squid, qemu-guest-agent, Dante where the distribution
  *   packages it (Debian 12 and Ubuntu do, Debian 13 does not), and the
- *   recipe's packages, with the same lock wait and retries as the proxy's own
- *   scripts (vendor-shell.ts); what the image has already is kept as it is
- *   (`--no-upgrade`, as the proxy's own scripts skip it). Dante is then
- *   disabled: only a proxy that asks
- *   for SOCKS enables it. squid and the agent stay enabled, as the proxy's
- *   first boot leaves them.
+ *   recipe's packages (with apt, only names it has a package by exactly;
+ *   another fails the bake, named), with the same lock wait and retries as
+ *   the proxy's own scripts (vendor-shell.ts); what the image has already is
+ *   kept as it is (`--no-upgrade`, as the proxy's own scripts skip it).
+ *   Dante is then disabled: only a proxy that asks for SOCKS enables it.
+ *   squid and the agent stay enabled, as the proxy's first boot leaves them.
  * - Cleaned, so every proxy booted from the baked disk is a first boot of its
  *   own: cloud-init's instance state, logs and seed (`cloud-init clean`), the
  *   machine-id (emptied: systemd makes a new one at the next boot), SSH host
@@ -74,8 +74,43 @@ systemctl poweroff
 `;
 
 /**
- * The builder's vendor-data script for `recipe` (package names are checked
- * by config/image.ts: nothing but letters, digits and `+._-` reaches it).
+ * `apt_install`: the apt-get branch, run under `retry` with the recipe's
+ * names in `$EXTRA` (`fail` and `log` are the script's). After the update it
+ * refuses, with `fail` (no retry), an extra name apt has no package by
+ * exactly: for such a name apt-get installs what nobody named (a regular
+ * expression over its '.' and '+': `exim4-daemon-l.ght` installs a mail
+ * server; `curl+` is "install curl"; a virtual name installs a provider).
+ * `apt-cache pkgnames` prints the names of real packages (no purely virtual
+ * one) and reads its argument as a plain prefix, so it is asked once for
+ * all. APT::Cmd::Pattern-Only (apt 2.0 and later) keeps apt-get from reading
+ * a regular expression should another update (apt-daily) change the lists
+ * between that check and the install.
+ */
+const APT_INSTALL_FUNCTION = `apt_install() {
+	apt-get -o DPkg::Lock::Timeout=300 -q update || return 1
+	known=$(apt-cache pkgnames) || return 1
+	for p in $EXTRA; do
+		printf '%s\\n' "$known" | grep -qxF -- "$p" ||
+			fail "apt has no package named $p (bake.packages must name real packages exactly: no virtual package, no pattern)"
+	done
+	apt-get -o DPkg::Lock::Timeout=300 -o APT::Cmd::Pattern-Only=true -q -y --no-upgrade install ${BAKED_PACKAGES.join(" ")} $EXTRA || return 1
+	# Dante where the release packages it; only a proxy with SOCKS enables it.
+	if apt-cache show dante-server >/dev/null 2>&1; then
+		apt-get -o DPkg::Lock::Timeout=300 -q -y install dante-server || return 1
+		systemctl disable --now danted >/dev/null 2>&1
+	fi
+	return 0
+}`;
+
+/**
+ * The builder's vendor-data script for `recipe`. Its package names are
+ * checked by config/image.ts (packageNameProblem): lower-case letters,
+ * digits and `+.-`, never a leading or trailing '-', so no shell word, glob
+ * or option reaches a package manager. apt-get installs only names it has a
+ * package by exactly ({@link APT_INSTALL_FUNCTION}). dnf, yum and zypper get
+ * the names as they are: the package of that name, else what they make of
+ * it (`name-version`, `name.arch`, a capability another package provides);
+ * none of them reads a regular expression.
  */
 export function buildBakeScript(recipe: BakeRecipe): string {
   const extra = recipe.packages.join(" ");
@@ -114,16 +149,7 @@ fail() {
 DEBIAN_FRONTEND=noninteractive
 export DEBIAN_FRONTEND
 EXTRA="${extra}"
-apt_install() {
-	apt-get -o DPkg::Lock::Timeout=300 -q update &&
-		apt-get -o DPkg::Lock::Timeout=300 -q -y --no-upgrade install ${BAKED_PACKAGES.join(" ")} $EXTRA || return 1
-	# Dante where the release packages it; only a proxy with SOCKS enables it.
-	if apt-cache show dante-server >/dev/null 2>&1; then
-		apt-get -o DPkg::Lock::Timeout=300 -q -y install dante-server || return 1
-		systemctl disable --now danted >/dev/null 2>&1
-	fi
-	return 0
-}
+${APT_INSTALL_FUNCTION}
 command -v systemctl >/dev/null 2>&1 || { log "a bake needs systemd"; exit 1; }
 if command -v apt-get >/dev/null 2>&1; then
 	retry apt_install || fail "the packages could not be installed with apt-get"

@@ -49,6 +49,17 @@ describe("the builder's script", () => {
     expect(script).toMatch(/apt-cache show dante-server[\s\S]*systemctl disable --now danted/);
   });
 
+  // Run by the real apt-get and sh in test/libvirtd/bake/apt-names.test.ts.
+  it("has apt-get install only names apt has a package by exactly, and never read one as a regular expression", () => {
+    const script = buildBakeScript({ packages: ["htop"] });
+    expect(script).toMatch(
+      /-q update \|\| return 1\n\tknown=\$\(apt-cache pkgnames\) \|\| return 1\n\tfor p in \$EXTRA; do\n\t\tprintf '%s\\n' "\$known" \| grep -qxF -- "\$p" \|\|\n\t\t\tfail "apt has no package named \$p /,
+    );
+    expect(script).toMatch(
+      /-o APT::Cmd::Pattern-Only=true -q -y --no-upgrade install squid qemu-guest-agent \$EXTRA/,
+    );
+  });
+
   it("cleans the instance state before it powers off, and prints the result last", () => {
     const script = buildBakeScript(RECIPE);
     for (const step of [

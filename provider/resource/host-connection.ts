@@ -10,18 +10,16 @@
  * that secret (which the engine hands it, decrypted, in `configure`). The
  * provider plugin needs none of this: the engine sends it the old inputs.
  *
- * The seal is AES-256-GCM under a key derived from `kvm:stateKey` (HKDF-
- * SHA-256), its nonce an HMAC of the entry (the same entry seals to the same
+ * The seal is AES-256-GCM under a key derived from `kvm:stateKey`
+ * (state-key.ts), its nonce an HMAC of the entry (the same entry seals to the same
  * text, so outputs do not change at every update), the host's key bound as
  * associated data. Pure apart from node:crypto.
  */
-import { createCipheriv, createDecipheriv, createHmac, hkdfSync } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac } from "node:crypto";
 import { canonicalJson } from "../kvm/domain/metadata";
 import { isObject } from "../kvm/fields";
 import type { HostEntry } from "./args";
-
-/** Shortest `kvm:stateKey` accepted: 32 characters (e.g. `openssl rand -base64 32`'s 44). */
-export const MIN_STATE_KEY_LENGTH = 32;
+import { derivedKey } from "./state-key";
 
 /** A sealed record: the host's key in the clear, the entry under the seal. */
 export interface SealedHostConnection {
@@ -30,20 +28,11 @@ export interface SealedHostConnection {
 }
 
 const VERSION = "v1";
-const INFO = "pulumi-kvm-proxy hostConnection v1";
 const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 
-/** Why `v` cannot be a `kvm:stateKey`, or undefined; quotes nothing of it. */
-export function stateKeyProblem(v: unknown): string | undefined {
-  if (typeof v !== "string") return "must be a string, set with `pulumi config set --secret`";
-  if (v.length < MIN_STATE_KEY_LENGTH)
-    return `must be at least ${MIN_STATE_KEY_LENGTH} characters (e.g. \`openssl rand -base64 32\`)`;
-  return undefined;
-}
-
 function keysOf(stateKey: string): { seal: Buffer; nonce: Buffer } {
-  const okm = Buffer.from(hkdfSync("sha256", Buffer.from(stateKey, "utf8"), Buffer.alloc(0), INFO, 64));
+  const okm = derivedKey(stateKey, "hostConnection v1", 64);
   return { seal: okm.subarray(0, 32), nonce: okm.subarray(32) };
 }
 

@@ -182,11 +182,11 @@ export function withBakeUserData(
   c: CheckedInputs,
   images: Record<string, ImageConfig>,
 ): CreateSpec {
-  const want = spec.image.bake?.userDataSha256;
+  const want = spec.image.bake?.userDataMac;
   if (want === undefined) return spec;
   const entry = typeof c.image === "string" && Object.hasOwn(images, c.image) ? images[c.image] : undefined;
   const text = entry?.bakeUserData;
-  if (text === undefined || seedDigest(text) !== want) {
+  if (text === undefined || entry?.bake?.userDataMac !== want) {
     throw new ProviderError(
       "permanent",
       `the bake userData of image ${JSON.stringify(c.image)} in kvm:images is not the one checked at preview; run the update again`,

@@ -46,6 +46,7 @@ import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
 import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
+import { SET_STATE_KEY } from "./state-key";
 
 type Props = Record<string, unknown>;
 
@@ -283,8 +284,7 @@ export class KvmProxyRuntime {
         reason:
           "is required: this proxy's host is given in full with key material, which refresh and destroy need " +
           "and the state's outputs keep only sealed under this stack config secret (a program receives every " +
-          "output, and the Node.js SDK prints them with --debug). Set it once and keep it: " +
-          '`pulumi config set --secret kvm:stateKey "$(openssl rand -base64 32)"`; ' +
+          `output, and the Node.js SDK prints them with --debug). Set it once and keep it: ${SET_STATE_KEY}; ` +
           "or give the key as privateKeyPath or agentSocket, or use the provider plugin",
       },
     ];

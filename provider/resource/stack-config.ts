@@ -22,7 +22,7 @@ import { type ImageConfig, parseImage } from "../kvm/config/image";
 import { privateKeyContentProblem } from "../kvm/config/ssh-reach";
 import { given, isObject } from "../kvm/fields";
 import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
-import { stateKeyProblem } from "./host-connection";
+import { bakeUserDataMac, SET_STATE_KEY, stateKeyProblem } from "./state-key";
 
 /** Stack config keys read. */
 export const CONFIG_KEYS = {
@@ -37,7 +37,7 @@ export const PLUGIN_CONFIG_NAMESPACE = "kvmproxy";
 
 /** A configuration key's name in the plugin's namespace (`kvm:hosts` → `kvmproxy:hosts`); text names the keys too. */
 export function inPluginNamespace(text: string): string {
-  return text.replace(/\bkvm:(hosts|images|sshPrivateKey)\b/g, `${PLUGIN_CONFIG_NAMESPACE}:$1`);
+  return text.replace(/\bkvm:(hosts|images|sshPrivateKey|stateKey)\b/g, `${PLUGIN_CONFIG_NAMESPACE}:$1`);
 }
 
 /** The parsed stack config: what parsed, and the failures of what did not, per entry. */
@@ -149,6 +149,33 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
   out.hostFailures = hosts.failures;
   out.images = images.values;
   out.imageFailures = images.failures;
+  keyBakeUserData(out);
   out.general.push(...hosts.general, ...images.general);
   return out;
+}
+
+/**
+ * Names each bake's user-data in its recipe by a digest keyed with
+ * `kvm:stateKey` (state-key.ts); an image whose bake has user-data fails,
+ * at its own key, while no usable key is set.
+ */
+function keyBakeUserData(config: StackConfig): void {
+  for (const [key, image] of Object.entries(config.images)) {
+    if (image.bake === undefined || image.bakeUserData === undefined) continue;
+    if (config.stateKey !== undefined) {
+      image.bake.userDataMac = bakeUserDataMac(config.stateKey, image.bakeUserData);
+      continue;
+    }
+    delete config.images[key];
+    config.imageFailures[key] = [
+      {
+        property: `${CONFIG_KEYS.images}.${key}.bake.userData`,
+        reason:
+          config.stateKeyProblem !== undefined
+            ? `needs kvm:stateKey, which ${config.stateKeyProblem}`
+            : "needs the stack config secret kvm:stateKey: the state and the VM's metadata name a bake's " +
+              `user-data by a digest keyed with it, so that they tell nothing of the text. Set it once: ${SET_STATE_KEY}`,
+      },
+    ];
+  }
 }

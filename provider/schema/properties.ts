@@ -316,4 +316,9 @@ export const CONFIG: Readonly<Record<string, Prop>> = {
     secret: true,
     description: "The SSH private key for every ssh:// host that names no key or agent of its own.",
   }),
+  stateKey: p(STRING, {
+    secret: true,
+    description:
+      "At least 32 characters (e.g. `openssl rand -base64 32`), kept: what a bake's user-data is named by a keyed digest under in the state and the VMs' metadata (required by an image whose bake has userData).",
+  }),
 };

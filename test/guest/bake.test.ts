@@ -12,12 +12,13 @@
  * is test/libvirtd/kvm/image-bake.test.ts, with builders that take seconds.
  */
 import type { ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
-import { allDomains, poolVolumes, removeByHand, Workspace } from "../pulumi/harness";
+import { allDomains, metadataOf, poolVolumes, removeByHand, Workspace } from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";
 import { sha256File } from "../support/sha256-file";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
@@ -116,6 +117,8 @@ describe("three proxies at once from a stock image with a bake recipe (the Pulum
       ),
     });
     ws.setSecret("pair:proxyPassword", PASSWORD);
+    // What names the bake's user-data by a keyed digest (a plain one would let its text be guessed).
+    ws.setSecret("kvm:stateKey", "kvmpt-bake-state-key-0123456789abcdef");
     cli = new NetnsCli(env.netns, ws);
   });
 
@@ -157,6 +160,19 @@ describe("three proxies at once from a stock image with a bake recipe (the Pulum
         (v) => v.startsWith("kvmp-bake-") || (v.startsWith("kvmp-baked-") && v.endsWith(".partial")),
       ),
     ).toEqual([]);
+  });
+
+  it("nothing tells the bake's user-data (it holds the mirror's address): no plain digest of it in the state, an output or a VM's metadata", () => {
+    const text = mirrorUserData(mirrorAt);
+    const digest = createHash("sha256").update(text, "utf8").digest("hex");
+    const state = (ws as Workspace).stateText();
+    expect(state).toContain("userDataMac");
+    expect(state).not.toContain(digest);
+    for (const name of PROXIES) {
+      const metadata = metadataOf(host, name) ?? "";
+      expect(metadata).toMatch(/bakeUserDataMac="[0-9a-f]{64}"/);
+      expect(metadata).not.toContain(digest);
+    }
   });
 
   it("the display showed the bake's progress to the proxies waiting for it", () => {

@@ -6,7 +6,6 @@
  * which the domain XML carries) the VM's metadata. Where the bytes come from
  * is derived from the canonical URL ({@link imageSourceOf}). Pure.
  */
-import { createHash } from "node:crypto";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { given, isObject, optEnum, optString, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
@@ -35,14 +34,20 @@ export interface ImageIdentity {
 
 /**
  * What a baked image is made with, beside the stock image and the provider's
- * own install script: extra packages, and the builder's user-data by digest
- * (its text stays in the stack config: it may hold a mirror's credentials).
+ * own install script: extra packages, and the builder's user-data by a keyed
+ * digest (its text stays in the stack config: it may hold a mirror's
+ * credentials; a plain digest, kept in the state and the VM's metadata,
+ * would let anyone test guesses at it).
  */
 export interface BakeRecipe {
   /** Distribution package names installed beside squid, the agent and Dante; sorted, unique. */
   packages: string[];
-  /** Lower-case hex SHA-256 of the builder's user-data (UTF-8), when one is given. */
-  userDataSha256?: string;
+  /**
+   * Lower-case hex HMAC-SHA-256 of the builder's user-data (UTF-8) under a
+   * key derived from the stack config secret `kvm:stateKey`
+   * (resource/state-key.ts), when one is given.
+   */
+  userDataMac?: string;
 }
 
 /** An image of the stack config: the identity plus the key it is configured under. */
@@ -242,9 +247,8 @@ function parseBake(raw: unknown, f: Failures): { recipe: BakeRecipe; userData?: 
     else userData = raw.userData;
   }
   if (f.list.length > before) return undefined;
+  // The user-data's digest is keyed by the stack config (stack-config.ts): this parser knows no key.
   const recipe: BakeRecipe = { packages: [...packages].sort() };
-  if (userData !== undefined)
-    recipe.userDataSha256 = createHash("sha256").update(userData, "utf8").digest("hex");
   return userData !== undefined ? { recipe, userData } : { recipe };
 }
 

@@ -173,11 +173,11 @@ export function checkMetadata(m: ProxyMetadata, f: Failures = new Failures()): F
     f.fail("image.baked", "must be a baked volume's name (kvmp-baked-<16 hex>.qcow2)");
   }
   if (m.image?.bake !== undefined) {
-    const { packages, userDataSha256 } = m.image.bake;
+    const { packages, userDataMac } = m.image.bake;
     if (!Array.isArray(packages) || !packages.every(isPackageName))
       f.fail("image.bake.packages", "must be package names");
-    if (userDataSha256 !== undefined && !HEX64.test(userDataSha256))
-      f.fail("image.bake.userDataSha256", "must be 64 lower-case hexadecimal characters");
+    if (userDataMac !== undefined && !HEX64.test(userDataMac))
+      f.fail("image.bake.userDataMac", "must be 64 lower-case hexadecimal characters");
   }
   if (typeof m.specHash !== "string" || !HEX64.test(m.specHash)) {
     f.fail("specHash", "must be 64 lower-case hexadecimal characters");
@@ -242,7 +242,7 @@ export function buildMetadataElement(m: ProxyMetadata): XmlElement {
       sha256: m.image.sha256,
       baked: m.image.baked,
       bakePackages: m.image.bake?.packages.join(" "),
-      bakeUserDataSha256: m.image.bake?.userDataSha256,
+      bakeUserDataMac: m.image.bake?.userDataMac,
     }),
     el(p("spec"), {
       hash: m.specHash,
@@ -388,8 +388,9 @@ function decode(root: XmlNode): ProxyMetadata {
     m.image.baked = baked;
     const packages = attribute(image, "bakePackages") ?? "";
     m.image.bake = { packages: packages === "" ? [] : packages.split(" ") };
-    const userDataSha256 = attribute(image, "bakeUserDataSha256");
-    if (userDataSha256 !== undefined) m.image.bake.userDataSha256 = userDataSha256;
+    // A plain digest (`bakeUserDataSha256`) written before is not read back: it named no key.
+    const userDataMac = attribute(image, "bakeUserDataMac");
+    if (userDataMac !== undefined) m.image.bake.userDataMac = userDataMac;
   }
   const failures = checkMetadata(m);
   if (!failures.empty) {

@@ -180,7 +180,7 @@ export function bakeKey(stockVolumeName: string, recipe: BakeRecipe): string {
       JSON.stringify({
         stock: stockVolumeName,
         packages: recipe.packages,
-        userDataSha256: recipe.userDataSha256 ?? null,
+        userDataMac: recipe.userDataMac ?? null,
         script: buildBakeScript(recipe),
       }),
     )

@@ -150,7 +150,7 @@ export class ImageBaker {
    * same pool wait for that bake.
    */
   ensure(loc: BakeLocation, req: BakeRequest, options: BakeOptions = {}): Promise<BakedImage> {
-    if (req.image.bake.userDataSha256 !== undefined && req.userData === undefined) {
+    if (req.image.bake.userDataMac !== undefined && req.userData === undefined) {
       return Promise.reject(
         new ProviderError(
           "permanent",

@@ -14,7 +14,7 @@ import {
 } from "../../../provider/kvm/guest/bake-script";
 
 const STOCK = "kvmp-image-0123456789abcdef.qcow2";
-const RECIPE: BakeRecipe = { packages: ["htop"], userDataSha256: "a".repeat(64) };
+const RECIPE: BakeRecipe = { packages: ["htop"], userDataMac: "a".repeat(64) };
 
 describe("bakeKey", () => {
   it("is 16 hex and the same for the same stock image and recipe", () => {
@@ -26,7 +26,7 @@ describe("bakeKey", () => {
     ["another stock image", "kvmp-image-fedcba9876543210.qcow2", RECIPE],
     ["another package", STOCK, { ...RECIPE, packages: ["jq"] }],
     ["no extra package", STOCK, { ...RECIPE, packages: [] }],
-    ["another user-data", STOCK, { ...RECIPE, userDataSha256: "b".repeat(64) }],
+    ["another user-data", STOCK, { ...RECIPE, userDataMac: "b".repeat(64) }],
     ["no user-data", STOCK, { packages: ["htop"] }],
   ])("changes with %s", (_, stock, recipe) => {
     expect(bakeKey(stock, recipe)).not.toBe(bakeKey(STOCK, RECIPE));

@@ -38,12 +38,12 @@ describe("buildMetadataXml", () => {
   it("records a baked image with its recipe, reads it back, and refuses a bake without its volume", () => {
     const image = {
       ...sampleMetadata().image,
-      bake: { packages: ["htop", "jq"], userDataSha256: "c".repeat(64) },
+      bake: { packages: ["htop", "jq"], userDataMac: "c".repeat(64) },
       baked: "kvmp-baked-0123456789abcdef.qcow2",
     };
     const xml = buildMetadataXml(sampleMetadata({ image }));
     expect(xml).toContain(
-      `baked="kvmp-baked-0123456789abcdef.qcow2" bakePackages="htop jq" bakeUserDataSha256="${"c".repeat(64)}"`,
+      `baked="kvmp-baked-0123456789abcdef.qcow2" bakePackages="htop jq" bakeUserDataMac="${"c".repeat(64)}"`,
     );
     expect(parseMetadata(asLibvirtReturnsIt(xml))?.image).toEqual(image);
     const bare = {

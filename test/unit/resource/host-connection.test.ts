@@ -7,13 +7,9 @@
  */
 import { describe, expect, it } from "vitest";
 import type { HostEntry } from "../../../provider/resource/args";
-import {
-  isSealed,
-  openHostConnection,
-  sealHostConnection,
-  stateKeyProblem,
-} from "../../../provider/resource/host-connection";
+import { isSealed, openHostConnection, sealHostConnection } from "../../../provider/resource/host-connection";
 import { KvmProxyRuntime } from "../../../provider/resource/provider";
+import { stateKeyProblem } from "../../../provider/resource/state-key";
 
 const KEY_TEXT = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQ";
 const PRIVATE_KEY = `-----BEGIN OPENSSH PRIVATE KEY-----\n${KEY_TEXT}\n-----END OPENSSH PRIVATE KEY-----\n`;

@@ -3,7 +3,7 @@
  * is refused at preview, naming its property, quoting nothing secret, and a
  * broken entry fails only the resources that use it.
  */
-import { generateKeyPairSync } from "node:crypto";
+import { createHash, generateKeyPairSync } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { parseKeyedEntries } from "../../../provider/kvm/config/host-config";
 import { UNKNOWN } from "../../../provider/resource/args";
@@ -236,4 +236,37 @@ describe("check", () => {
       check(config, { host: "lab", image: { url: "/x", format: deepKnown } }).map((f) => f.property),
     ).toEqual(["image.format"]);
   });
+});
+
+describe("a bake's user-data is named by a digest keyed with kvm:stateKey", () => {
+  const USER_DATA = "#cloud-config\napt:\n  http_proxy: http://u:s3cr3t@mirror:3142\n";
+  const images = {
+    debian: { url: "/x.qcow2", bake: { packages: ["jq"], userData: USER_DATA } },
+    plain: { url: "/y" },
+  };
+  const STATE_KEY = "s".repeat(32);
+
+  it("with the key: the recipe holds the HMAC, not the plain SHA-256, and another key gives another", () => {
+    const recipe = configOf({ "kvm:images": images, "kvm:stateKey": STATE_KEY }).images.debian?.bake;
+    expect(recipe).toEqual({ packages: ["jq"], userDataMac: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    expect(recipe?.userDataMac).not.toBe(createHash("sha256").update(USER_DATA, "utf8").digest("hex"));
+    const other = configOf({ "kvm:images": images, "kvm:stateKey": "t".repeat(32) }).images.debian?.bake;
+    expect(other?.userDataMac).not.toBe(recipe?.userDataMac);
+  });
+
+  it.each([
+    ["no key", {}, /needs the stack config secret kvm:stateKey/],
+    ["a key too short", { "kvm:stateKey": "short" }, /needs kvm:stateKey, which must be at least 32/],
+  ])(
+    "with %s: that image fails at its user-data, quoting none of it; the others serve",
+    (_, extra, reason) => {
+      const config = configOf({ "kvm:images": images, ...extra });
+      expect(config.images.debian).toBeUndefined();
+      expect(config.images.plain).toBeDefined();
+      expect(config.imageFailures.debian).toEqual([
+        { property: "kvm:images.debian.bake.userData", reason: expect.stringMatching(reason) },
+      ]);
+      expect(JSON.stringify(config.imageFailures)).not.toContain("s3cr3t");
+    },
+  );
 });

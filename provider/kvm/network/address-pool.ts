@@ -20,7 +20,16 @@
  */
 import { given, isObject, rejectUnknown } from "../fields";
 import type { Failures } from "../validation";
-import { addressNumber, addressText, family, type IpFamily, inSubnet, parseCidr, parseIp } from "./ip";
+import {
+  addressNumber,
+  addressText,
+  family,
+  type IpFamily,
+  inSubnet,
+  isIpv4Mapped,
+  parseCidr,
+  parseIp,
+} from "./ip";
 import { type OthersAddress, vmAddressProblem } from "./vm-address";
 
 /** A NIC's pool, as check keeps it: canonical range texts. */
@@ -63,6 +72,7 @@ export function parsePoolRange(v: unknown): PoolRange | string {
     return `${JSON.stringify(firstText)} with /${v.slice(slash + 1)} is not an address with a prefix`;
   if (last === undefined) return `${JSON.stringify(lastText)} is not an address`;
   if (last.family !== first.family) return "its first and last address are of different families";
+  if (isIpv4Mapped(first.bytes) || isIpv4Mapped(last.bytes)) return mappedProblem(first, last.bytes);
   if (first.address !== firstText || last.text !== lastText)
     return `write it as ${first.address}${dash < 0 ? "" : `-${last.text}`}/${first.prefix} (canonical form)`;
   const fam = first.family;
@@ -72,6 +82,16 @@ export function parsePoolRange(v: unknown): PoolRange | string {
   if (subnet(lo, fam, first.prefix) !== subnet(hi, fam, first.prefix))
     return `${first.address} and ${last.text} are not in one /${first.prefix} subnet`;
   return { family: fam, first: lo, last: hi, prefix: first.prefix };
+}
+
+/** Why a range written as IPv4-mapped IPv6 is refused, with the IPv4 range to give instead when it is one. */
+function mappedProblem(first: { bytes: readonly number[]; prefix: number }, last: readonly number[]): string {
+  const v4 = (bytes: readonly number[]) => bytes.slice(12).join(".");
+  const both = isIpv4Mapped(first.bytes) && isIpv4Mapped(last) && first.prefix >= 96;
+  const span = v4(first.bytes) === v4(last) ? v4(last) : `${v4(first.bytes)}-${v4(last)}`;
+  return both
+    ? `is IPv4-mapped IPv6: give the IPv4 range ${span}/${first.prefix - 96} itself`
+    : "is IPv4-mapped IPv6: give IPv4 addresses as IPv4 ranges";
 }
 
 /** The canonical text of a parsed range. */

@@ -35,6 +35,11 @@ describe("a pool range", () => {
     ["mixed families", "203.0.113.1-2001:db8::1/24", /different families/],
     ["not canonical", "2001:DB8::10-2001:db8::40/64", /write it as 2001:db8::10-2001:db8::40\/64/],
     ["not an address", "edge-1/24", /not an address with a prefix/],
+    [
+      "IPv4-mapped at one end",
+      "::ffff:192.0.2.10-::1:0:0:1/64",
+      /IPv4-mapped IPv6: give IPv4 addresses as IPv4/,
+    ],
     ["not a string", 7, /must be a string/],
   ])("refuses %s: %j", (_what, text, problem) => {
     expect(parsePoolRange(text)).toMatch(problem);
@@ -226,6 +231,18 @@ describe("a pool range hands out only addresses a VM may take (vm-address.ts, as
     ],
     ["IPv6 link-local endpoints", pool("fe80::10-fe80::20/64"), at(0), /fe80::\/10 \(link-local\)/],
     ["the unspecified address", pool("::-::5/64"), at(0), /starts at :: \(unspecified\)/],
+    [
+      "IPv4-mapped endpoints",
+      pool("::ffff:192.0.2.10-::ffff:192.0.2.40/120"),
+      at(0),
+      /IPv4-mapped.*give the IPv4 range 192\.0\.2\.10-192\.0\.2\.40\/24 itself/,
+    ],
+    [
+      "IPv4-mapped endpoints written in hex",
+      pool("::ffff:c000:20a-::ffff:c000:228/120"),
+      at(0),
+      /IPv4-mapped.*give the IPv4 range 192\.0\.2\.10-192\.0\.2\.40\/24 itself/,
+    ],
     [
       "a range whose inside is IPv4-mapped",
       pool("::fffe:ffff:ffff-::1:0:0:1/64"),

@@ -259,7 +259,8 @@ export function readAddressPool(
  * A pool NIC's given addresses checked against its pool (a pool NIC's
  * addresses are taken from it at create: failures at `addresses[j]`), and
  * the addresses its gateway rules hold for: the given ones, else the first
- * of each family (a family's ranges share their subnets).
+ * of each family ({@link checkPoolGateways} holds the family's other ranges
+ * to the gateway's subnet).
  */
 export function poolGatewayBasis(pool: AddressPool, addresses: readonly string[], at: Failures): string[] {
   addresses.forEach((a, j) => {

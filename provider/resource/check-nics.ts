@@ -10,6 +10,7 @@
 
 import type { HostConfig } from "../kvm/config/host-config";
 import { given } from "../kvm/fields";
+import { inPool, poolRangeText, rangesOf } from "../kvm/network/address-pool";
 import { bare, family, parseCidr, sameAddress } from "../kvm/network/ip";
 import {
   attachmentOf,
@@ -21,6 +22,7 @@ import {
   resolveHostNics,
   shorthandNic,
 } from "../kvm/network/nic";
+import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "../kvm/network/vm-address";
 import type { Failures } from "../kvm/validation";
 import { quote } from "../kvm/validation";
 import { type CheckedInputs, UNKNOWN, type WaitForIp } from "./args";
@@ -206,19 +208,30 @@ export function checkNetworking(
 
 /**
  * Why `outgoing` (proxy.outgoingAddress) cannot be an address of the VM, or
- * undefined. Known only when every NIC's addresses of its family are static:
- * a NIC without one gets that family dynamically (DHCPv4, router
- * advertisements), and a raw networkConfig is not read.
+ * undefined: never one a NIC gives another machine (a gateway, a
+ * nameserver; vm-address.ts); and, when every NIC's addresses of its family
+ * are known, one of them: a static address, or one a pool NIC's range
+ * holds (which one the VM takes is chosen at create). A NIC with neither
+ * gets that family dynamically (DHCPv4, router advertisements), and a raw
+ * networkConfig is not read: then any address may be the VM's.
  */
 export function outgoingAddressProblem(outgoing: string, networking: CheckedNetworking): string | undefined {
   const { nics } = networking;
   const fam = family(outgoing);
   if (nics === undefined || nics === UNKNOWN || networking.networkConfig !== undefined || fam === undefined)
     return undefined;
-  const ofFamily = nics.map((n) => n.addresses.filter((a) => family(a) === fam));
-  if (ofFamily.some((a) => a.length === 0)) return undefined;
-  const statics = ofFamily.flat();
-  if (statics.some((a) => sameAddress(a, outgoing))) return undefined;
-  const list = statics.map(bare).join(", ");
-  return `must be one of the VM's IPv${fam} addresses, which are all static here (${list})`;
+  const others = nics.flatMap((n, i) => othersOf(n, `nics[${i}].`));
+  const taken = vmAddressProblem(addressSpan(outgoing) as AddressSpan, others);
+  if (taken !== undefined) return `must be an address of the VM: ${taken}`;
+  const own = nics.map((n) => ({
+    statics: n.addresses.filter((a) => family(a) === fam),
+    ranges: n.addressPool === undefined ? [] : rangesOf(n.addressPool).filter((r) => r.family === fam),
+  }));
+  if (own.some((o) => o.statics.length === 0 && o.ranges.length === 0)) return undefined;
+  if (own.some((o) => o.statics.some((a) => sameAddress(a, outgoing)))) return undefined;
+  if (nics.some((n) => n.addressPool !== undefined && inPool(n.addressPool, outgoing))) return undefined;
+  const statics = own.flatMap((o) => o.statics.map(bare));
+  const ranges = own.flatMap((o) => o.ranges.map(poolRangeText));
+  const which = ranges.length === 0 ? "all static" : "static or from an address pool";
+  return `must be one of the VM's IPv${fam} addresses, which are ${which} here (${[...statics, ...ranges].join(", ")})`;
 }

@@ -11,7 +11,8 @@
  * check reports here (the class cannot fail a preview itself).
  */
 import { given, isObject } from "../kvm/fields";
-import { ipProblem, unicastProblem } from "../kvm/network/ip";
+import { ipProblem } from "../kvm/network/ip";
+import { type AddressSpan, addressSpan, vmAddressProblem } from "../kvm/network/vm-address";
 import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import { isPasswordHash } from "../kvm/squid/password-hash";
 import { type CheckedProxy, type CheckedProxyAuth, DEFAULTS, UNKNOWN } from "./args";
@@ -221,7 +222,7 @@ export function checkProxy(
   }
   const out = proxy.outgoingAddress;
   if (given(out) && out !== UNKNOWN) {
-    const problem = ipProblem(out) ?? unicastProblem(out as string);
+    const problem = ipProblem(out) ?? vmAddressProblem(addressSpan(out as string) as AddressSpan);
     if (problem !== undefined) f.fail("proxy.outgoingAddress", `must be an address of the VM: ${problem}`);
   }
   const socks = checkSocks(f, proxy.socks, port, proxy.auth);

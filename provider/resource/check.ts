@@ -443,8 +443,10 @@ export function checkInputs(
     });
   }
 
+  // Against the NICs only once check-proxy.ts found it an address a VM may have.
   const outgoing = checkedProxy.proxy?.outgoingAddress;
-  if (typeof outgoing === "string" && outgoing !== UNKNOWN) {
+  const refused = f.list.some((x) => x.property === "proxy.outgoingAddress");
+  if (typeof outgoing === "string" && outgoing !== UNKNOWN && !refused) {
     const problem = outgoingAddressProblem(outgoing, networking);
     if (problem !== undefined) f.fail("proxy.outgoingAddress", problem);
   }

@@ -623,6 +623,25 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     /give addresses or addressPool, not both/,
   ],
   [
+    "an address pool that could hand out its gateway",
+    {
+      nics: [
+        { bridge: "br0", addressPool: { ranges: ["203.0.113.1-203.0.113.20/24"] }, gateway4: "203.0.113.1" },
+      ],
+    },
+    "nics[0].addressPool.ranges[0]",
+    /starts at the gateway 203\.0\.113\.1 \(gateway4\): make it start after the gateway 203\.0\.113\.1/,
+  ],
+  [
+    "an outgoing address outside the pool NIC's ranges",
+    {
+      nics: [{ bridge: "br0", addressPool: { ranges: ["203.0.113.10-203.0.113.20/24"] } }],
+      proxy: { outgoingAddress: "203.0.113.21" },
+    },
+    "proxy.outgoingAddress",
+    /must be one of the VM's IPv4 addresses, which are static or from an address pool here \(203\.0\.113\.10-203\.0\.113\.20\/24\)/,
+  ],
+  [
     "an address pool smaller than a rotating fleet needs",
     {
       nics: [{ bridge: "br0", addressPool: { ranges: ["203.0.113.10-203.0.113.12/24"] } }],

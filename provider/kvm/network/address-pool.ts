@@ -8,7 +8,10 @@
  *
  * A range is `first-last/prefix` (`203.0.113.10-203.0.113.40/24`) or one
  * address with its prefix (`203.0.113.9/24`); the prefix is the interface's
- * (the subnet the NIC is on), and the whole range lies in that subnet. A
+ * (the subnet the NIC is on), and the whole range lies in that subnet. Every
+ * address a range covers is one a VM may take, by the rule static addresses
+ * follow (vm-address.ts): not the NIC's gateway or a nameserver, not the
+ * subnet's network or broadcast address, not special. A
  * pool may hold IPv4 and IPv6 ranges: a NIC then takes one address of each
  * family. The free address taken is the next one after the highest taken
  * (in the order the ranges list them), wrapping to the start: a rotating
@@ -17,7 +20,17 @@
  */
 import { given, isObject, rejectUnknown } from "../fields";
 import type { Failures } from "../validation";
-import { family, type IpFamily, parseCidr, parseIp } from "./ip";
+import {
+  addressNumber,
+  addressText,
+  family,
+  type IpFamily,
+  inSubnet,
+  isIpv4Mapped,
+  parseCidr,
+  parseIp,
+} from "./ip";
+import { type OthersAddress, vmAddressProblem } from "./vm-address";
 
 /** A NIC's pool, as check keeps it: canonical range texts. */
 export interface AddressPool {
@@ -34,25 +47,6 @@ export interface PoolRange {
 
 /** Most ranges a pool may list. */
 export const MAX_POOL_RANGES = 64;
-
-function toBig(bytes: readonly number[]): bigint {
-  return bytes.reduce((n, b) => (n << 8n) | BigInt(b), 0n);
-}
-
-function fromBig(n: bigint, fam: IpFamily): string {
-  const size = fam === 4 ? 4 : 16;
-  const bytes: number[] = [];
-  let v = n;
-  for (let i = 0; i < size; i++) {
-    bytes.unshift(Number(v & 0xffn));
-    v >>= 8n;
-  }
-  if (fam === 4) return bytes.join(".");
-  const groups: string[] = [];
-  for (let i = 0; i < 16; i += 2)
-    groups.push((((bytes[i] as number) << 8) | (bytes[i + 1] as number)).toString(16));
-  return parseIp(groups.join(":"))?.text as string;
-}
 
 function width(fam: IpFamily): number {
   return fam === 4 ? 32 : 128;
@@ -78,27 +72,34 @@ export function parsePoolRange(v: unknown): PoolRange | string {
     return `${JSON.stringify(firstText)} with /${v.slice(slash + 1)} is not an address with a prefix`;
   if (last === undefined) return `${JSON.stringify(lastText)} is not an address`;
   if (last.family !== first.family) return "its first and last address are of different families";
+  if (isIpv4Mapped(first.bytes) || isIpv4Mapped(last.bytes)) return mappedProblem(first, last.bytes);
   if (first.address !== firstText || last.text !== lastText)
     return `write it as ${first.address}${dash < 0 ? "" : `-${last.text}`}/${first.prefix} (canonical form)`;
   const fam = first.family;
-  const lo = toBig(first.bytes);
-  const hi = toBig(last.bytes);
+  const lo = addressNumber(first.bytes);
+  const hi = addressNumber(last.bytes);
   if (hi < lo) return `its last address ${last.text} is below its first ${first.address}`;
   if (subnet(lo, fam, first.prefix) !== subnet(hi, fam, first.prefix))
     return `${first.address} and ${last.text} are not in one /${first.prefix} subnet`;
-  const hostBits = width(fam) - first.prefix;
-  if (fam === 4 && hostBits >= 2) {
-    const mask = (1n << BigInt(hostBits)) - 1n;
-    if ((lo & mask) === 0n) return `${first.address} is the network address of its /${first.prefix}`;
-    if ((hi & mask) === mask) return `${last.text} is the broadcast address of its /${first.prefix}`;
-  }
   return { family: fam, first: lo, last: hi, prefix: first.prefix };
+}
+
+/** Why a range written as IPv4-mapped IPv6 is refused, with the IPv4 range to give instead when it is one. */
+function mappedProblem(first: { bytes: readonly number[]; prefix: number }, last: readonly number[]): string {
+  const v4 = (bytes: readonly number[]) => bytes.slice(12).join(".");
+  const both = isIpv4Mapped(first.bytes) && isIpv4Mapped(last) && first.prefix >= 96;
+  const span = v4(first.bytes) === v4(last) ? v4(last) : `${v4(first.bytes)}-${v4(last)}`;
+  return both
+    ? `is IPv4-mapped IPv6: give the IPv4 range ${span}/${first.prefix - 96} itself`
+    : "is IPv4-mapped IPv6: give IPv4 addresses as IPv4 ranges";
 }
 
 /** The canonical text of a parsed range. */
 export function poolRangeText(r: PoolRange): string {
-  const first = fromBig(r.first, r.family);
-  return r.first === r.last ? `${first}/${r.prefix}` : `${first}-${fromBig(r.last, r.family)}/${r.prefix}`;
+  const first = addressText(r.first, r.family);
+  return r.first === r.last
+    ? `${first}/${r.prefix}`
+    : `${first}-${addressText(r.last, r.family)}/${r.prefix}`;
 }
 
 /** The parsed ranges of a checked pool. */
@@ -126,7 +127,7 @@ export function representativeAddresses(pool: AddressPool): string[] {
   return rangesOf(pool).flatMap((r) => {
     if (seen.has(r.family)) return [];
     seen.add(r.family);
-    return [`${fromBig(r.first, r.family)}/${r.prefix}`];
+    return [`${addressText(r.first, r.family)}/${r.prefix}`];
   });
 }
 
@@ -134,7 +135,7 @@ export function representativeAddresses(pool: AddressPool): string[] {
 export function inPool(pool: AddressPool, cidr: string): boolean {
   const c = parseCidr(cidr.includes("/") ? cidr : `${cidr}/${family(cidr) === 6 ? 128 : 32}`);
   if (c === undefined) return false;
-  const n = toBig(c.bytes);
+  const n = addressNumber(c.bytes);
   return rangesOf(pool).some((r) => r.family === c.family && r.first <= n && n <= r.last);
 }
 
@@ -173,7 +174,7 @@ function highestTaken(
   for (const t of taken) {
     const ip = parseIp(t);
     if (ip === undefined || ip.family !== fam) continue;
-    const n = toBig(ip.bytes);
+    const n = addressNumber(ip.bytes);
     const i = ranges.findIndex((r) => r.first <= n && n <= r.last);
     if (i < 0) continue;
     if (after === undefined || i > after.range || (i === after.range && n > after.n)) after = { range: i, n };
@@ -192,7 +193,7 @@ function firstFree(
     const r = ranges[i] as PoolRange;
     const start = after !== undefined && i === after.range ? after.n + 1n : r.first;
     for (let n = start; n <= r.last; n++) {
-      const text = fromBig(n, fam);
+      const text = addressText(n, fam);
       if (!taken.has(text)) return `${text}/${r.prefix}`;
     }
   }
@@ -201,13 +202,16 @@ function firstFree(
 
 /**
  * Reads a NIC's `addressPool` input: `{ranges}`, 1 to {@link MAX_POOL_RANGES}
- * ranges, no two overlapping. Failures at `addressPool.ranges[j]` under
- * `at`; pending values are passed over (`unknown`).
+ * ranges, no two overlapping, each handing out only addresses a VM may take
+ * (vm-address.ts), none of them one of `others` (the NIC's gateways and
+ * nameservers). Failures at `addressPool.ranges[j]` under `at`; pending
+ * values are passed over (`unknown`).
  */
 export function readAddressPool(
   v: unknown,
   at: Failures,
   pending: (v: unknown) => boolean,
+  others: readonly OthersAddress[] = [],
 ): { pool?: AddressPool; unknown: boolean } {
   if (!given(v)) return { unknown: false };
   if (pending(v)) return { unknown: true };
@@ -232,8 +236,9 @@ export function readAddressPool(
       return;
     }
     const range = parsePoolRange(r);
-    if (typeof range === "string") {
-      p.fail(`ranges[${j}]`, range);
+    const problem = typeof range === "string" ? range : vmAddressProblem(range, others);
+    if (typeof range === "string" || problem !== undefined) {
+      p.fail(`ranges[${j}]`, problem as string);
       ok = false;
       return;
     }
@@ -254,11 +259,36 @@ export function readAddressPool(
  * A pool NIC's given addresses checked against its pool (a pool NIC's
  * addresses are taken from it at create: failures at `addresses[j]`), and
  * the addresses its gateway rules hold for: the given ones, else the first
- * of each family (a family's ranges share their subnets).
+ * of each family ({@link checkPoolGateways} holds the family's other ranges
+ * to the gateway's subnet).
  */
 export function poolGatewayBasis(pool: AddressPool, addresses: readonly string[], at: Failures): string[] {
   addresses.forEach((a, j) => {
     if (!inPool(pool, a)) at.fail(`addresses[${j}]`, `${a} is not an address of addressPool`);
   });
   return addresses.length > 0 ? [...addresses] : representativeAddresses(pool);
+}
+
+/**
+ * Records failures at `addressPool.ranges[j]` for a range outside the subnet of its
+ * family's gateway (`gateways`, as accepted): a VM takes one address of each
+ * family, so every range must share the router's subnet. A link-local
+ * gateway6 is on every link.
+ */
+export function checkPoolGateways(
+  pool: AddressPool,
+  gateways: Partial<Record<IpFamily, string>>,
+  at: Failures,
+): void {
+  rangesOf(pool).forEach((r, j) => {
+    const gw = gateways[r.family];
+    if (gw === undefined || inSubnet(gw, "fe80::/10")) return;
+    const cidr = `${addressText(r.first, r.family)}/${r.prefix}`;
+    if (!inSubnet(gw, cidr)) {
+      at.fail(
+        `addressPool.ranges[${j}]`,
+        `lies outside the subnet of the gateway ${gw} (gateway${r.family}): a VM given one of its addresses could not reach its router; give ranges of the gateway's subnet`,
+      );
+    }
+  });
 }

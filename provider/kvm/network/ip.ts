@@ -2,7 +2,8 @@
  * The one address grammar of the provider: IPv4 and IPv6 addresses, interface
  * CIDRs and address ranges as text. Every address field of the inputs
  * (allowlists, destinations, NIC addresses, gateways, nameservers, the
- * outgoing address) is checked here. Pure.
+ * outgoing address) is read here; what a VM's own address may be is
+ * vm-address.ts's rule. Pure.
  *
  * - Parsing is lenient (`::` compression, upper case, dotted IPv4 tails such
  *   as `::ffff:192.0.2.1`), for what guests and libvirt report.
@@ -377,15 +378,29 @@ export function subnetsOverlap(a: string, b: string): boolean {
   return samePrefix(x.bytes, y.bytes, Math.min(x.prefix, y.prefix));
 }
 
-const SPECIAL: [IpFamily, string, string][] = [
-  [4, "0.0.0.0/8", "is in 0.0.0.0/8 (this network)"],
-  [4, "127.0.0.0/8", "is a loopback address"],
-  [4, "224.0.0.0/4", "is a multicast address"],
-  [4, "240.0.0.0/4", "is in the reserved 240.0.0.0/4 (or the broadcast address)"],
-  [6, "::/128", "is the unspecified address"],
-  [6, "::1/128", "is the loopback address"],
-  [6, "ff00::/8", "is a multicast address"],
-  [6, "::ffff:0:0/96", "is an IPv4-mapped IPv6 address: give the IPv4 address itself"],
+/**
+ * Blocks no address of a VM, gateway or (loopback aside) nameserver lies in:
+ * the block, its short name in a failure, and why an address in it is refused.
+ */
+export const SPECIAL_BLOCKS: readonly { family: IpFamily; block: string; name: string; why: string }[] = [
+  { family: 4, block: "0.0.0.0/8", name: "this network", why: "is in 0.0.0.0/8 (this network)" },
+  { family: 4, block: "127.0.0.0/8", name: "loopback", why: "is a loopback address" },
+  { family: 4, block: "224.0.0.0/4", name: "multicast", why: "is a multicast address" },
+  {
+    family: 4,
+    block: "240.0.0.0/4",
+    name: "reserved",
+    why: "is in the reserved 240.0.0.0/4 (or the broadcast address)",
+  },
+  { family: 6, block: "::/128", name: "unspecified", why: "is the unspecified address" },
+  { family: 6, block: "::1/128", name: "loopback", why: "is the loopback address" },
+  { family: 6, block: "ff00::/8", name: "multicast", why: "is a multicast address" },
+  {
+    family: 6,
+    block: "::ffff:0:0/96",
+    name: "IPv4-mapped",
+    why: "is an IPv4-mapped IPv6 address: give the IPv4 address itself",
+  },
 ];
 
 /**
@@ -396,38 +411,24 @@ const SPECIAL: [IpFamily, string, string][] = [
 export function unicastProblem(text: string): string | undefined {
   const a = either(text);
   if (a === undefined) return undefined;
-  for (const [fam, net, why] of SPECIAL) {
-    if (fam === a.family && inSubnet(a.address, net)) return why;
+  for (const { family: fam, block, why } of SPECIAL_BLOCKS) {
+    if (fam === a.family && inSubnet(a.address, block)) return why;
   }
   return undefined;
 }
 
-/**
- * Why a CIDR cannot be an interface's address: {@link unicastProblem}, or its
- * host bits are all zero (the subnet's own address: IPv4 up to /30, IPv6 up
- * to /126) or, for IPv4 up to /30, all one (the broadcast address). Assumes
- * `cidr` parses (undefined otherwise).
- */
-export function interfaceAddressProblem(cidr: string): string | undefined {
-  const c = parseCidr(cidr);
-  if (c === undefined) return undefined;
-  const special = unicastProblem(c.address);
-  if (special !== undefined) return special;
-  const bits = c.family === 4 ? 32 : 128;
-  if (c.prefix > bits - 2) return undefined;
-  const hostBit = (i: number) => (((c.bytes[i >> 3] as number) >> (7 - (i & 7))) & 1) === 1;
-  const host = Array.from({ length: bits - c.prefix }, (_, k) => hostBit(c.prefix + k));
-  if (host.every((b) => !b)) {
-    return `is the address of the subnet /${c.prefix} itself: give the VM's own address in it, e.g. ${example(c, 1)}`;
-  }
-  if (c.family === 4 && host.every((b) => b)) return `is the broadcast address of its /${c.prefix}`;
-  return undefined;
+/** An address's bytes as one number (big-endian): what ranges are compared and counted in. */
+export function addressNumber(bytes: readonly number[]): bigint {
+  return bytes.reduce((n, b) => (n << 8n) | BigInt(b), 0n);
 }
 
-/** The `n`th address of `c`'s subnet, as text with the prefix. */
-function example(c: Cidr, n: number): string {
-  const bytes = c.bytes.slice();
-  bytes[bytes.length - 1] = ((bytes[bytes.length - 1] as number) & 0xff) | n;
-  const text = c.family === 4 ? bytes.join(".") : formatIpv6(bytes);
-  return `${text}/${c.prefix}`;
+/** The canonical text of the address numbered `n` in family `fam`. */
+export function addressText(n: bigint, fam: IpFamily): string {
+  const bytes: number[] = [];
+  let v = n;
+  for (let i = 0; i < (fam === 4 ? 4 : 16); i++) {
+    bytes.unshift(Number(v & 0xffn));
+    v >>= 8n;
+  }
+  return fam === 4 ? bytes.join(".") : formatIpv6(bytes);
 }

@@ -11,18 +11,9 @@
 import { createHash } from "node:crypto";
 import { given, isObject, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
-import { type AddressPool, poolGatewayBasis, readAddressPool } from "./address-pool";
-import {
-  cidrProblem,
-  family,
-  inSubnet,
-  interfaceAddressProblem,
-  ipProblem,
-  parseCidr,
-  parseIp,
-  sameAddress,
-  unicastProblem,
-} from "./ip";
+import { type AddressPool, checkPoolGateways, poolGatewayBasis, readAddressPool } from "./address-pool";
+import { cidrProblem, family, inSubnet, ipProblem, parseCidr, parseIp, unicastProblem } from "./ip";
+import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "./vm-address";
 
 export type DirectMode = (typeof DIRECT_MODES)[number];
 
@@ -457,9 +448,10 @@ function canonicalCidr(text: string): string {
 
 /**
  * Reads `gateway4`/`gateway6`: a plain address of the family, inside one of
- * the NIC's subnets of that family (IPv6: or link-local, fe80::/10), not one
- * of the NIC's own addresses. `addresses` is undefined when they are not all
- * known yet (the subnet rules then wait).
+ * the NIC's subnets of that family (IPv6: or link-local, fe80::/10); that it
+ * is none of the NIC's own addresses is theirs to say (vm-address.ts).
+ * `addresses` is undefined when they are not all known yet (the subnet
+ * rules then wait).
  */
 function readGateway(
   v: unknown,
@@ -491,10 +483,6 @@ function readGateway(
   const own = addresses.filter((a) => family(a) === fam);
   if (own.length === 0) {
     at.fail(field, `needs a static IPv${fam} address in addresses (without one, DHCP/RA gives the route)`);
-    return undefined;
-  }
-  if (own.some((a) => sameAddress(a, gw))) {
-    at.fail(field, `is the NIC's own address ${gw}: give the router's address`);
     return undefined;
   }
   const linkLocal = fam === 6 && inSubnet(gw, "fe80::/10");
@@ -559,12 +547,13 @@ function readNic(
     else mac = normaliseMac(raw.macAddress as string);
   }
   // The gateway rules need every address of the NIC: they wait while one is
-  // pending, and say nothing more when one was refused.
+  // pending, and say nothing more when one (or the pool) was refused.
   const list: ReadState = { ...st, unknown: false };
-  const cidr = (a: unknown) => cidrProblem(a) ?? interfaceAddressProblem(a as string);
+  const others = othersOf(raw);
+  const cidr = (a: unknown) =>
+    cidrProblem(a) ?? vmAddressProblem(addressSpan(a as string) as AddressSpan, others);
   const refused = at.list.length;
   const addresses = readList(raw.addresses, "addresses", at, list, cidr, canonicalCidr);
-  const complete = !list.unknown && at.list.length === refused;
   st.unknown ||= list.unknown;
   (addresses ?? []).forEach((a, j) => {
     const address = (parseCidr(a) as { address: string }).address;
@@ -572,13 +561,17 @@ function readNic(
     if (first !== undefined) at.fail(`addresses[${j}]`, `${address} is also given at ${first}`);
     else st.addresses.set(address, `${where}.addresses[${j}]`);
   });
-  const pool = readAddressPool(raw.addressPool, at, st.pending);
+  const pool = readAddressPool(raw.addressPool, at, st.pending, others);
   st.unknown ||= pool.unknown;
   const addressPool = pool.pool;
+  const complete =
+    !list.unknown && at.list.length === refused && (addressPool !== undefined || !given(raw.addressPool));
   const basis = addressPool === undefined ? addresses : poolGatewayBasis(addressPool, addresses ?? [], at);
   const all = complete ? basis : undefined;
   const gateway4 = readGateway(raw.gateway4, 4, at, st, all);
   const gateway6 = readGateway(raw.gateway6, 6, at, st, all);
+  if (addressPool !== undefined && all !== undefined)
+    checkPoolGateways(addressPool, { 4: gateway4, 6: gateway6 }, at);
   const ip = (n: string) => parseIp(n)?.text as string;
   const nameservers = readList(raw.nameservers, "nameservers", at, st, nameserverProblem, ip);
   const bandwidth = readBandwidth(raw.bandwidth, at, st);

@@ -4,7 +4,6 @@ import {
   cidrProblem,
   family,
   inSubnet,
-  interfaceAddressProblem,
   ipProblem,
   parseCidr,
   rangeProblem,
@@ -197,40 +196,5 @@ describe("sameAddress and subnetsOverlap", () => {
     ["0.0.0.0/0", "::/0", false],
   ])("%s and %s overlap: %s", (a, b, overlap) => {
     expect(subnetsOverlap(a, b)).toBe(overlap);
-  });
-});
-
-describe("interfaceAddressProblem", () => {
-  it.each([
-    ["0.0.0.5/8", "this network"],
-    ["127.0.0.1/8", "loopback"],
-    ["224.0.0.1/4", "multicast"],
-    ["255.255.255.255/32", "reserved"],
-    ["::/0", "unspecified"],
-    ["::1/128", "loopback"],
-    ["ff02::1/64", "multicast"],
-    ["::ffff:192.0.2.1/96", "IPv4-mapped"],
-    ["203.0.113.0/24", "the subnet /24 itself"],
-    ["203.0.113.255/24", "broadcast"],
-    ["10.0.0.0/30", "the subnet /30 itself"],
-    ["2001:db8::/64", "the subnet /64 itself"],
-  ])("refuses %s: %s", (cidr, reason) => {
-    expect(interfaceAddressProblem(cidr)).toContain(reason);
-  });
-
-  it("suggests the first address of the subnet when given the subnet itself", () => {
-    expect(interfaceAddressProblem("203.0.113.0/24")).toContain("e.g. 203.0.113.1/24");
-    expect(interfaceAddressProblem("2001:db8::/64")).toContain("e.g. 2001:db8::1/64");
-  });
-
-  it.each([
-    "203.0.113.7/24",
-    "203.0.113.0/31",
-    "203.0.113.255/31",
-    "203.0.113.0/32",
-    "2001:db8::/127",
-    "fe80::5/64",
-  ])("accepts %s", (cidr) => {
-    expect(interfaceAddressProblem(cidr)).toBeUndefined();
   });
 });

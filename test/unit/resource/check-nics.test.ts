@@ -144,6 +144,7 @@ describe("the seed's network-config", () => {
 
 describe("proxy.outgoingAddress against the NICs", () => {
   const V6 = { bridge: "br1", addresses: ["2001:db8:1::9/64"] };
+  const POOL = { bridge: "br2", addressPool: { ranges: ["198.51.100.10-198.51.100.40/24"] } };
   const failuresOf = (news: Record<string, unknown>) =>
     check(news).failures.filter((x) => x.property === "proxy.outgoingAddress");
 
@@ -159,6 +160,11 @@ describe("proxy.outgoingAddress against the NICs", () => {
       { nics: [STATIC, { network: "default" }], proxy: { outgoingAddress: "2001:db8:9::1" } },
     ],
     ["any address without nics (one DHCP NIC)", { proxy: { outgoingAddress: "198.51.100.7" } }],
+    ["an IPv4 a pool NIC's range holds", { nics: [POOL], proxy: { outgoingAddress: "198.51.100.40" } }],
+    [
+      "an IPv6 while the pool NIC has no IPv6 range (router advertisements give one)",
+      { nics: [POOL], proxy: { outgoingAddress: "2001:db8:9::1" } },
+    ],
   ])("accepts %s", (_what, news) => {
     expect(failuresOf(news)).toEqual([]);
   });
@@ -174,7 +180,27 @@ describe("proxy.outgoingAddress against the NICs", () => {
       { nics: [STATIC, V6], proxy: { outgoingAddress: "2001:db8::8" } },
       /IPv6 addresses.*\(2001:db8::7, 2001:db8:1::9\)/,
     ],
-  ])("refuses %s, naming the static addresses", (_what, news, reason) => {
+    [
+      "an IPv4 outside the pool NIC's ranges",
+      { nics: [POOL], proxy: { outgoingAddress: "198.51.100.41" } },
+      /IPv4 addresses.*static or from an address pool here \(198\.51\.100\.10-198\.51\.100\.40\/24\)/,
+    ],
+    [
+      "an IPv4 neither a static NIC nor a pool NIC has",
+      { nics: [STATIC, POOL], proxy: { outgoingAddress: "198.51.100.9" } },
+      /IPv4 addresses.*\(203\.0\.113\.7, 198\.51\.100\.10-198\.51\.100\.40\/24\)/,
+    ],
+    [
+      "a NIC's gateway, while another NIC gets IPv4 by DHCP",
+      { nics: [STATIC, { network: "default" }], proxy: { outgoingAddress: "203.0.113.1" } },
+      /must be an address of the VM: is the gateway 203\.0\.113\.1 \(nics\[0\]\.gateway4\)/,
+    ],
+    [
+      "a link-local address (no VM egresses from one)",
+      { proxy: { outgoingAddress: "169.254.169.254" } },
+      /must be an address of the VM: is a link-local address/,
+    ],
+  ])("refuses %s, naming the addresses it may be", (_what, news, reason) => {
     expect(failuresOf(news)).toEqual([
       { property: "proxy.outgoingAddress", reason: expect.stringMatching(reason) },
     ]);

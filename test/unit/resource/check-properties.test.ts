@@ -16,6 +16,12 @@
  *   secret inputs are all named `<input> (secret)`;
  * - no reason is longer than 1000 characters, and none is an internal error.
  *
+ * And for address pools, with ranges, gateways and nameservers drawn close
+ * together so they meet: a pool check accepts never hands out (as create
+ * allocates) its NIC's gateway, a nameserver, its subnet's network or IPv4
+ * broadcast address, or a special address, and all it hands out shares the
+ * gateway's subnet.
+ *
  * Secrets are recognisable: each holds a token `s3cr3t` + 10 characters, and
  * tokens appear nowhere else. Two seeds run: a fixed one, and a random one
  * printed for replay (`KVMP_PROPERTY_SEED=<seed>` replays it instead).
@@ -23,10 +29,13 @@
 import { gzipSync } from "node:zlib";
 import fc from "fast-check";
 import { describe, it } from "vitest";
+import { type AddressPool, allocate } from "../../../provider/kvm/network/address-pool";
+import { bare as bareAddress, canonicalIp } from "../../../provider/kvm/network/ip";
 import type { ValidationFailure } from "../../../provider/kvm/validation";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs, INPUT_PROPERTIES } from "../../../provider/resource/check";
 import { decodeConfigValue, readStackConfig } from "../../../provider/resource/stack-config";
+import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
 
 const FIXED_SEED = 160_016;
 const SEED_ENV = "KVMP_PROPERTY_SEED";
@@ -275,6 +284,25 @@ const inputs = shape({
               maxLength: 3,
             }),
           ),
+          addressPool: field(
+            shape({
+              ranges: field(
+                fc.array(
+                  field(
+                    fc.constantFrom(
+                      "203.0.113.10-203.0.113.20/24",
+                      "203.0.113.1-203.0.113.9/24",
+                      "2001:db8::10-2001:db8::20/64",
+                      "::ffff:192.0.2.1-::ffff:192.0.2.9/120",
+                      "203.0.113.10/0",
+                      "203.0.113.20-203.0.113.10/24",
+                    ),
+                  ),
+                  { maxLength: 3 },
+                ),
+              ),
+            }),
+          ),
           gateway4: field(fc.constantFrom("203.0.113.1", "198.51.100.1", "2001:db8::1")),
           gateway6: field(fc.constantFrom("2001:db8::1", "203.0.113.1")),
           nameservers: field(
@@ -315,7 +343,7 @@ const HOST_FIELD = /^host(\.pool\[\d+\])?\.(key|uri|privateKey)$/;
 
 /** A field of a NIC that may be missing (a required one is named though absent). */
 const NIC_FIELD =
-  /^nics\[\d+\](\.(network|bridge|direct|direct\.dev|direct\.mode|macAddress|addresses|gateway4|gateway6|nameservers|bandwidth|filter|primary))?$/;
+  /^nics\[\d+\](\.(network|bridge|direct|direct\.dev|direct\.mode|macAddress|addresses|addressPool|addressPool\.ranges|gateway4|gateway6|nameservers|bandwidth|filter|primary))?$/;
 
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null;
 
@@ -441,5 +469,155 @@ describe("configure and check, property-based", () => {
     },
     // A correctness test: generous, so a loaded machine does not fail it.
     240_000,
+  );
+});
+
+// ---------------------------------------------------------------------------
+// Address pools: what an accepted pool hands out
+// ---------------------------------------------------------------------------
+
+/**
+ * Sixteen addresses each (the last group or number 0-15), so a NIC's ranges,
+ * gateway and nameservers meet often; `special`: every address of it is one
+ * no VM takes (of `::`, only `::` and `::1` are).
+ */
+const NEIGHBOURHOODS = [
+  { fam: 4, base: "192.0.2.", special: false },
+  { fam: 4, base: "127.0.0.", special: true },
+  { fam: 4, base: "169.254.0.", special: true },
+  { fam: 6, base: "2001:db8::", special: false },
+  { fam: 6, base: "::", special: false },
+  { fam: 6, base: "fe80::", special: true },
+] as const;
+type Neighbourhood = (typeof NEIGHBOURHOODS)[number];
+
+const addressAt = (h: Neighbourhood, k: number) =>
+  canonicalIp(h.fam === 4 ? `${h.base}${k}` : `${h.base}${k.toString(16)}`) as string;
+/** The number (0-15) of an address of `h` (its last group or number). */
+const indexIn = (h: Neighbourhood, address: string) =>
+  h.fam === 4 ? Number(address.split(".").pop()) : Number.parseInt(address.split(":").pop() || "0", 16);
+
+/**
+ * A pool NIC whose ranges, gateway and nameservers all lie in one
+ * neighbourhood (mostly an ordinary one, so that some pools pass), and that
+ * neighbourhood.
+ */
+const poolNic = fc
+  .oneof(
+    { weight: 4, arbitrary: fc.constantFrom(...NEIGHBOURHOODS.filter((h) => !h.special)) },
+    { weight: 1, arbitrary: fc.constantFrom(...NEIGHBOURHOODS.filter((h) => h.special)) },
+  )
+  .chain((h) => {
+    const k = fc.integer({ min: 0, max: 15 });
+    const prefix = fc.oneof(
+      { weight: 2, arbitrary: fc.constant(h.fam === 4 ? 24 : 64) },
+      {
+        weight: 3,
+        arbitrary: fc.constantFrom(...(h.fam === 4 ? [28, 29, 30, 31, 32] : [124, 125, 126, 127, 128])),
+      },
+    );
+    const range = fc.tuple(k, k, prefix).map(([a, b, p]) => {
+      const [lo, hi] = a <= b ? [a, b] : [b, a];
+      return `${addressAt(h, lo)}${lo === hi ? "" : `-${addressAt(h, hi)}`}/${p}`;
+    });
+    const nic = fc.record(
+      {
+        bridge: fc.constant("br0"),
+        addressPool: fc.record({ ranges: fc.array(range, { minLength: 1, maxLength: 2 }) }),
+        [`gateway${h.fam}`]: k.map((x) => addressAt(h, x)),
+        nameservers: fc.array(
+          k.map((x) => addressAt(h, x)),
+          { maxLength: 1 },
+        ),
+      },
+      { requiredKeys: ["bridge", "addressPool"] },
+    );
+    return nic.map((n) => ({ h, nic: n as Record<string, unknown> }));
+  });
+
+/** Every address `pool` hands out, as create takes them one VM after another until it is full. */
+function handedOut(pool: AddressPool): string[] {
+  const taken = new Set<string>();
+  const out: string[] = [];
+  for (let got = allocate(pool, taken); "addresses" in got; got = allocate(pool, taken)) {
+    for (const cidr of got.addresses) {
+      out.push(cidr);
+      taken.add(bareAddress(cidr));
+    }
+  }
+  return out;
+}
+
+/** Why `cidr`, handed out by a NIC of `h` with `nic`'s gateway and nameservers, must never be a VM's; or undefined. */
+function wrongToHandOut(h: Neighbourhood, nic: Record<string, unknown>, cidr: string): string | undefined {
+  const address = bareAddress(cidr);
+  const prefix = Number(cidr.split("/")[1]);
+  const k = BigInt(indexIn(h, address));
+  const hostBits = BigInt((h.fam === 4 ? 32 : 128) - prefix);
+  const mask = (1n << hostBits) - 1n;
+  const gateway = nic[`gateway${h.fam}`] as string | undefined;
+  if (gateway === address) return "the gateway";
+  if ((nic.nameservers as string[] | undefined)?.includes(address)) return "a nameserver";
+  if (h.special || (h.base === "::" && k <= 1n)) return "special";
+  if (hostBits >= 2n && (k & mask) === 0n) return "the network address";
+  if (h.fam === 4 && hostBits >= 2n && (k & mask) === mask) return "the broadcast address";
+  if (gateway !== undefined && (k ^ BigInt(indexIn(h, gateway))) >> hostBits !== 0n) {
+    return "outside the gateway's subnet";
+  }
+  return undefined;
+}
+
+describe("address pools, property-based", () => {
+  const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
+  const runs = Math.max(1, Math.round(RUNS_PER_SEED / 5));
+
+  it.each([
+    ["fixed", FIXED_SEED],
+    [replay !== undefined ? "replayed" : "random", randomSeed],
+  ])(
+    "an accepted pool never hands out its gateway, a nameserver, or an address no VM may take (%s seed %i)",
+    (_kind, seed) => {
+      let accepted = 0;
+      let refused = 0;
+      let handed = 0;
+      fc.assert(
+        fc.property(
+          fc.oneof(
+            { weight: 3, arbitrary: fc.tuple(poolNic) },
+            { weight: 1, arbitrary: fc.tuple(poolNic, poolNic) },
+          ),
+          (drawn) => {
+            const nics = drawn.map((d) => d.nic);
+            const r = checkInputs(
+              {},
+              { host: "lab", image: "debian", nics },
+              { config, randomBytes: (n) => new Uint8Array(n).fill(7) },
+            );
+            if (r.failures.length > 0) {
+              refused++;
+              return;
+            }
+            accepted++;
+            for (const { h, nic } of drawn) {
+              for (const cidr of handedOut(nic.addressPool as AddressPool)) {
+                handed++;
+                const wrong = wrongToHandOut(h, nic, cidr);
+                must(
+                  wrong === undefined,
+                  `${JSON.stringify(nic)} was accepted and hands out ${cidr}: ${wrong}`,
+                );
+              }
+            }
+          },
+        ),
+        { seed, numRuns: runs },
+      );
+      // Neither side is empty: the rule refuses some pools and lets others through.
+      must(
+        accepted >= runs / 50 && refused >= runs / 50 && handed > 0,
+        `${accepted} accepted, ${refused} refused`,
+      );
+    },
+    120_000,
   );
 });

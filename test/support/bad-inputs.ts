@@ -566,6 +566,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     /root would be a system or image account of the VM/,
   ],
   [
+    "socks with a password over 255 bytes of UTF-8 (128 characters)",
+    { proxy: { socks: {}, auth: { username: "crawler", password: "ü".repeat(128) } } },
+    "proxy.auth.password (secret)",
+    /with proxy\.socks, must be at most 255 bytes in UTF-8/,
+  ],
+  [
     "a NIC with addresses and an addressPool",
     {
       nics: [

@@ -28,6 +28,13 @@ export const BAD_INPUT_CONFIG: Record<string, unknown> = {
       knownHostsPath: "/k",
       privateKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0kvmp user@host",
     },
+    // An Include reads a pattern: OpenSSH would read other files than the one named.
+    globconfig: {
+      uri: "ssh://root@lab.example.com:22",
+      knownHostsPath: "/k",
+      transport: "openssh",
+      sshConfig: "/etc/ssh/conf.d/*",
+    },
   },
   "kvm:images": JSON.stringify({
     debian: { url: "https://example.com/debian.qcow2", sha256: "A".repeat(64) },
@@ -80,6 +87,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     /kvm:hosts\.pubkey\.privateKey: is a public key/,
   ],
   [
+    "host whose ssh_config for OpenSSH is a pattern",
+    { host: "globconfig" },
+    "host",
+    /kvm:hosts\.globconfig\.sshConfig: contains '\*', '\?' or '\[', which OpenSSH's Include reads as a pattern/,
+  ],
+  [
     "healthCheck.via not local or host",
     { healthCheck: { via: "sideways" } },
     "healthCheck.via",
@@ -119,6 +132,44 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     { host: { pool: ["lab", { key: "lab", uri: "unix:///run/libvirt/libvirt-sock" }] } },
     "host.pool[1]",
     /listed twice/,
+  ],
+  [
+    "host in full over OpenSSH whose socket= has a ':' (ssh -L splits there)",
+    {
+      host: {
+        key: "edge",
+        uri: "ssh://root@lab.example.com:22?socket=/run/libvirt:sock",
+        knownHostsPath: "/k",
+        transport: "openssh",
+      },
+    },
+    "host.uri",
+    /socket= contains ':', where ssh -L splits its forward/,
+  ],
+  [
+    "host in full over OpenSSH whose known_hosts names another user's home",
+    {
+      host: {
+        key: "edge",
+        uri: "ssh://root@lab.example.com:22",
+        knownHostsPath: "~ops/k",
+        transport: "openssh",
+      },
+    },
+    "host.knownHostsPath",
+    /"~name", which OpenSSH reads as that user's home/,
+  ],
+  [
+    "host in full whose socket= is longer than a unix socket path",
+    {
+      host: {
+        key: "edge",
+        uri: `ssh://root@lab.example.com:22?socket=/${"s".repeat(107)}`,
+        knownHostsPath: "/k",
+      },
+    },
+    "host.uri",
+    /socket= must be at most 107 bytes/,
   ],
   [
     "host in full under a key kvm:hosts sets up otherwise",

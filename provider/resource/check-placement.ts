@@ -8,6 +8,7 @@
  */
 import { configKeyProblem, type HostConfig } from "../kvm/config/host-config";
 import { secretName } from "../kvm/config/image";
+import { hashSpec } from "../kvm/domain/metadata";
 import { parseDuration } from "../kvm/duration";
 import { isObject } from "../kvm/fields";
 import { Failures, quote } from "../kvm/validation";
@@ -39,6 +40,20 @@ function hostKey(f: Failures, property: string, v: unknown, config: StackConfig)
   return host;
 }
 
+/**
+ * Records that `owner` gives host `key` the connection whose digest is
+ * `connection`; returns the owner that gave that key another connection
+ * first, if any (the runtime keeps the claims of one program's proxies).
+ */
+export type HostClaim = (key: string, connection: string, owner: string) => string | undefined;
+
+/** Who checks a host given in full, and where its key's claims go; none: not checked across resources. */
+export interface HostClaimContext {
+  claim: HostClaim;
+  /** The resource's URN (its name when the URN is not known). */
+  owner: string;
+}
+
 /** A host given in full: an object naming its `key` or its `uri` (a pool names neither). */
 export function isHostEntry(v: unknown): v is Record<string, unknown> {
   return isObject(v) && ("key" in v || "uri" in v);
@@ -58,6 +73,7 @@ export function checkHostEntry(
   config: StackConfig,
   /** The input's path: `host`, or `host.pool[i]`. */
   at = "host",
+  claims?: HostClaimContext,
 ): HostConfig | undefined {
   const field = (x: string) => `${at}.${x}`;
   const { key, ...entry } = v;
@@ -84,6 +100,18 @@ export function checkHostEntry(
     );
     return undefined;
   }
+  // One key names one connection in the runtime's host pool: another resource giving the key
+  // otherwise would send this one's creates and deletes to whichever registered last. The
+  // digest is of the parsed host with its keys sorted, so key order does not count and no key
+  // material is kept.
+  const other = claims?.claim(host.key, hashSpec(host), claims.owner);
+  if (other !== undefined) {
+    f.fail(
+      field("key"),
+      `${quote(host.key)} is also given by the resource ${quote(other.split("::").pop() ?? other)} with another connection (uri, key material or settings): one key names one host, so give the same host there or another key`,
+    );
+    return undefined;
+  }
   return host;
 }
 
@@ -92,13 +120,18 @@ export function checkHostEntry(
  * hosts in full]}` (non-empty, no key twice). Returns the one host's config
  * when `host` names one and it is known and valid (undefined for a pool).
  */
-export function checkHost(f: Failures, v: unknown, config: StackConfig): HostConfig | undefined {
+export function checkHost(
+  f: Failures,
+  v: unknown,
+  config: StackConfig,
+  claims?: HostClaimContext,
+): HostConfig | undefined {
   if (v === undefined || v === null || v === "") {
     f.fail("host", "is required: a key of the stack config kvm:hosts, {key, uri, ...}, or {pool: [keys]}");
     return undefined;
   }
   if (v === UNKNOWN) return undefined;
-  if (isHostEntry(v)) return checkHostEntry(f, v, config);
+  if (isHostEntry(v)) return checkHostEntry(f, v, config, "host", claims);
   if (typeof v === "string") return hostKey(f, "host", v, config);
   // Failures about a whole value that is no key are named so that the engine prints no value:
   // the engine prints a failing top-level input beside the reason, and this one may hold a key.
@@ -124,7 +157,7 @@ export function checkHost(f: Failures, v: unknown, config: StackConfig): HostCon
     const k = isHostEntry(item) ? item.key : item;
     if (k !== UNKNOWN && seen.has(k)) f.fail(`host.pool[${i}]`, `${quote(String(k))} is listed twice`);
     seen.add(k);
-    if (isHostEntry(item)) checkHostEntry(f, item, config, `host.pool[${i}]`);
+    if (isHostEntry(item)) checkHostEntry(f, item, config, `host.pool[${i}]`, claims);
     else hostKey(f, `host.pool[${i}]`, item, config);
   });
   return undefined;

@@ -48,7 +48,7 @@ import {
   unreachableAddressWarning,
   vmNicsOf,
 } from "./check-nics";
-import { checkHost, checkRotation, hostKeysOf } from "./check-placement";
+import { checkHost, checkRotation, type HostClaim, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import { defaultUserData } from "./default-user-data";
@@ -70,6 +70,8 @@ export interface CheckContext {
   randomBytes: (n: number) => Uint8Array;
   /** Claims of static addresses across the proxies of this program (check-nics.ts); none: not checked. */
   claimAddress?: AddressClaim;
+  /** Claims of host keys given in full across the proxies of this program (check-placement.ts); none: not checked. */
+  claimHost?: HostClaim;
 }
 
 /** The result handed back to the engine. */
@@ -354,8 +356,16 @@ export function checkInputs(
     }
   }
 
+  const owner = checkOwner(news.owner);
+  // The resource a host's key is claimed for: its URN, else its name (none: not claimed).
+  const claimant =
+    owner?.urn ?? (typeof news.name === "string" && news.name !== UNKNOWN ? news.name : undefined);
+  const hostClaims =
+    ctx.claimHost !== undefined && claimant !== undefined
+      ? { claim: ctx.claimHost, owner: claimant }
+      : undefined;
   // A host given in full may hold key material: a failure of the check itself is not named after it.
-  const host = guard(f, secretName("host"), undefined, () => checkHost(f, news.host, config));
+  const host = guard(f, secretName("host"), undefined, () => checkHost(f, news.host, config, hostClaims));
   const rotation = guard(f, "rotation", undefined, () => checkRotation(f, news.rotation));
   // Guards of inputs that may hold a secret (an inline image's URL, a password) use a secret name.
   const resolvedImage = guard(f, secretName("image"), undefined, () =>
@@ -396,7 +406,6 @@ export function checkInputs(
     }
   }
 
-  const owner = checkOwner(news.owner);
   let name = checkName(f, news.name);
   let autoname = false;
   if (news.name === undefined || news.name === null) {

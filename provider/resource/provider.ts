@@ -250,6 +250,7 @@ export class KvmProxyRuntime {
       config: this.config,
       randomBytes: (n) => randomBytes(n),
       claimAddress: (host, address, owner) => this.claim(host, address, owner),
+      claimHost: (key, connection, owner) => this.claimHost(key, connection, owner),
     });
     if (r.failures.length === 0) r.failures.push(...this.stateKeyFailures(r.inputs.host));
     const { warnings, ...outcome } = r;
@@ -322,6 +323,20 @@ export class KvmProxyRuntime {
     const first = this.addressClaims.get(key);
     if (first !== undefined && first !== owner) return first;
     this.addressClaims.set(key, owner);
+    return undefined;
+  }
+
+  /**
+   * The connection each resource of this program gives a host key in full
+   * (check-placement.ts), per key: a digest, never the key material. A
+   * resource checked again replaces its own.
+   */
+  private readonly hostClaims = new Map<string, Map<string, string>>();
+  private claimHost(key: string, connection: string, owner: string): string | undefined {
+    const owners = this.hostClaims.get(key) ?? new Map<string, string>();
+    this.hostClaims.set(key, owners);
+    for (const [other, theirs] of owners) if (other !== owner && theirs !== connection) return other;
+    owners.set(owner, connection);
     return undefined;
   }
 

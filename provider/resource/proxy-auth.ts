@@ -6,8 +6,9 @@
  * in the program").
  */
 import { createHmac } from "node:crypto";
-import { isObject } from "../kvm/fields";
+import { given, isObject } from "../kvm/fields";
 import { passwordProblem, squidPasswordHash } from "../kvm/squid/password-hash";
+import { UNKNOWN } from "./args";
 
 /** An object (not an array): the program's values as the class resolves them. */
 export const isPlain = isObject;
@@ -16,14 +17,17 @@ export const isPlain = isObject;
  * The proxy block the provider gets for `block` (resolved) of the proxy
  * `urn`: `auth.password` replaced by `passwordHash` (salted with the
  * username and the URN), or by `passwordProblem`, which check reports at
- * preview. Anything else is passed as it is (check judges it).
+ * preview. Anything else is passed as it is (check judges it). Both doors
+ * call it (the KvmProxy class in the program, the plugin at check), so the
+ * password's rules live here once; with `socks` (once known) SOCKS5's
+ * limit applies too.
  */
 export function hashedProxyBlock(block: unknown, urn: string): unknown {
   if (!isPlain(block)) return block;
   const auth = block.auth;
   if (!isPlain(auth) || !("password" in auth)) return block;
   const { password, ...rest } = auth;
-  const problem = passwordProblem(password);
+  const problem = passwordProblem(password, { socks: given(block.socks) && block.socks !== UNKNOWN });
   const username = typeof auth.username === "string" ? auth.username : "";
   return {
     ...block,

@@ -18,9 +18,25 @@ import { memberProxyBlock } from "./proxy-auth";
 
 export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
 
+/**
+ * Most members a fleet has: each is a resource of the stack, diffed and saved
+ * in its checkpoint at every `up`, and a thousand VMs already fill many hosts;
+ * a larger fleet is several fleets (or stacks).
+ */
+export const MAX_FLEET_SIZE = 1000;
+
+/** Why `size` cannot be a fleet's size, or undefined. */
+export function fleetSizeProblem(size: unknown): string | undefined {
+  if (typeof size !== "number" || !Number.isInteger(size) || size < 0 || size > MAX_FLEET_SIZE) {
+    const got = typeof size === "number" ? String(size) : typeof size;
+    return `size must be an integer from 0 to ${MAX_FLEET_SIZE} (a larger fleet is several fleets), got ${got}`;
+  }
+  return undefined;
+}
+
 /** The arguments of `new ProxyFleet(name, args)`. */
 export interface ProxyFleetArgs {
-  /** How many proxies (a plain number: members are separate resources). */
+  /** How many proxies, 0 to 1000 (a plain number: members are separate resources). */
   size: number;
   /**
    * The pool members are placed over: keys of the stack config `kvm:hosts`,
@@ -124,13 +140,11 @@ export class ProxyFleet<M extends FleetMember = KvmProxy> extends pulumi.Compone
     /** How a member is made (default: the dynamic KvmProxy). */
     newMember: NewMember<M> = dynamicMember as unknown as NewMember<M>,
   ) {
-    super(PROXY_FLEET_TYPE, name, {}, opts);
+    // Judged before super: nothing registers, neither the component nor a member.
     const size = args.size;
-    if (!Number.isInteger(size) || size < 0) {
-      throw new pulumi.RunError(
-        `ProxyFleet ${name}: size must be a non-negative integer, got ${String(size)}`,
-      );
-    }
+    const sizeProblem = fleetSizeProblem(size);
+    if (sizeProblem !== undefined) throw new pulumi.RunError(`ProxyFleet ${name}: ${sizeProblem}`);
+    super(PROXY_FLEET_TYPE, name, {}, opts);
     const room = poolRoomProblem(args.proxy.nics, size, args.rotation?.batch ?? 1);
     if (room !== undefined) throw new pulumi.RunError(`ProxyFleet ${name}: ${room}`);
     const pool = pulumi.output(args.hosts).apply((hosts) => [...hosts]);

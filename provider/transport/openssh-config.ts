@@ -33,11 +33,88 @@ export interface OpenSshConfigInput {
   keepalive: { intervalSeconds: number; countMax: number } | false;
 }
 
-/** A value for ssh_config: double-quoted, `%` doubled (ssh expands %-tokens in paths). */
-function value(v: string): string {
-  if (/["\r\n\0]/.test(v))
-    throw new ProviderError("permanent", "an ssh_config path must not contain quotes or line breaks");
-  return `"${v.replace(/%/g, "%%")}"`;
+/**
+ * The paths of ours OpenSSH reads: three in the ssh_config (UserKnownHostsFile,
+ * IdentityAgent, Include) and libvirtd's socket, the far end of `-L`.
+ */
+export type OpenSshPathKind = "knownHostsPath" | "agentSocket" | "sshConfig" | "socket";
+
+/**
+ * Why the transport cannot hand `path` to ssh so that ssh reads that very
+ * path, or undefined: exactly the paths OpenSSH 9.2 reads otherwise (see the
+ * test, which asks `ssh -G`). `path` as configured (a leading `~/` is the
+ * transport's to expand) or as the transport passes it. Quotes nothing of
+ * `path`.
+ *
+ * The ssh_config is read line by line, each value double-quoted by
+ * {@link sshConfigValue}; in it OpenSSH still reads `"` as the end of the
+ * value, `\` before `\`, `'` or the closing quote as an escape, and a
+ * leading `~name` as that user's home. UserKnownHostsFile and IdentityAgent
+ * expand `${NAME}` (the `%` tokens are doubled away) and know words of
+ * their own: `none` (any case) for the first; `none`, `SSH_AUTH_SOCK` and
+ * `$NAME` for the second. Include takes `%` and `${` as written, but reads
+ * every `\` and `*`, `?`, `[` as a file name pattern, and a relative path
+ * from ~/.ssh. In `-L local:remote` ssh splits at `:`, drops each `\` and
+ * expands `%` tokens and `${NAME}`. Whitespace, `#`, `'`, a leading `-` and
+ * other characters are read as written everywhere.
+ */
+export function openSshPathProblem(kind: OpenSshPathKind, path: string): string | undefined {
+  if (kind === "socket") {
+    const todo = 'choose a socket path without it, or use transport "ssh2"';
+    if (path.includes(":")) return `contains ':', where ssh -L splits its forward: ${todo}`;
+    if (path.includes("\\")) return `contains '\\', which ssh -L reads as an escape: ${todo}`;
+    if (path.includes("%")) return `contains '%', which ssh -L reads as a token (%h: the host): ${todo}`;
+    if (path.includes("${"))
+      return `contains "\${", which ssh -L replaces with an environment variable: ${todo}`;
+    return undefined;
+  }
+  const include = kind === "sshConfig";
+  const todo = include
+    ? "rename the file or a folder on its path"
+    : 'rename the file or a folder on its path, or use transport "ssh2"';
+  if (/[\r\n\0]/.test(path)) return "must be one line without NUL: ssh_config is read line by line";
+  if (path.includes('"')) return `contains '"', which ends a value in ssh_config: ${todo}`;
+  if (include ? path.includes("\\") : /\\(?:[\\'"]|$)/.test(path)) {
+    return include
+      ? `contains '\\', which OpenSSH's Include reads as an escape: ${todo}`
+      : `contains '\\' before '\\', ' or the end, which ssh_config reads as an escape: ${todo}`;
+  }
+  if (!include && path.includes("${"))
+    return `contains "\${", which OpenSSH replaces with an environment variable: ${todo}`;
+  if (/^~[^/]/.test(path))
+    return 'starts with "~name", which OpenSSH reads as that user\'s home folder: give the full path (or ~/ for your own home)';
+  if (kind === "knownHostsPath" && /^none$/i.test(path))
+    return 'is "none", which makes OpenSSH read no known_hosts file: give the file\'s path (./none for a file of that name)';
+  if (kind === "agentSocket") {
+    if (path === "none")
+      return 'is "none", which makes OpenSSH use no agent: give the socket\'s path (./none for a socket of that name)';
+    if (path === "SSH_AUTH_SOCK")
+      return 'is "SSH_AUTH_SOCK", which OpenSSH reads as the agent its environment names: give the socket\'s path (./SSH_AUTH_SOCK for a socket of that name)';
+    if (path.startsWith("$"))
+      return 'starts with "$", which OpenSSH reads as an environment variable naming the agent: give the socket\'s path';
+  }
+  if (include) {
+    if (!path.startsWith("/") && !path.startsWith("~/"))
+      return "is relative, which OpenSSH's Include reads from ~/.ssh: give the full path (or ~/...)";
+    if (/[*?[]/.test(path))
+      return `contains '*', '?' or '[', which OpenSSH's Include reads as a pattern of file names: ${todo}`;
+  }
+  return undefined;
+}
+
+/**
+ * `path` as the ssh_config's value for `kind`, unjudged: double-quoted, and
+ * `%` doubled where OpenSSH expands `%` tokens (not in an Include).
+ */
+export function sshConfigValue(kind: Exclude<OpenSshPathKind, "socket">, path: string): string {
+  return `"${kind === "sshConfig" ? path : path.replace(/%/g, "%%")}"`;
+}
+
+/** {@link sshConfigValue} of a path {@link openSshPathProblem} passes; a permanent error otherwise. */
+function value(kind: Exclude<OpenSshPathKind, "socket">, path: string): string {
+  const problem = openSshPathProblem(kind, path);
+  if (problem !== undefined) throw new ProviderError("permanent", `an ssh_config ${kind} ${problem}`);
+  return sshConfigValue(kind, path);
 }
 
 /** The ssh_config text (see the module comment). */
@@ -45,7 +122,7 @@ export function openSshConfig(input: OpenSshConfigInput): string {
   const lines = [
     "# Written by pulumi-kvm-proxy for one connection, and removed with it.",
     "StrictHostKeyChecking yes",
-    `UserKnownHostsFile ${input.knownHostsFiles.map(value).join(" ")}`,
+    `UserKnownHostsFile ${input.knownHostsFiles.map((f) => value("knownHostsPath", f)).join(" ")}`,
     "GlobalKnownHostsFile /dev/null",
     "UpdateHostKeys no",
     "CheckHostIP no",
@@ -59,8 +136,9 @@ export function openSshConfig(input: OpenSshConfigInput): string {
     lines.push(`ServerAliveInterval ${input.keepalive.intervalSeconds}`);
     lines.push(`ServerAliveCountMax ${input.keepalive.countMax}`);
   }
-  if (input.identityAgent !== undefined) lines.push(`IdentityAgent ${value(input.identityAgent)}`);
-  if (input.userConfig !== undefined) lines.push(`Include ${value(input.userConfig)}`);
+  if (input.identityAgent !== undefined)
+    lines.push(`IdentityAgent ${value("agentSocket", input.identityAgent)}`);
+  if (input.userConfig !== undefined) lines.push(`Include ${value("sshConfig", input.userConfig)}`);
   else lines.push("Include ~/.ssh/config", "Include /etc/ssh/ssh_config");
   return `${lines.join("\n")}\n`;
 }
@@ -84,13 +162,18 @@ export function openSshArgs(configFile: string, t: OpenSshTarget, extra: readonl
   return [...args, ...extra, "--", t.host];
 }
 
+/** `local:remote` for `-L` (a forward, or its cancel), each path judged by {@link openSshPathProblem}. */
+export function forwardSpec(localSocket: string, remoteSocket: string): string {
+  for (const p of [localSocket, remoteSocket]) {
+    const problem = openSshPathProblem("socket", p);
+    if (problem !== undefined) throw new ProviderError("permanent", `socket path ${p} ${problem}`);
+  }
+  return `${localSocket}:${remoteSocket}`;
+}
+
 /** `-N -L local:remote`: forward a local socket to libvirtd's socket, no remote command. */
 export function forwardArgs(localSocket: string, remoteSocket: string): string[] {
-  for (const p of [localSocket, remoteSocket]) {
-    if (p.includes(":"))
-      throw new ProviderError("permanent", `socket path ${p} contains ':', which ssh -L cannot forward`);
-  }
-  return ["-N", "-L", `${localSocket}:${remoteSocket}`];
+  return ["-N", "-L", forwardSpec(localSocket, remoteSocket)];
 }
 
 /** Lines that say which host and key: kept even when ssh said more (its host key warning is a screenful). */

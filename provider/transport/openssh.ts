@@ -34,7 +34,7 @@ import { type CredentialOptions, loadPrivateKey } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
 import { hostPort, urlHost } from "./host-port";
 import type { JumpHop } from "./jump";
-import { forwardArgs, openSshArgs, openSshConfig, openSshError } from "./openssh-config";
+import { forwardArgs, forwardSpec, openSshArgs, openSshConfig, openSshError } from "./openssh-config";
 import { KeyAgent } from "./ssh-agent";
 import { describeEndpoint, type SshKeepalive } from "./ssh-hop";
 import type { Transport } from "./types";
@@ -390,7 +390,7 @@ export class OpenSshTransport implements Transport {
       ));
     if (held) {
       // Ask the master to drop ours.
-      const cancel = forward.sshArgs(["-O", "cancel", "-L", `${forward.socket}:${this.socketPath}`]);
+      const cancel = forward.sshArgs(["-O", "cancel", "-L", forwardSpec(forward.socket, this.socketPath)]);
       await runQuietly(this.#options.sshCommand ?? "ssh", cancel, 5_000);
     }
     await forward.agent?.close().catch(() => undefined);

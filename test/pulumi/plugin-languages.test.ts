@@ -9,6 +9,14 @@
  * refreshes with no change, and destroys them. No guest boots
  * (TEST_PROXY_ARGS); a static address on the test bridge gives the proxy
  * with auth its URL.
+ *
+ * What each language's SDK prints with `--debug`, measured with a password
+ * that has characters URLs encode (the engine masks only a config secret's
+ * raw form, not the URL-encoded one inside `proxyUrlWithCredentials`):
+ * Pulumi YAML and Go print no form of it, exported or not; Python prints
+ * the stack outputs a program exports (its own debug lines), so the URL
+ * with credentials when, and only when, the program exports it. (Node.js:
+ * plugin.test.ts.)
  */
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -33,7 +41,8 @@ import {
 } from "./plugin-workspace";
 
 const SDK_DIR = path.join(repoRoot, ".state/plugin-languages", String(process.pid));
-const PASSWORD = `languages-${process.pid}-S3cret!pw`;
+/** Characters URLs encode: its URL-encoded form is no config secret the engine masks. */
+const PASSWORD = `languages-${process.pid}-S3c@r#t%pw`;
 
 let host: TestHost;
 const workspaces: Workspace[] = [];
@@ -58,13 +67,38 @@ const yamlRef = (expr: string) => `\${${expr}}`;
 /** The URL with credentials of the proxy with auth at `ip`. */
 const credentialUrl = (ip: string) => `http://crawler:${encodeURIComponent(PASSWORD)}@${ip}:3128`;
 
+/** The lines of `output` that carry the password in any form (as given, URL-encoded, in a Basic token). */
+function carryingPassword(output: string): string[] {
+  const forms = [
+    PASSWORD,
+    encodeURIComponent(PASSWORD),
+    Buffer.from(`crawler:${PASSWORD}`).toString("base64"),
+  ];
+  return output.split("\n").filter((l) => forms.some((f) => l.includes(f)));
+}
+
+/** What the Go program logs at debug level: only a --debug run shows it. */
+const GO_DEBUG_MARKER = "kvmpt-go-debug-line";
+
+/**
+ * The lines of a `preview --debug` that carry the password: what the
+ * language's SDK printed. `shown` is a debug line the run must hold (the
+ * capture is a debug one).
+ */
+function printedWithDebug(ws: Workspace, shown: RegExp | string = /debug: /): string[] {
+  const r = ws.run("preview", "--expect-no-changes", "--debug");
+  expect(r.code, r.output.slice(-4000)).toBe(0);
+  expect(r.output).toMatch(shown);
+  return carryingPassword(r.output);
+}
+
 /**
  * up, then what every language's program must show: two proxies of the
  * plugin's type on the host, the secret output masked (and itself with
  * --show-secrets), preview and refresh with no change, destroy leaving
- * nothing.
+ * nothing. `between` runs before the destroy.
  */
-function upToDestroy(ws: Workspace, ip: string): void {
+function upToDestroy(ws: Workspace, ip: string, between: () => void = () => {}): void {
   const up = ws.run("up", "--yes", "--skip-preview");
   expect(up.code, up.output.slice(-4000)).toBe(0);
   const proxies = ws.state().resources.filter((r) => r.type === KVM_PROXY_TYPE);
@@ -81,6 +115,7 @@ function upToDestroy(ws: Workspace, ip: string): void {
   ws.mustRun("preview", "--expect-no-changes");
   ws.mustRun("refresh", "--yes", "--skip-preview", "--expect-no-changes");
   ws.mustRun("preview", "--expect-no-changes");
+  between();
 
   ws.destroy();
   expect(domainsOfStack(host, ws.stack)).toEqual([]);
@@ -125,7 +160,8 @@ describe("a Pulumi YAML program", () => {
       }),
     );
     ws.setSecret("kvmpt-yaml:password", PASSWORD);
-    upToDestroy(ws, ip);
+    // Pulumi YAML prints no output with --debug, exported or not.
+    upToDestroy(ws, ip, () => expect(printedWithDebug(ws)).toEqual([]));
   });
 });
 
@@ -242,14 +278,27 @@ authed = kvmproxy.KvmProxy(
 )
 pulumi.export("ids", [plain.id, authed.id])
 pulumi.export("url", authed.proxy_url)
-pulumi.export("urlWithCredentials", authed.proxy_url_with_credentials)
+if cfg.get_bool("exportCredentials") is not False:
+    pulumi.export("urlWithCredentials", authed.proxy_url_with_credentials)
 `,
         },
       ),
     );
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-python:password", PASSWORD);
-    upToDestroy(ws, ip);
+    upToDestroy(ws, ip, () => {
+      // The Python SDK prints the stack outputs a program exports with --debug, secrets in the
+      // clear: the URL with credentials, URL-encoded, in its lines for the stack's outputs...
+      const exported = printedWithDebug(ws);
+      expect(exported.length).toBeGreaterThan(0);
+      expect(exported.every((l) => l.includes(encodeURIComponent(PASSWORD)))).toBe(true);
+      // ...and nothing of it when the program does not export it.
+      ws.setConfig({ "kvmpt-python:exportCredentials": false });
+      const r = ws.run("preview", "--debug");
+      expect(r.code, r.output.slice(-4000)).toBe(0);
+      expect(carryingPassword(r.output)).toEqual([]);
+      ws.setConfig({ "kvmpt-python:exportCredentials": true });
+    });
   });
 });
 
@@ -280,6 +329,7 @@ import (
 func main() {
 	pulumi.Run(func(ctx *pulumi.Context) error {
 		cfg := config.New(ctx, "")
+		_ = ctx.Log.Debug("${GO_DEBUG_MARKER}", nil)
 		common := func(args *kvmproxy.KvmProxyArgs) *kvmproxy.KvmProxyArgs {
 			args.Host = pulumi.String("local")
 			args.Image = pulumi.String("tiny")
@@ -324,6 +374,7 @@ func main() {
     ws.extraEnv = { GOFLAGS: "-mod=mod -trimpath", GOPROXY: "off", CGO_ENABLED: "0" };
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-go:password", PASSWORD);
-    upToDestroy(ws, ip);
+    // The Go SDK prints no output with --debug, exported or not.
+    upToDestroy(ws, ip, () => expect(printedWithDebug(ws, GO_DEBUG_MARKER)).toEqual([]));
   }, 900_000);
 });

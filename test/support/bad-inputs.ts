@@ -31,6 +31,13 @@ export const BAD_INPUT_CONFIG: Record<string, unknown> = {
       knownHostsPath: "/k",
       privateKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0kvmp user@host",
     },
+    // An Include reads a pattern: OpenSSH would read other files than the one named.
+    globconfig: {
+      uri: "ssh://root@lab.example.com:22",
+      knownHostsPath: "/k",
+      transport: "openssh",
+      sshConfig: "/etc/ssh/conf.d/*",
+    },
   },
   "kvm:images": JSON.stringify({
     debian: { url: "https://example.com/debian.qcow2", sha256: "A".repeat(64) },
@@ -81,6 +88,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     { host: "pubkey" },
     "host",
     /kvm:hosts\.pubkey\.privateKey: is a public key/,
+  ],
+  [
+    "host whose ssh_config for OpenSSH is a pattern",
+    { host: "globconfig" },
+    "host",
+    /kvm:hosts\.globconfig\.sshConfig: contains '\*', '\?' or '\[', which OpenSSH's Include reads as a pattern/,
   ],
   [
     "healthCheck.via not local or host",
@@ -162,6 +175,44 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     { host: { pool: ["lab", { key: "lab", uri: "unix:///run/libvirt/libvirt-sock" }] } },
     "host.pool[1]",
     /listed twice/,
+  ],
+  [
+    "host in full over OpenSSH whose socket= has a ':' (ssh -L splits there)",
+    {
+      host: {
+        key: "edge",
+        uri: "ssh://root@lab.example.com:22?socket=/run/libvirt:sock",
+        knownHostsPath: "/k",
+        transport: "openssh",
+      },
+    },
+    "host.uri",
+    /socket= contains ':', where ssh -L splits its forward/,
+  ],
+  [
+    "host in full over OpenSSH whose known_hosts names another user's home",
+    {
+      host: {
+        key: "edge",
+        uri: "ssh://root@lab.example.com:22",
+        knownHostsPath: "~ops/k",
+        transport: "openssh",
+      },
+    },
+    "host.knownHostsPath",
+    /"~name", which OpenSSH reads as that user's home/,
+  ],
+  [
+    "host in full whose socket= is longer than a unix socket path",
+    {
+      host: {
+        key: "edge",
+        uri: `ssh://root@lab.example.com:22?socket=/${"s".repeat(107)}`,
+        knownHostsPath: "/k",
+      },
+    },
+    "host.uri",
+    /socket= must be at most 107 bytes/,
   ],
   [
     "host in full under a key kvm:hosts sets up otherwise",
@@ -607,6 +658,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     { proxy: { socks: {}, auth: { username: "root", password: "a-long-enough-secret" } } },
     "proxy.auth.username",
     /root would be a system or image account of the VM/,
+  ],
+  [
+    "socks with a password over 255 bytes of UTF-8 (128 characters)",
+    { proxy: { socks: {}, auth: { username: "crawler", password: "ü".repeat(128) } } },
+    "proxy.auth.password (secret)",
+    /with proxy\.socks, must be at most 255 bytes in UTF-8/,
   ],
   [
     "a NIC with addresses and an addressPool",

@@ -64,6 +64,7 @@ const PURE_ALLOWED = [
   /^provider\/transport\/defaults\.ts$/, // constants only
   /^provider\/transport\/host-port\.ts$/, // how a host is written before a port, text only
   /^provider\/transport\/(private-key|known-hosts)\.ts$/, // key text and known_hosts lines, node:crypto only
+  /^provider\/transport\/openssh-config\.ts$/, // what OpenSSH reads in its config and command line, text only
   /^node:(crypto|zlib|url)$/,
   /^fast-xml-parser$/,
   /^yaml$/,

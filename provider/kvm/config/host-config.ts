@@ -47,6 +47,8 @@ export const DEFAULT_DOMAIN_TYPE: DomainType = "kvm";
 export const DEFAULT_POOL = "default";
 /** libvirtd's socket on the remote end of an ssh:// host unless the URI gives `?socket=`. */
 export const DEFAULT_REMOTE_SOCKET = LIBVIRT_DEFAULTS.socketPath;
+/** Longest unix socket path, in bytes: Linux's sockaddr_un holds 108 with the closing NUL. */
+export const MAX_SOCKET_PATH_BYTES = 107;
 /** Where host keys are looked up when neither knownHosts nor knownHostsPath is set (the transport expands `~`). */
 export const DEFAULT_KNOWN_HOSTS_PATH = "~/.ssh/known_hosts";
 
@@ -216,6 +218,12 @@ export function parseHostUri(uri: string, f: Failures): HostEndpoint | undefined
     for (const p of params) if (p !== "socket") problems.push(`unsupported query parameter ${quote(p)}`);
     const socketPath = url.searchParams.get("socket") ?? DEFAULT_REMOTE_SOCKET;
     if (!socketPath.startsWith("/")) problems.push("socket= must be an absolute path");
+    // sshd connects to it as a C string in a sockaddr_un, through either SSH client.
+    else if (socketPath.includes("\0")) problems.push("socket= must not contain NUL characters");
+    else if (Buffer.byteLength(socketPath, "utf8") > MAX_SOCKET_PATH_BYTES)
+      problems.push(
+        `socket= must be at most ${MAX_SOCKET_PATH_BYTES} bytes, the longest path a unix socket connects to`,
+      );
     if (url.pathname !== "" && url.pathname !== "/") {
       problems.push(
         `must not have a path (${quote(url.pathname)}); the libvirt driver URI goes in driverUri`,
@@ -331,7 +339,9 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
       ? undefined
       : parseReach(
           input,
-          endpoint.kind === "ssh" ? { user: endpoint.user, ssh: sshWithDefaults } : undefined,
+          endpoint.kind === "ssh"
+            ? { user: endpoint.user, ssh: sshWithDefaults, socketPath: endpoint.socketPath }
+            : undefined,
           f,
         );
 

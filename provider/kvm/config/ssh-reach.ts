@@ -15,6 +15,7 @@
  */
 
 import { hostPort } from "../../transport/host-port";
+import { openSshPathProblem } from "../../transport/openssh-config";
 import { isPublicKey, privateKeyTextProblem } from "../../transport/private-key";
 import { decodeOrUndefined, given, isObject, type Obj, optEnum, optString, rejectUnknown } from "../fields";
 import { ipProblem } from "../network/ip";
@@ -235,7 +236,13 @@ function withDefaults(own: SshMaterial, host: SshMaterial): SshMaterial {
   return out;
 }
 
-function parseHop(raw: unknown, hostUser: string, host: SshMaterial, f: Failures): JumpHopConfig | undefined {
+function parseHop(
+  raw: unknown,
+  hostUser: string,
+  host: SshMaterial,
+  transport: SshClientKind,
+  f: Failures,
+): JumpHopConfig | undefined {
   const before = f.list.length;
   let uri: string | undefined;
   let own: SshMaterial = {};
@@ -252,6 +259,7 @@ function parseHop(raw: unknown, hostUser: string, host: SshMaterial, f: Failures
     uri = optString(raw, "uri", f);
     if (!given(raw.uri)) f.fail("uri", "is required");
     own = readMaterial(raw, f);
+    if (transport === "openssh") checkOpenSshPaths(own, ["knownHostsPath"], f);
   } else {
     f.fail(undefined, "must be ssh://[user@]host[:port] or an object {uri, knownHosts, privateKey, ...}");
     return undefined;
@@ -262,14 +270,38 @@ function parseHop(raw: unknown, hostUser: string, host: SshMaterial, f: Failures
 }
 
 /**
+ * Refuses the paths of `m` (read, each passed {@link pathFieldProblem}) that
+ * the OpenSSH transport hands ssh and ssh would read as another path
+ * (openssh-config.ts `openSshPathProblem`). The key files are read by the
+ * provider, never by ssh; a hop's agent is not handed to ssh (IdentityAgent
+ * is the host's), so only its known_hosts are.
+ */
+function checkOpenSshPaths(
+  m: Pick<SshMaterial, "knownHostsPath" | "agentSocket">,
+  fields: readonly ("knownHostsPath" | "agentSocket")[],
+  f: Failures,
+): void {
+  for (const field of fields) {
+    const v = m[field];
+    if (v === undefined || pathFieldProblem(field, v) !== undefined) continue;
+    const problem = openSshPathProblem(field, v);
+    if (problem !== undefined) f.fail(field, problem);
+  }
+}
+
+/**
  * Reads `transport`, `jump` and `sshConfig` of a host entry. `ssh` is the
  * host's own SSH material (known_hosts default applied) and `user` its SSH
  * user, for the hops' defaults; undefined for a unix:// host, where the three
- * fields are refused. Returns undefined when a failure was recorded.
+ * fields are refused. With transport "openssh", the paths ssh reads (the
+ * host's known_hosts and agent, each hop's own known_hosts, `sshConfig`, and
+ * `socketPath`, libvirtd's socket from the URI's `?socket=`, failing at
+ * `uri`) are checked against what the transport can hand ssh. Returns
+ * undefined when a failure was recorded.
  */
 export function parseReach(
   input: Obj,
-  host: { user: string; ssh: SshMaterial } | undefined,
+  host: { user: string; ssh: SshMaterial; socketPath: string } | undefined,
   f: Failures,
 ): SshReach | undefined {
   const before = f.list.length;
@@ -280,9 +312,17 @@ export function parseReach(
   const transport = optEnum(input, "transport", SSH_CLIENT_KINDS, f) ?? DEFAULT_SSH_CLIENT;
   const sshConfig = optString(input, "sshConfig", f);
   if (sshConfig !== undefined) {
-    const problem = pathFieldProblem("sshConfig", sshConfig);
+    const problem =
+      pathFieldProblem("sshConfig", sshConfig) ??
+      (transport !== "openssh"
+        ? 'applies only with transport "openssh"'
+        : openSshPathProblem("sshConfig", sshConfig));
     if (problem !== undefined) f.fail("sshConfig", problem);
-    else if (transport !== "openssh") f.fail("sshConfig", 'applies only with transport "openssh"');
+  }
+  if (transport === "openssh") {
+    checkOpenSshPaths(host.ssh, ["knownHostsPath", "agentSocket"], f);
+    const problem = openSshPathProblem("socket", host.socketPath);
+    if (problem !== undefined) f.fail("uri", `socket= ${problem}`);
   }
   const jump: JumpHopConfig[] = [];
   const raw = input.jump;
@@ -291,11 +331,11 @@ export function parseReach(
     if (raw.length > MAX_JUMP_HOPS) f.fail("jump", `must have at most ${MAX_JUMP_HOPS} hops`);
     else
       raw.forEach((hop, i) => {
-        const parsed = parseHop(hop, host.user, host.ssh, f.at(`jump[${i}]`));
+        const parsed = parseHop(hop, host.user, host.ssh, transport, f.at(`jump[${i}]`));
         if (parsed) jump.push(parsed);
       });
   } else if (given(raw)) {
-    const parsed = parseHop(raw, host.user, host.ssh, f.at("jump"));
+    const parsed = parseHop(raw, host.user, host.ssh, transport, f.at("jump"));
     if (parsed) jump.push(parsed);
   }
   if (f.list.length > before) return undefined;

@@ -30,6 +30,12 @@ export const ROUNDS = 5000;
 export const MIN_PASSWORD_LENGTH = 12;
 /** Longest password accepted. */
 export const MAX_PASSWORD_LENGTH = 256;
+/**
+ * Longest password, in UTF-8 bytes, a proxy with SOCKS takes: SOCKS5's
+ * username/password authentication (RFC 1929) sends it after one length
+ * byte, and clients refuse a longer one.
+ */
+export const MAX_SOCKS_PASSWORD_BYTES = 255;
 
 const ITOA64 = "./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
@@ -101,13 +107,19 @@ export function passwordSalt(context: string): string {
   return salt;
 }
 
-/** Why `password` cannot be a proxy password (never quoting it), or undefined. */
-export function passwordProblem(password: unknown): string | undefined {
+/**
+ * Why `password` cannot be a proxy password (never quoting it, nor its
+ * length), or undefined; `socks` when the proxy also has a SOCKS5 listener.
+ */
+export function passwordProblem(password: unknown, { socks = false } = {}): string | undefined {
   if (typeof password !== "string" || password === "") return "must be a non-empty string";
   if (/[\r\n\0]/.test(password)) return "must not contain line breaks or NUL";
   const length = [...password].length;
   if (length < MIN_PASSWORD_LENGTH) return `must be at least ${MIN_PASSWORD_LENGTH} characters`;
   if (length > MAX_PASSWORD_LENGTH) return `must be at most ${MAX_PASSWORD_LENGTH} characters`;
+  if (socks && Buffer.byteLength(password, "utf8") > MAX_SOCKS_PASSWORD_BYTES) {
+    return `with proxy.socks, must be at most ${MAX_SOCKS_PASSWORD_BYTES} bytes in UTF-8 (SOCKS5 carries the password after one length byte, RFC 1929; no client could log in with a longer one): choose a shorter one`;
+  }
   return undefined;
 }
 

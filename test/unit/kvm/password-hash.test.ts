@@ -3,12 +3,15 @@
  * checked against two real readers (OpenSSL's `passwd -6` and this
  * machine's libcrypt through Python's crypt, the crypt(3) squid's
  * basic_ncsa_auth calls), a salt that owes nothing to the password, and the
- * password rules.
+ * password rules, SOCKS5's byte limit checked against curl as a client.
  */
-import { execFileSync } from "node:child_process";
-import { describe, expect, it } from "vitest";
+import { execFile, execFileSync } from "node:child_process";
+import { createServer, type Server } from "node:net";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   isPasswordHash,
+  MAX_SOCKS_PASSWORD_BYTES,
   MIN_PASSWORD_LENGTH,
   passwordProblem,
   passwordSalt,
@@ -92,5 +95,86 @@ describe("passwordProblem", () => {
 
   it("never quotes the password", () => {
     expect(passwordProblem("short-pw")).not.toContain("short-pw");
+  });
+});
+
+/** Passwords about SOCKS5's limit: 255 bytes of UTF-8 pass, whatever their characters. */
+const SOCKS_CASES: [string, string, boolean][] = [
+  ["255 ASCII characters", "x".repeat(255), true],
+  ["256 ASCII characters", "x".repeat(256), false],
+  ["127 two-byte characters (254 bytes)", "ü".repeat(127), true],
+  ["128 two-byte characters (256 bytes)", "ü".repeat(128), false],
+  ["85 three-byte characters (255 bytes)", "€".repeat(85), true],
+  ["64 four-byte characters (256 bytes)", "🔑".repeat(64), false],
+  ["a mix of 255 bytes", `${"ü".repeat(100)}${"€".repeat(10)}${"x".repeat(25)}`, true],
+];
+
+describe("passwordProblem with SOCKS", () => {
+  it.each(SOCKS_CASES)("%s", (_what, password, carried) => {
+    const problem = passwordProblem(password, { socks: true });
+    if (carried) expect(problem).toBeUndefined();
+    else
+      expect(problem).toMatch(
+        new RegExp(`with proxy\\.socks, must be at most ${MAX_SOCKS_PASSWORD_BYTES} bytes`),
+      );
+    // Without SOCKS only the HTTP proxy's limit (characters) applies.
+    expect(passwordProblem(password)).toBeUndefined();
+  });
+
+  it("never quotes the password", () => {
+    const password = "ü".repeat(128);
+    expect(passwordProblem(password, { socks: true })).not.toContain("üü");
+  });
+
+  /**
+   * A SOCKS5 server that asks for username/password and records the
+   * password length each client sends, then hangs up.
+   */
+  let server: Server;
+  let port = 0;
+  const sent: number[] = [];
+  beforeAll(async () => {
+    server = createServer((c) => {
+      let greeted = false;
+      c.on("data", (d) => {
+        if (!greeted) {
+          greeted = true;
+          c.write(Buffer.from([5, 2]));
+          return;
+        }
+        // VER ULEN UNAME PLEN PASSWD (RFC 1929)
+        const ulen = d[1] as number;
+        sent.push(d[2 + ulen] as number);
+        c.destroy();
+      });
+      c.on("error", () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    port = (server.address() as { port: number }).port;
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  it.each(SOCKS_CASES)("agrees with curl as a SOCKS5 client: %s", async (_what, password, carried) => {
+    const before = sent.length;
+    const r = await promisify(execFile)(
+      "curl",
+      [
+        "-sS",
+        "-m",
+        "10",
+        "-x",
+        `socks5://127.0.0.1:${port}`,
+        "--proxy-user",
+        `crawler:${password}`,
+        "http://example.invalid/",
+      ],
+      { encoding: "utf8" },
+    ).catch((e: { stderr: string }) => e);
+    if (carried) expect(sent.slice(before)).toEqual([Buffer.byteLength(password)]);
+    else {
+      expect(sent.length).toBe(before);
+      expect(r.stderr).toMatch(/Excessive password length/);
+    }
+    expect(passwordProblem(password, { socks: true }) === undefined).toBe(carried);
   });
 });

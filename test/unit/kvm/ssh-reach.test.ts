@@ -3,6 +3,7 @@
  * the host parser: defaults taken from the host, failures naming the hop,
  * and no failure quoting a key, a passphrase or a URL's password.
  */
+import { execFileSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import {
   DEFAULT_KNOWN_HOSTS_PATH,
@@ -181,5 +182,159 @@ describe("transport", () => {
     const f = failures({ ...base, transport: "openssh", sshConfig: KEY });
     expect(f.map((x) => x.property)).toEqual(["hosts.edge.sshConfig"]);
     expect(JSON.stringify(f)).not.toContain("secretkeymaterial");
+  });
+});
+
+// biome-ignore lint/suspicious/noTemplateCurlyInString: OpenSSH's environment variable syntax, written as a user would
+const HOME = "${HOME}";
+const SOCKET_107 = `/run/${"s".repeat(102)}`;
+
+/**
+ * Paths the OpenSSH transport cannot hand ssh as themselves (test/unit/transport/openssh-paths.test.ts
+ * asks ssh -G), refused with transport "openssh" at their field; `ssh2`: accepted there (it reads them as given).
+ */
+const OPENSSH_REFUSED: [string, Record<string, unknown>, string, RegExp, boolean][] = [
+  [
+    "known_hosts of another user's home",
+    { knownHostsPath: "~ops/known_hosts" },
+    "knownHostsPath",
+    /"~name"/,
+    true,
+  ],
+  [
+    "known_hosts named none",
+    { knownHostsPath: "none" },
+    "knownHostsPath",
+    /no known_hosts file.*\.\/none/,
+    true,
+  ],
+  ["known_hosts with a quote", { knownHostsPath: '/k/say"hi' }, "knownHostsPath", /ends a value/, true],
+  ["known_hosts with \\\\", { knownHostsPath: "/k/a\\\\b" }, "knownHostsPath", /as an escape/, true],
+  [
+    `known_hosts with ${HOME}`,
+    { knownHostsPath: `/k/${HOME}` },
+    "knownHostsPath",
+    /environment variable/,
+    true,
+  ],
+  [
+    "agent SSH_AUTH_SOCK",
+    { agentSocket: "SSH_AUTH_SOCK" },
+    "agentSocket",
+    /agent its environment names/,
+    true,
+  ],
+  [
+    "agent $NAME",
+    { agentSocket: "$SSH_AUTH_SOCK" },
+    "agentSocket",
+    /environment variable naming the agent/,
+    true,
+  ],
+  ["agent none", { agentSocket: "none" }, "agentSocket", /no agent/, true],
+  ["ssh_config relative", { sshConfig: "config-lab" }, "sshConfig", /relative.*~\/\.ssh/, false],
+  ["ssh_config a pattern", { sshConfig: "/etc/ssh/conf.d/*" }, "sshConfig", /pattern of file names/, false],
+  ["ssh_config with \\", { sshConfig: "/etc/a\\b" }, "sshConfig", /Include reads as an escape/, false],
+  [
+    "socket= with ':'",
+    { uri: "ssh://ops@hv1.internal:2200?socket=/run/a:b" },
+    "uri",
+    /^socket= contains ':'/,
+    true,
+  ],
+  [
+    "socket= with '%'",
+    { uri: "ssh://ops@hv1.internal:2200?socket=/run/%25h" },
+    "uri",
+    /^socket= .*token/,
+    true,
+  ],
+  [
+    "socket= with '\\'",
+    { uri: "ssh://ops@hv1.internal:2200?socket=/run/a%5Cb" },
+    "uri",
+    /^socket= .*escape/,
+    true,
+  ],
+  [
+    `socket= with ${HOME}`,
+    { uri: "ssh://ops@hv1.internal:2200?socket=/run/$%7BHOME%7D" },
+    "uri",
+    /^socket= .*environment/,
+    true,
+  ],
+  [
+    "a hop's known_hosts of another user's home",
+    { jump: [{ uri: "ssh://b", knownHostsPath: "~ops/kh" }] },
+    "jump[0].knownHostsPath",
+    /"~name"/,
+    true,
+  ],
+  [
+    "one hop's known_hosts named none",
+    { jump: { uri: "ssh://b", knownHostsPath: "NONE" } },
+    "jump.knownHostsPath",
+    /no known_hosts file/,
+    true,
+  ],
+];
+
+describe("paths with transport openssh", () => {
+  it.each(OPENSSH_REFUSED)("refuses %s at its field, saying what to do", (_what, entry, field, reason) => {
+    const f = failures({ ...base, transport: "openssh", ...entry });
+    expect(f).toEqual([{ property: `hosts.edge.${field}`, reason: expect.stringMatching(reason) }]);
+  });
+
+  it.each(OPENSSH_REFUSED.filter((r) => r[4]))("accepts %s with transport ssh2", (_what, entry) => {
+    expect(host({ ...base, ...entry }).reach?.transport).toBe("ssh2");
+  });
+
+  it.each<[string, Record<string, unknown>]>([
+    ["known_hosts with whitespace, % and a leading -", { knownHostsPath: "-k/known hosts 100%" }],
+    ["known_hosts of a file named none", { knownHostsPath: "./none" }],
+    ["known_hosts in your home", { knownHostsPath: "~/.ssh/known_hosts_lab" }],
+    ["an agent with whitespace", { agentSocket: "/run/user/1000/agent sock" }],
+    [
+      `an ssh_config with whitespace, % and ${HOME} (an Include reads them as written)`,
+      { sshConfig: `~/.ssh/config lab/100%/${HOME}` },
+    ],
+    ["socket= with whitespace", { uri: "ssh://ops@hv1.internal:2200?socket=/run/libvirt/libvirt%20sock" }],
+    ["socket= of 107 bytes", { uri: `ssh://ops@hv1.internal:2200?socket=${SOCKET_107}` }],
+  ])("accepts %s", (_what, entry) => {
+    expect(host({ ...base, transport: "openssh", ...entry }).reach?.transport).toBe("openssh");
+  });
+
+  it.each<[string, Record<string, unknown>, string, RegExp]>([
+    [
+      "socket= with NUL",
+      { uri: "ssh://ops@hv1.internal:2200?socket=/run/a%00b" },
+      "uri",
+      /socket= must not contain NUL/,
+    ],
+    [
+      "socket= over 107 bytes",
+      { uri: `ssh://ops@hv1.internal:2200?socket=${SOCKET_107}x` },
+      "uri",
+      /socket= must be at most 107 bytes/,
+    ],
+  ])("refuses %s with either transport", (_what, entry, field, reason) => {
+    for (const transport of ["ssh2", "openssh"]) {
+      const f = failures({ ...base, transport, ...entry });
+      expect(f).toEqual([{ property: `hosts.edge.${field}`, reason: expect.stringMatching(reason) }]);
+    }
+  });
+
+  it("holds the kernel to its limit: a unix socket path of 108 bytes is too long to connect to, 107 is not", () => {
+    const said = execFileSync(
+      "python3",
+      [
+        "-c",
+        "import socket, sys\nfor p in sys.argv[1:]:\n    try: socket.socket(socket.AF_UNIX).connect(p)\n    except OSError as e: print(e.strerror or e)",
+        SOCKET_107,
+        `${SOCKET_107}x`,
+      ],
+      { encoding: "utf8" },
+    );
+    expect(said.trim().split("\n")).toEqual(["No such file or directory", "AF_UNIX path too long"]);
   });
 });

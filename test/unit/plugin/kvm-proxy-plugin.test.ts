@@ -83,10 +83,26 @@ describe("check", () => {
     expect(props.proxy.auth.passwordHash).toBe(expected.auth.passwordHash);
   });
 
-  it("names a bad password without quoting it, and keeps a secret input secret", async () => {
-    const r = await plugin.check(URN, {}, news({ auth: { username: "crawler", password: "short" } }));
+  it.each<[string, Record<string, unknown>, string]>([
+    ["too short", { auth: { username: "crawler", password: "short" } }, "short"],
+    [
+      "over SOCKS5's 255 bytes, with proxy.socks",
+      { socks: {}, auth: { username: "crawler", password: wrapped("ü".repeat(128)) } },
+      "üü",
+    ],
+  ])("names a bad password without quoting it: %s", async (_what, proxy, quoted) => {
+    const r = await plugin.check(URN, {}, news(proxy));
     expect(r.failures.map((f) => f.property)).toEqual(["proxy.auth.password (secret)"]);
-    expect(JSON.stringify(r.failures)).not.toContain("short");
+    expect(JSON.stringify(r.failures)).not.toContain(quoted);
+  });
+
+  it("passes a password over 255 bytes without SOCKS, and keeps a secret input secret", async () => {
+    const long = await plugin.check(
+      URN,
+      {},
+      news({ auth: { username: "crawler", password: "ü".repeat(128) } }),
+    );
+    expect(long.failures).toEqual([]);
     const ok = await plugin.check(URN, {}, { ...news(), tags: wrapped({ team: "crawl" }) });
     expect(ok.failures).toEqual([]);
     expect(isSecret(ok.inputs.tags)).toBe(true);

@@ -107,6 +107,12 @@ describe("check accepts", () => {
       port: 1080,
       socks: { port: 1081 },
     });
+    // SOCKS5 carries 255 bytes of password: 255 bytes pass, and so does a longer one without SOCKS.
+    const withSocks = (password: string) =>
+      check({ ...good, proxy: { auth: { ...auth, password }, socks: {} } });
+    expect(withSocks("x".repeat(255)).failures).toEqual([]);
+    expect(withSocks("€".repeat(85)).failures).toEqual([]);
+    expect(check({ ...good, proxy: { auth: { ...auth, password: "ü".repeat(128) } } }).failures).toEqual([]);
     const egress = check({ ...good, egressCheck: { url: "https://echo.example/ip" } });
     expect(egress.failures).toEqual([]);
     expect(egress.inputs.egressCheck).toEqual({ url: "https://echo.example/ip" });

@@ -48,14 +48,15 @@ describe("the ssh_config of the OpenSSH transport", () => {
     expect(openSshConfig(base)).toMatch(/Include ~\/\.ssh\/config\nInclude \/etc\/ssh\/ssh_config\n$/);
   });
 
-  it("doubles % in paths (ssh expands %-tokens there) and refuses quotes and line breaks", () => {
+  it("doubles % in paths (ssh expands %-tokens there, but not in an Include) and refuses quotes and line breaks", () => {
     expect(openSshConfig({ ...base, knownHostsFiles: ["/k/100%"] })).toContain(
       'UserKnownHostsFile "/k/100%%"',
     );
-    expect(() => openSshConfig({ ...base, knownHostsFiles: ['/k/"x'] })).toThrow(/quotes or line breaks/);
-    expect(() => openSshConfig({ ...base, userConfig: "/a\nProxyCommand evil" })).toThrow(
-      /quotes or line breaks/,
+    expect(openSshConfig({ ...base, userConfig: "/k/100%" })).toContain('Include "/k/100%"');
+    expect(() => openSshConfig({ ...base, knownHostsFiles: ['/k/"x'] })).toThrow(
+      /ends a value in ssh_config/,
     );
+    expect(() => openSshConfig({ ...base, userConfig: "/a\nProxyCommand evil" })).toThrow(/one line/);
   });
 
   it("builds the command line: port and user only when given, jump hosts with -J, the host after --", () => {

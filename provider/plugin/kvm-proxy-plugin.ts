@@ -133,7 +133,7 @@ export interface CheckResult {
 export class KvmProxyPlugin {
   constructor(readonly runtime: KvmProxyRuntime) {
     // The engine sends the old inputs: the outputs keep no host connection, sealed or not (`published`).
-    runtime.sealHostConnections = false;
+    runtime.hostsInFull.seal = false;
   }
 
   async check(urn: string, oldsIn: Props, newsIn: Props): Promise<CheckResult> {

@@ -12,7 +12,6 @@
 
 import { randomBytes } from "node:crypto";
 import { CancelledError, ProviderError } from "../errors";
-import { type HostConfig, mayCarryKeyMaterial } from "../kvm/config/host-config";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
 import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
@@ -25,14 +24,15 @@ import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { DEFAULTS, type HostEntry, type ProxyHealth, placementOf } from "./args";
+import { DEFAULTS, type ProxyHealth, placementOf } from "./args";
 import { backendIdentity } from "./backend";
-import { asChecked, checkInputs, isUnknown } from "./check";
+import { asChecked, checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
 import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
-import { isSealed, openHostConnection, sealHostConnection } from "./host-connection";
+import { isSealed } from "./host-connection";
+import { HostsInFull, secretStrings } from "./hosts-in-full";
 import {
   createSpec,
   inputsFromMetadata,
@@ -46,7 +46,6 @@ import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
 import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
-import { SET_STATE_KEY } from "./state-key";
 
 type Props = Record<string, unknown>;
 
@@ -105,13 +104,8 @@ export class KvmProxyRuntime {
   log: EngineLog | undefined;
   /** Secret strings of the configuration, masked in anything logged. */
   private secrets: string[] = [];
-  /**
-   * Whether the outputs keep a host given in full with key material sealed
-   * (host-connection.ts): the dynamic provider's read and delete see only
-   * outputs, which a program receives. The provider plugin, which the engine
-   * sends the old inputs, keeps none (kvm-proxy-plugin.ts).
-   */
-  sealHostConnections = true;
+  /** Hosts given in full: who gives which, and what the outputs keep of them (hosts-in-full.ts). */
+  readonly hostsInFull = new HostsInFull(() => this.config);
 
   private engineLog(): EngineLog {
     this.log ??= engineLogFromArgv(process.argv, { redact: (t) => this.redact(t), minIntervalMs: 1_000 });
@@ -185,7 +179,7 @@ export class KvmProxyRuntime {
    * (a key of kvm:hosts, a pool) is left to the configuration.
    */
   private registerHost(given: unknown): void {
-    const v = this.openedConnection(given);
+    const v = this.hostsInFull.opened(given);
     const pool =
       typeof v === "object" && v !== null && !isHostEntry(v) ? (v as { pool?: unknown }).pool : undefined;
     if (Array.isArray(pool)) {
@@ -250,9 +244,9 @@ export class KvmProxyRuntime {
       config: this.config,
       randomBytes: (n) => randomBytes(n),
       claimAddress: (host, address, owner) => this.claim(host, address, owner),
-      claimHost: (key, connection, owner) => this.claimHost(key, connection, owner),
+      claimHost: (key, connection, owner) => this.hostsInFull.claim(key, connection, owner),
     });
-    if (r.failures.length === 0) r.failures.push(...this.stateKeyFailures(r.inputs.host));
+    if (r.failures.length === 0) r.failures.push(...this.hostsInFull.stateKeyFailures(r.inputs.host));
     const { warnings, ...outcome } = r;
     // Once per text: a fleet on one network hears each once.
     const fresh = (warnings ?? []).filter((w) => !this.warned.has(w));
@@ -272,50 +266,6 @@ export class KvmProxyRuntime {
   /** Warnings given in this process. */
   private readonly warned = new Set<string>();
 
-  /** A host in full whose key material the outputs would keep, and no usable `kvm:stateKey` to seal it under. */
-  private stateKeyFailures(host: unknown): { property: string; reason: string }[] {
-    if (!this.sealHostConnections || isUnknown(host) || !hostEntriesOf(host).some(mayCarryKeyMaterial))
-      return [];
-    const problem = this.config.stateKeyProblem;
-    if (problem !== undefined) return [{ property: "kvm:stateKey", reason: problem }];
-    if (this.config.stateKey !== undefined) return [];
-    return [
-      {
-        property: "kvm:stateKey",
-        reason:
-          "is required: this proxy's host is given in full with key material, which refresh and destroy need " +
-          "and the state's outputs keep only sealed under this stack config secret (a program receives every " +
-          `output, and the Node.js SDK prints them with --debug). Set it once and keep it: ${SET_STATE_KEY}; ` +
-          "or give the key as privateKeyPath or agentSocket, or use the provider plugin",
-      },
-    ];
-  }
-
-  /** `outs` as the state keeps them: a host in full with key material sealed (see sealHostConnections). */
-  private sealed(outs: Props): Props {
-    const entry = outs.hostConnection;
-    if (!this.sealHostConnections || isSealed(entry) || !mayCarryKeyMaterial(entry)) return outs;
-    // check refuses such a proxy without the key: only a record written before is read without one.
-    if (this.config.stateKey === undefined) return outs;
-    return { ...outs, hostConnection: sealHostConnection(entry as HostEntry, this.config.stateKey) };
-  }
-
-  /** The host entry a state's `hostConnection` records: itself, or what its seal holds (a failure says why not). */
-  private openedConnection(v: unknown): unknown {
-    if (!isSealed(v)) return v;
-    const opened = openHostConnection(v, this.config.stateKey);
-    if ("problem" in opened) throw new ProviderError("permanent", opened.problem);
-    return opened.entry;
-  }
-
-  /** `olds` with their `hostConnection` opened, when it opens (diff compares it with the new host). */
-  private opened(olds: Props): Props {
-    if (!isSealed(olds.hostConnection)) return olds;
-    const opened = openHostConnection(olds.hostConnection, this.config.stateKey);
-    // Unopened, it differs from any host given: an update records it again, sealed under the key set now.
-    return "entry" in opened ? { ...olds, hostConnection: opened.entry } : olds;
-  }
-
   /** Static addresses the proxies of this program give out, per host (check-nics.ts). */
   private readonly addressClaims = new Map<string, string>();
   private claim(host: string, address: string, owner: string): string | undefined {
@@ -326,22 +276,8 @@ export class KvmProxyRuntime {
     return undefined;
   }
 
-  /**
-   * The connection each resource of this program gives a host key in full
-   * (check-placement.ts), per key: a digest, never the key material. A
-   * resource checked again replaces its own.
-   */
-  private readonly hostClaims = new Map<string, Map<string, string>>();
-  private claimHost(key: string, connection: string, owner: string): string | undefined {
-    const owners = this.hostClaims.get(key) ?? new Map<string, string>();
-    this.hostClaims.set(key, owners);
-    for (const [other, theirs] of owners) if (other !== owner && theirs !== connection) return other;
-    owners.set(owner, connection);
-    return undefined;
-  }
-
   async diff(id: string, oldsIn: Props, news: Props) {
-    const olds = this.opened(oldsIn);
+    const olds = this.hostsInFull.openedOlds(oldsIn);
     const d = diffProxy(olds, news);
     const urn = (news.owner as { urn?: string } | undefined)?.urn;
     const rotation = news.rotation as RotationSettings | undefined;
@@ -437,12 +373,12 @@ export class KvmProxyRuntime {
         const egress = await this.egressOf(made, status, proxyAddressOf(made.nics, status), c.owner?.urn, 3);
         if (egress !== undefined) outs.egressAddress = egress;
       }
-      return { id: formatProviderId(status.host, c.name), outs: this.sealed(outs) };
+      return { id: formatProviderId(status.host, c.name), outs: this.hostsInFull.sealed(outs) };
     } catch (err) {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
       const id = err.providerId;
       const props: Props = {
-        ...this.sealed(
+        ...this.hostsInFull.sealed(
           outputsFrom(
             withPoolAddresses(c, err.status?.createdNics),
             err.status ?? { host: parseProviderId(id).host, name: c.name, state: "failed" },
@@ -514,7 +450,7 @@ export class KvmProxyRuntime {
     await this.engineLog()
       .flush()
       .catch(() => undefined);
-    return { id, props: this.sealed(next) };
+    return { id, props: this.hostsInFull.sealed(next) };
   }
 
   async update(
@@ -593,7 +529,7 @@ export class KvmProxyRuntime {
       if (egress !== undefined) outs.egressAddress = egress;
     }
     await this.engineLog().flush();
-    return { outs: this.sealed(outs) };
+    return { outs: this.hostsInFull.sealed(outs) };
   }
 
   async delete(id: string, props: Props): Promise<void> {
@@ -624,13 +560,6 @@ export class KvmProxyRuntime {
   }
 }
 
-/** The hosts given in full of a `host` input: itself, or its pool's. */
-function hostEntriesOf(host: unknown): unknown[] {
-  if (isHostEntry(host)) return [host];
-  const pool = typeof host === "object" && host !== null ? (host as { pool?: unknown }).pool : undefined;
-  return Array.isArray(pool) ? pool.filter(isHostEntry) : [];
-}
-
 /** The URN in a state's owner record, if any. */
 function ownerUrn(props: Props): string | undefined {
   const urn = (props.owner as { urn?: unknown } | undefined)?.urn;
@@ -640,27 +569,6 @@ function ownerUrn(props: Props): string | undefined {
 /** The secret strings of the configuration: private keys (and each of their lines) and passphrases. */
 function secretsOf(config: StackConfig, sharedKey: unknown): string[] {
   return secretStrings(Object.values(config.hosts), sharedKey);
-}
-
-/** The secret strings of `hosts` (and of a shared key): private keys, each of their lines, passphrases. */
-function secretStrings(hosts: readonly HostConfig[], sharedKey?: unknown): string[] {
-  const out = new Set<string>();
-  const add = (v: unknown) => {
-    if (typeof v !== "string") return;
-    out.add(v);
-    for (const line of v.split("\n"))
-      if (line.trim().length >= 16 && !line.startsWith("-----")) out.add(line.trim());
-  };
-  add(sharedKey);
-  for (const h of hosts) {
-    add(h.ssh?.privateKey);
-    add(h.ssh?.passphrase);
-    for (const hop of h.reach?.jump ?? []) {
-      add(hop.ssh.privateKey);
-      add(hop.ssh.passphrase);
-    }
-  }
-  return [...out].filter((v) => v.length >= 4).sort((a, b) => b.length - a.length);
 }
 
 // ---------------------------------------------------------------------------

@@ -84,7 +84,7 @@ describe("kvm:stateKey", () => {
 /** A runtime configured with `config` (keys as a stack gives them), its engine log silenced. */
 async function runtime(config: Record<string, unknown>, seals = true): Promise<KvmProxyRuntime> {
   const r = new KvmProxyRuntime();
-  r.sealHostConnections = seals;
+  r.hostsInFull.seal = seals;
   r.log = { status() {}, info() {}, warn() {}, flush: async () => {} } as unknown as KvmProxyRuntime["log"];
   await r.configure({ config: { get: (k) => config[k] } });
   return r;

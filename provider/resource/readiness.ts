@@ -15,6 +15,7 @@ import type { CheckedInputs, ProxyHealth } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
 import {
   fetchThrough,
+  GATE_PROBE_MS,
   judgeSocks,
   judgeStatus,
   type ProbeResult,
@@ -180,7 +181,14 @@ export class Readiness {
     probe: { url: string; expectStatus?: number },
     signal?: AbortSignal,
   ): Promise<ProbeResult> {
-    const reply = await this.ops.probeInGuest(status.host, status.name, target.proxyPort, probe.url, signal);
+    const reply = await this.ops.probeInGuest(
+      status.host,
+      status.name,
+      target.proxyPort,
+      probe.url,
+      { deadlineMs: GATE_PROBE_MS, bodyBytes: 0 },
+      signal,
+    );
     if (reply === undefined)
       return { ok: false, reason: "the guest agent does not answer (the in-guest probe needs it)" };
     if ("error" in reply)
@@ -242,8 +250,9 @@ export class Readiness {
   ): Promise<EgressReading> {
     let status: number;
     let body: string;
+    const bounds = { deadlineMs: this.o.probeTimeoutMs, bodyBytes: ECHO_BODY_LIMIT };
     if (probe.inGuest) {
-      const reply = await this.ops.probeInGuest(vm.host, vm.name, c.proxyPort, probe.url);
+      const reply = await this.ops.probeInGuest(vm.host, vm.name, c.proxyPort, probe.url, bounds);
       if (reply === undefined)
         return {
           ok: false,
@@ -261,7 +270,7 @@ export class Readiness {
         squidName: "",
         ...(connect !== undefined ? { connect } : {}),
       };
-      const r = await fetchThrough(target, probe.url, this.o.probeTimeoutMs, ECHO_BODY_LIMIT);
+      const r = await fetchThrough(target, probe.url, bounds);
       if (!r.ok) return { ok: false, reason: r.reason };
       ({ status, body } = r);
     }

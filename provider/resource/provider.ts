@@ -104,6 +104,11 @@ export class KvmProxyRuntime {
   /** Secret strings of the configuration, masked in anything logged. */
   private secrets: string[] = [];
 
+  /** A warning on resource `urn` (the stack without one) through the engine's log. */
+  warn(urn: string | undefined, text: string): void {
+    this.engineLog().warn(urn, text);
+  }
+
   private engineLog(): EngineLog {
     this.log ??= engineLogFromArgv(process.argv, { redact: (t) => this.redact(t), minIntervalMs: 1_000 });
     return this.log;

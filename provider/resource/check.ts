@@ -293,7 +293,8 @@ function checkTimeouts(f: Failures, v: unknown): CheckedInputs["timeouts"] {
  * the program set none) as `timeouts.create` or `timeouts.delete`: held to
  * the maximum check holds `timeouts` to (MAX_TIMEOUT_SECONDS, 24 h), which
  * they bypass. Above it: capped to it, with the warning to give on the
- * resource (Node fires a timer set past 2^31-1 ms, about 24.8 days, at once).
+ * resource (Node fires a timer set past 2^31-1 ms, about 24.8 days, at
+ * once; timers.ts states the whole rule for deadlines).
  */
 export function engineTimeout(
   seconds: number | undefined,

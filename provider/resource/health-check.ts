@@ -21,10 +21,10 @@
 import type http from "node:http";
 import net, { type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { setTimeout as delay } from "node:timers/promises";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
 import { hostPort } from "../kvm/network/ip";
+import { sleep as sleepFor } from "../timers";
 import { bounded, failureText, type ProbeBounds, type ProbeExchange } from "./probe-reader";
 
 /** One probe's outcome. */
@@ -279,12 +279,7 @@ export async function waitHealthy(
 ): Promise<ProbeResult> {
   const { signal } = options;
   const now = options.now ?? (() => performance.now());
-  const sleep =
-    options.sleep ??
-    ((ms: number) =>
-      delay(ms, undefined, signal === undefined ? {} : { signal }).catch((err: unknown) => {
-        throw signal?.aborted ? signal.reason : err;
-      }));
+  const sleep = options.sleep ?? ((ms: number) => sleepFor(ms, signal));
   const pollMs = options.pollMs ?? 5_000;
   const start = now();
   let last = "no probe ran";

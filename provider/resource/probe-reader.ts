@@ -20,6 +20,7 @@
 import http from "node:http";
 import type { Readable } from "node:stream";
 import { deadlineReason, type ProbeBounds, sizeReason } from "../kvm/guest/guest-probe";
+import { later } from "../timers";
 
 export type { ProbeBounds } from "../kvm/guest/guest-probe";
 
@@ -71,7 +72,7 @@ export class ProbeExchange {
     this.expired = new Promise<never>((_, reject) => {
       expire = reject;
     });
-    this.timer = setTimeout(() => {
+    this.timer = later(() => {
       expire(new ProbeBoundError("deadline", deadlineReason(bounds.deadlineMs)));
       this.end();
     }, bounds.deadlineMs);

@@ -10,6 +10,7 @@ import { ProviderError, TimeoutError } from "../errors";
 import type { KvmOperations, VmStatus } from "../kvm/host/operations";
 import { hostPort } from "../kvm/network/ip";
 import type { ProgressListener } from "../kvm/progress";
+import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
@@ -158,7 +159,7 @@ export class Readiness {
           remainingMs,
         );
       }
-      await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      await sleep(this.o.pollMs);
     }
   }
 
@@ -214,7 +215,7 @@ export class Readiness {
           remainingMs,
         );
       }
-      await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      await sleep(this.o.pollMs);
     }
   }
 
@@ -235,7 +236,7 @@ export class Readiness {
     if (probe === undefined || ip === undefined) return undefined;
     let last: EgressReading = { ok: false, reason: "no probe ran" };
     for (let i = 0; i < attempts; i++) {
-      if (i > 0) await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      if (i > 0) await sleep(this.o.pollMs);
       last = await this.egressOnce(c, vm, ip, probe);
       if (last.ok) return last;
     }

@@ -1,5 +1,6 @@
 import type { Duplex } from "node:stream";
 import { ProviderError, TimeoutError } from "../errors";
+import { later, timerDelay } from "../timers";
 import { awaitReply } from "../transport/types";
 import { decodeError } from "./codec";
 import { PACKET_HEADER_SIZE, PacketStatus, PacketType } from "./constants";
@@ -215,8 +216,10 @@ export class RpcClient {
   }
 
   private schedule(due: number, now: number): void {
-    this.timerDue = due;
-    this.timer = setTimeout(() => this.sweep(), Math.max(0, due - now));
+    // When the timer fires: `due`, or sooner when its delay is clamped (timers.ts); the sweep then re-arms.
+    const delay = timerDelay(due - now);
+    this.timerDue = now + delay;
+    this.timer = later(() => this.sweep(), delay);
   }
 
   /** The timer fired: rejects every overdue call with a TimeoutError naming it, re-arms for the next deadline. */
@@ -513,7 +516,7 @@ export class OutgoingStream {
     return new Promise<void>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       if (timeoutMs > 0) {
-        timer = setTimeout(() => {
+        timer = later(() => {
           this.waiter = null;
           reject(new TimeoutError(what, timeoutMs));
         }, timeoutMs);

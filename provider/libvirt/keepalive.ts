@@ -16,6 +16,7 @@
  * One timer per connection, re-armed only when it fires; nothing per call.
  */
 
+import { later } from "../timers";
 import {
   KEEPALIVE_PROGRAM,
   KEEPALIVE_PROTOCOL_VERSION,
@@ -44,7 +45,7 @@ export interface KeepaliveClock {
 
 const realClock: KeepaliveClock = {
   now: () => performance.now(),
-  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+  setTimeout: (fn, ms) => later(fn, ms).unref(),
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 };
 

@@ -1,5 +1,6 @@
 import { Readable } from "node:stream";
 import { ProviderError, TimeoutError } from "../errors";
+import { later } from "../timers";
 import type { CallRequest, OutgoingStream, RpcClient } from "./client";
 import { MAX_MESSAGE_SIZE } from "./constants";
 
@@ -94,7 +95,7 @@ export async function uploadStream(
     if (ms <= 0) return wait;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<void>((_, reject) => {
-      timer = setTimeout(() => {
+      timer = later(() => {
         stalled = new TimeoutError(what(), ms);
         reject(stalled);
         client.close();

@@ -16,7 +16,8 @@
  *   dynamic type by an alias), and the password's salt is that owner's URN,
  *   so neither an alias nor an import changes the hash.
  * - The engine's `customTimeouts` arrive as a request's timeout (seconds)
- *   and replace `timeouts.create` or `timeouts.delete` for that call.
+ *   and replace `timeouts.create` or `timeouts.delete` for that call, held
+ *   to the same 24 h maximum (above it capped, with a warning).
  * - What is computed from a secret (SECRET_DERIVED_OUTPUTS: the password's
  *   hash, the seed digests, a host's key material, an import's spec hash)
  *   is never an output: a program receives every output, and the Node.js
@@ -26,7 +27,7 @@
  *   hash is kept in the inputs themselves.
  */
 import { SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../resource/args";
-import { asChecked } from "../resource/check";
+import { asChecked, engineTimeout } from "../resource/check";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import type { KvmProxyRuntime } from "../resource/provider";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "../resource/proxy-auth";
@@ -112,16 +113,34 @@ function secretsFor(props: Props, cameIn: Iterable<string>, extra: string[] = []
   return [...new Set([...cameIn, ...secretKeysOf(props), ...extra])];
 }
 
-/** A request's timeout (seconds, 0 when the program set none) in place of `timeouts[kind]`. */
-function withTimeout(inputs: Props, kind: "create" | "delete", timeout: number | undefined): Props {
-  if (timeout === undefined || !(timeout > 0)) return inputs;
+/**
+ * A request's timeout (seconds, 0 when the program set none; the engine's
+ * `name`) in place of `timeouts[kind]`, held to the provider's maximum
+ * (check.ts engineTimeout): above it capped, with a warning on the resource.
+ */
+function withTimeout(
+  runtime: KvmProxyRuntime,
+  inputs: Props,
+  kind: "create" | "delete",
+  timeout: number | undefined,
+  name = `customTimeouts.${kind}`,
+): Props {
+  const { seconds, warning } = engineTimeout(timeout, name);
+  if (seconds === undefined) return inputs;
+  if (warning !== undefined) runtime.warn(ownerUrnOf(inputs), warning);
   const timeouts = isPlain(inputs.timeouts) ? inputs.timeouts : {};
-  return { ...inputs, timeouts: { ...timeouts, [kind]: timeout } };
+  return { ...inputs, timeouts: { ...timeouts, [kind]: seconds } };
 }
 
-/** The deadline's name when the engine's timeout replaces `timeouts.create`. */
-function deadlineOf(timeout: number | undefined): { deadlineName?: string } {
-  return timeout !== undefined && timeout > 0 ? { deadlineName: "customTimeouts.create" } : {};
+/** The URN of the owner the inputs (or outputs) record, if any. */
+function ownerUrnOf(props: Props): string | undefined {
+  const owner = props.owner;
+  return isPlain(owner) && typeof owner.urn === "string" ? owner.urn : undefined;
+}
+
+/** The deadline's name when the engine's timeout (`name`) replaces `timeouts.create`. */
+function deadlineOf(timeout: number | undefined, name = "customTimeouts.create"): { deadlineName?: string } {
+  return timeout !== undefined && timeout > 0 ? { deadlineName: name } : {};
 }
 
 export interface CheckResult {
@@ -165,7 +184,7 @@ export class KvmProxyPlugin {
     const given = reveal(propsIn);
     const { inputs, password } = withoutPassword(given.props);
     const { id, outs } = await this.runtime.create(
-      withTimeout(inputs, "create", timeout),
+      withTimeout(this.runtime, inputs, "create", timeout),
       deadlineOf(timeout),
     );
     const full = withCredentialUrls(published(outs), password);
@@ -209,15 +228,15 @@ export class KvmProxyPlugin {
     const { outs } = await this.runtime.update(
       id,
       olds(oldsIn, oldInputsIn),
-      withTimeout(inputs, "create", timeout),
-      deadlineOf(timeout),
+      withTimeout(this.runtime, inputs, "create", timeout, "customTimeouts.update"),
+      deadlineOf(timeout, "customTimeouts.update"),
     );
     const full = withCredentialUrls(published(outs), password);
     return { outs: conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS)) };
   }
 
   async delete(id: string, propsIn: Props, oldInputsIn: Props, timeout?: number): Promise<void> {
-    await this.runtime.delete(id, withTimeout(olds(propsIn, oldInputsIn), "delete", timeout));
+    await this.runtime.delete(id, withTimeout(this.runtime, olds(propsIn, oldInputsIn), "delete", timeout));
   }
 }
 

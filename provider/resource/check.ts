@@ -290,6 +290,26 @@ function checkTimeouts(f: Failures, v: unknown): CheckedInputs["timeouts"] {
   return out;
 }
 
+/**
+ * The engine's customTimeouts for one request (seconds; 0 or absent when
+ * the program set none) as `timeouts.create` or `timeouts.delete`: held to
+ * the maximum check holds `timeouts` to (MAX_TIMEOUT_SECONDS, 24 h), which
+ * they bypass. Above it: capped to it, with the warning to give on the
+ * resource (Node fires a timer set past 2^31-1 ms, about 24.8 days, at
+ * once; timers.ts states the whole rule for deadlines).
+ */
+export function engineTimeout(
+  seconds: number | undefined,
+  name: string,
+): { seconds?: number; warning?: string } {
+  if (seconds === undefined || !(seconds > 0)) return {};
+  if (seconds <= MAX_TIMEOUT_SECONDS) return { seconds };
+  return {
+    seconds: MAX_TIMEOUT_SECONDS,
+    warning: `${name} of ${seconds} s is above the provider's maximum of ${MAX_TIMEOUT_SECONDS} s (24h): the provider waits 24h`,
+  };
+}
+
 function checkTags(f: Failures, v: unknown): Record<string, string> {
   if (v === undefined || v === null || v === UNKNOWN) return {};
   if (!isObject(v)) {

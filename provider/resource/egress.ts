@@ -17,7 +17,11 @@
  */
 import { canonicalIp, family, isIpv4Mapped, parseIp } from "../kvm/network/ip";
 
-/** The most bytes of an echo's reply read (its answer is a few dozen). */
+/**
+ * The most bytes of an echo's reply read; a larger reply fails the check.
+ * An address is a few dozen bytes, the longest JSON echoes (with location
+ * and ASN) under a kilobyte: 4 KiB leaves room, and no more.
+ */
 export const ECHO_BODY_LIMIT = 4096;
 
 /** The JSON fields an echo may put the address in, in the order they are looked for. */

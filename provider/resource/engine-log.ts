@@ -29,6 +29,7 @@
  * nothing pure imports this.
  */
 import { createRequire } from "node:module";
+import { later } from "../timers";
 
 export interface EngineLog {
   /**
@@ -154,7 +155,7 @@ interface StatusState {
 const realTimers: Timers = {
   now: () => Date.now(),
   setTimeout: (fn, ms) => {
-    const t = setTimeout(fn, ms);
+    const t = later(fn, ms);
     t.unref();
     return t;
   },

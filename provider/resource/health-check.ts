@@ -18,13 +18,14 @@
  *   requested inside the guest through its agent (kvm/guest/guest-probe.ts) and
  *   judged by {@link judgeStatus} like a reply from here.
  */
-import http from "node:http";
+import type http from "node:http";
 import net, { type Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { setTimeout as delay } from "node:timers/promises";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
 import { hostPort } from "../kvm/network/ip";
+import { sleep as sleepFor } from "../timers";
+import { bounded, failureText, type ProbeBounds, type ProbeExchange } from "./probe-reader";
 
 /** One probe's outcome. */
 export type ProbeResult = { ok: true; status?: number; note?: string } | { ok: false; reason: string };
@@ -64,24 +65,14 @@ function endpoint(t: ProbeTarget): http.RequestOptions {
 }
 
 /**
- * A stream as http uses a socket: `setTimeout` a timer from when it is set
- * (a probe is one short exchange, so it bounds it as an idle timeout
- * would), the TCP options ignored (the far end has them).
+ * A stream as http uses a socket: the socket methods it may call do nothing
+ * (the probe's deadline is its reader's, probe-reader.ts; the TCP options
+ * are the far end's).
  */
 function asSocket(stream: Duplex): Socket {
   const s = stream as Duplex &
     Partial<Record<"setTimeout" | "setNoDelay" | "setKeepAlive" | "ref" | "unref", unknown>>;
-  let timer: NodeJS.Timeout | undefined;
-  stream.once("close", () => clearTimeout(timer));
-  if (typeof s.setTimeout !== "function") {
-    s.setTimeout = (ms: number, cb?: () => void) => {
-      clearTimeout(timer);
-      if (cb !== undefined) stream.once("timeout", cb);
-      if (ms > 0) timer = setTimeout(() => stream.emit("timeout"), ms);
-      return stream;
-    };
-  }
-  for (const k of ["setNoDelay", "setKeepAlive", "ref", "unref"] as const) {
+  for (const k of ["setTimeout", "setNoDelay", "setKeepAlive", "ref", "unref"] as const) {
     if (typeof s[k] !== "function") s[k] = () => stream;
   }
   return stream as unknown as Socket;
@@ -131,86 +122,53 @@ function where(t: Pick<ProbeTarget, "ip" | "proxyPort">): string {
   return hostPort(t.ip, t.proxyPort);
 }
 
-/** A reply fetched through the proxy: its status, headers and the first bytes of its body. */
+/** A reply fetched through the proxy: its status, headers and body (as much as the bounds read). */
 export type Fetched =
   | { ok: true; status: number; headers: ReplyHeaders; body: string }
   | { ok: false; reason: string };
 
-/** Reads at most `limit` bytes of `res`'s body (the rest is drained), as UTF-8 text. */
-function bodyOf(res: http.IncomingMessage, limit: number): Promise<string> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    res.on("data", (d: Buffer) => {
-      if (size < limit) chunks.push(d.subarray(0, limit - size));
-      size += d.length;
-    });
-    const done = () => resolve(Buffer.concat(chunks).toString("utf8"));
-    res.once("end", done);
-    res.once("close", done);
-    res.once("error", done);
-  });
-}
-
 /**
- * `url` fetched through the proxy: plain HTTP as an absolute-form request,
- * https through a CONNECT tunnel (TLS to the target inside it). The body is
- * read up to `bodyLimit` bytes (default none).
+ * `url` fetched through the proxy within `bounds` (probe-reader.ts): plain
+ * HTTP as an absolute-form request, https through a CONNECT tunnel (TLS to
+ * the target inside it).
  */
-export function fetchThrough(
-  t: ProbeTarget,
-  url: string,
-  timeoutMs: number,
-  bodyLimit = 0,
-): Promise<Fetched> {
+export async function fetchThrough(t: ProbeTarget, url: string, bounds: ProbeBounds): Promise<Fetched> {
   const target = new URL(url);
-  return target.protocol === "https:"
-    ? viaTunnel(t, target, timeoutMs, bodyLimit)
-    : viaProxy(t, target, timeoutMs, bodyLimit);
+  try {
+    return await bounded(bounds, (x) =>
+      target.protocol === "https:" ? viaTunnel(x, t, target) : viaProxy(x, t, target),
+    );
+  } catch (err) {
+    return { ok: false, reason: `via proxy ${where(t)}: ${failureText(err)}` };
+  }
 }
 
-function viaProxy(t: ProbeTarget, target: URL, timeoutMs: number, bodyLimit: number): Promise<Fetched> {
-  return new Promise((resolve) => {
-    const req = http.request({
-      ...endpoint(t),
-      method: "GET",
-      path: target.href,
-      headers: { host: target.host, "user-agent": USER_AGENT },
-      timeout: timeoutMs,
-    });
-    req.once("response", (res) => {
-      bodyOf(res, bodyLimit).then((body) =>
-        resolve({ ok: true, status: res.statusCode ?? 0, headers: res.headers, body }),
-      );
-    });
-    req.once("timeout", () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
-    req.once("error", (e: NodeJS.ErrnoException) =>
-      resolve({ ok: false, reason: `via proxy ${where(t)}: ${e.code ?? e.message}` }),
-    );
-    req.end();
+async function viaProxy(x: ProbeExchange, t: ProbeTarget, target: URL): Promise<Fetched> {
+  const res = await x.request({
+    ...endpoint(t),
+    method: "GET",
+    path: target.href,
+    headers: { host: target.host, "user-agent": USER_AGENT },
   });
+  const body = await x.body(res);
+  return { ok: true, status: res.statusCode ?? 0, headers: res.headers, body: body.toString("utf8") };
 }
 
-/** The probe without a target: `GET /` to the proxy port, which squid answers itself. */
-function squidSelf(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
-  return new Promise((resolve) => {
-    const req = http.request({
-      ...endpoint(t),
-      method: "GET",
-      path: "/",
-      headers: { host: where(t), "user-agent": USER_AGENT },
-      timeout: timeoutMs,
-    });
-    req.once("response", (res) => {
-      res.resume();
-      resolve(judgeSelf(res.statusCode ?? 0, res.headers, t));
-    });
-    req.once("timeout", () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
-    req.once("error", (e: NodeJS.ErrnoException) =>
-      resolve({ ok: false, reason: `${where(t)}: ${e.code ?? e.message}` }),
+/** The probe without a target: `GET /` to the proxy port, which squid answers itself (its body unread). */
+async function squidSelf(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
+  try {
+    const res = await bounded({ deadlineMs: timeoutMs, bodyBytes: 0 }, (x) =>
+      x.request({
+        ...endpoint(t),
+        method: "GET",
+        path: "/",
+        headers: { host: where(t), "user-agent": USER_AGENT },
+      }),
     );
-    req.end();
-  });
+    return judgeSelf(res.statusCode ?? 0, res.headers, t);
+  } catch (err) {
+    return { ok: false, reason: `${where(t)}: ${failureText(err)}` };
+  }
 }
 
 /** Squid's own answer to `GET /`: 400 ERR_INVALID_URL, named as this proxy's squid. */
@@ -253,54 +211,38 @@ export function judgeStatus(
   return { ok: true, status };
 }
 
-function viaTunnel(t: ProbeTarget, url: URL, timeoutMs: number, bodyLimit: number): Promise<Fetched> {
-  return new Promise((resolve) => {
-    const port = url.port === "" ? 443 : Number(url.port);
-    const req = http.request({
-      ...endpoint(t),
-      method: "CONNECT",
-      path: `${url.hostname}:${port}`,
-      headers: { host: `${url.hostname}:${port}` },
-      timeout: timeoutMs,
-    });
-    const fail = (reason: string) => resolve({ ok: false, reason });
-    req.once("timeout", () => req.destroy(new Error(`no answer in ${timeoutMs} ms`)));
-    req.once("error", (e: NodeJS.ErrnoException) => fail(`via proxy ${where(t)}: ${e.code ?? e.message}`));
-    req.once("connect", (res, socket) => {
-      if (res.statusCode !== 200) {
-        socket.destroy();
-        fail(`proxy ${where(t)} refused CONNECT ${url.hostname}:${port} with HTTP ${res.statusCode}`);
-        return;
-      }
-      const secure = tls.connect({ socket, servername: url.hostname });
-      const inner = http.request({
-        createConnection: () => secure,
-        method: "GET",
-        path: `${url.pathname}${url.search}`,
-        headers: { host: url.host, "user-agent": USER_AGENT },
-        timeout: timeoutMs,
-      });
-      inner.once("response", (r) => {
-        bodyOf(r, bodyLimit).then((body) => {
-          resolve({ ok: true, status: r.statusCode ?? 0, headers: r.headers, body });
-          secure.destroy();
-        });
-      });
-      inner.once("timeout", () => inner.destroy(new Error(`no answer in ${timeoutMs} ms`)));
-      inner.once("error", (e: NodeJS.ErrnoException) => {
-        secure.destroy();
-        fail(`${url.href} through the tunnel: ${e.code ?? e.message}`);
-      });
-      inner.end();
-    });
-    req.end();
+async function viaTunnel(x: ProbeExchange, t: ProbeTarget, url: URL): Promise<Fetched> {
+  const port = url.port === "" ? 443 : Number(url.port);
+  const { res, socket } = await x.tunnel({
+    ...endpoint(t),
+    path: `${url.hostname}:${port}`,
+    headers: { host: `${url.hostname}:${port}` },
   });
+  if (res.statusCode !== 200) {
+    return {
+      ok: false,
+      reason: `proxy ${where(t)} refused CONNECT ${url.hostname}:${port} with HTTP ${res.statusCode}`,
+    };
+  }
+  const secure = x.hold(tls.connect({ socket: socket as Duplex, servername: url.hostname }));
+  try {
+    const reply = await x.request({
+      createConnection: () => secure,
+      method: "GET",
+      path: `${url.pathname}${url.search}`,
+      headers: { host: url.host, "user-agent": USER_AGENT },
+    });
+    const body = await x.body(reply);
+    return { ok: true, status: reply.statusCode ?? 0, headers: reply.headers, body: body.toString("utf8") };
+  } catch (err) {
+    return { ok: false, reason: `${url.href} through the tunnel: ${failureText(err)}` };
+  }
 }
 
-/** One probe, bounded by `timeoutMs`. */
+/** One probe (status and headers judged, no body read), ended by `timeoutMs` whatever the far end does. */
 export async function probeOnce(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult> {
   if (t.url === undefined) return squidSelf(t, timeoutMs);
-  const r = await fetchThrough(t, t.url, timeoutMs);
+  const r = await fetchThrough(t, t.url, { deadlineMs: timeoutMs, bodyBytes: 0 });
   if (!r.ok) return r;
   if (new URL(t.url).protocol === "http:") return judgeStatus(r.status, r.headers, t);
   // Through a tunnel squid opened: the reply is the target's own, with no header of squid's to judge.
@@ -314,6 +256,9 @@ export async function probeOnce(t: ProbeTarget, timeoutMs: number): Promise<Prob
 export function probeName(t: ProbeTarget): string {
   return t.url === undefined ? `squid at ${where(t)}` : `${t.url} through ${where(t)}`;
 }
+
+/** The deadline of one probe while a create waits for a healthy proxy, ms (at most; less when less is left). */
+export const GATE_PROBE_MS = 10_000;
 
 /** Clock and sleep, injectable for tests. */
 export interface HealthEnv {
@@ -334,19 +279,14 @@ export async function waitHealthy(
 ): Promise<ProbeResult> {
   const { signal } = options;
   const now = options.now ?? (() => performance.now());
-  const sleep =
-    options.sleep ??
-    ((ms: number) =>
-      delay(ms, undefined, signal === undefined ? {} : { signal }).catch((err: unknown) => {
-        throw signal?.aborted ? signal.reason : err;
-      }));
+  const sleep = options.sleep ?? ((ms: number) => sleepFor(ms, signal));
   const pollMs = options.pollMs ?? 5_000;
   const start = now();
   let last = "no probe ran";
   for (;;) {
     signal?.throwIfAborted();
     const left = deadlineMs - (now() - start);
-    const r = await probeOnce(t, Math.max(1_000, Math.min(options.probeTimeoutMs ?? 10_000, left)));
+    const r = await probeOnce(t, Math.max(1_000, Math.min(options.probeTimeoutMs ?? GATE_PROBE_MS, left)));
     if (r.ok) return r;
     signal?.throwIfAborted();
     last = r.reason;
@@ -365,41 +305,27 @@ export async function waitHealthy(
  */
 export type SocksAnswer = { reply: string } | { closed: true } | { error: string };
 
-/** The SOCKS5 greeting sent to `ip:port`, or through `connect`. */
-export function socksGreeting(
+/** The SOCKS5 greeting sent to `ip:port`, or through `connect`; its answer's first 2 bytes read, within `timeoutMs`. */
+export async function socksGreeting(
   t: { ip: string; port: number; connect?: () => Promise<Duplex> },
   timeoutMs: number,
 ): Promise<SocksAnswer> {
-  return new Promise((resolve) => {
-    let got = Buffer.alloc(0);
-    let stream: Duplex | undefined;
-    const timer = setTimeout(() => finish({ error: `no answer in ${timeoutMs} ms` }), timeoutMs);
-    const finish = (a: SocksAnswer) => {
-      clearTimeout(timer);
-      stream?.destroy();
-      resolve(a);
-    };
-    const opened = t.connect !== undefined ? t.connect() : Promise.resolve(net.connect(t.port, t.ip));
-    opened.then(
-      (s) => {
-        stream = s;
-        s.on("data", (d: Buffer) => {
-          got = Buffer.concat([got, d]);
-          if (got.length >= 2) finish({ reply: got.subarray(0, 2).toString("hex") });
-        });
-        s.once("end", () => finish(got.length === 0 ? { closed: true } : { reply: got.toString("hex") }));
-        s.once("close", () => finish(got.length === 0 ? { closed: true } : { reply: got.toString("hex") }));
+  try {
+    return await bounded({ deadlineMs: timeoutMs, bodyBytes: 2 }, async (x) => {
+      const s = x.hold(t.connect !== undefined ? await t.connect() : net.connect(t.port, t.ip));
+      s.write(Buffer.from([5, 2, 0, 2]));
+      try {
+        const got = await x.first(s, 2);
+        return got.length === 0 ? { closed: true } : { reply: got.toString("hex") };
+      } catch (err) {
         // Dante resets a client outside its client rules (its unread greeting): a refusal, as a close is.
-        s.once("error", (e: NodeJS.ErrnoException) =>
-          finish(
-            e.code === "ECONNRESET" && got.length === 0 ? { closed: true } : { error: e.code ?? e.message },
-          ),
-        );
-        s.write(Buffer.from([5, 2, 0, 2]));
-      },
-      (e: unknown) => finish({ error: e instanceof Error ? e.message : String(e) }),
-    );
-  });
+        if ((err as NodeJS.ErrnoException).code === "ECONNRESET" && x.received === 0) return { closed: true };
+        throw err;
+      }
+    });
+  } catch (err) {
+    return { error: failureText(err) };
+  }
 }
 
 /**

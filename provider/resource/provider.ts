@@ -107,6 +107,11 @@ export class KvmProxyRuntime {
   /** Hosts given in full: who gives which, and what the outputs keep of them (hosts-in-full.ts). */
   readonly hostsInFull = new HostsInFull(() => this.config);
 
+  /** A warning on resource `urn` (the stack without one) through the engine's log. */
+  warn(urn: string | undefined, text: string): void {
+    this.engineLog().warn(urn, text);
+  }
+
   private engineLog(): EngineLog {
     this.log ??= engineLogFromArgv(process.argv, { redact: (t) => this.redact(t), minIntervalMs: 1_000 });
     return this.log;

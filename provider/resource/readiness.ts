@@ -10,11 +10,13 @@ import { ProviderError, TimeoutError } from "../errors";
 import type { KvmOperations, VmStatus } from "../kvm/host/operations";
 import { hostPort } from "../kvm/network/ip";
 import type { ProgressListener } from "../kvm/progress";
+import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
 import {
   fetchThrough,
+  GATE_PROBE_MS,
   judgeSocks,
   judgeStatus,
   type ProbeResult,
@@ -157,7 +159,7 @@ export class Readiness {
           remainingMs,
         );
       }
-      await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      await sleep(this.o.pollMs);
     }
   }
 
@@ -180,7 +182,14 @@ export class Readiness {
     probe: { url: string; expectStatus?: number },
     signal?: AbortSignal,
   ): Promise<ProbeResult> {
-    const reply = await this.ops.probeInGuest(status.host, status.name, target.proxyPort, probe.url, signal);
+    const reply = await this.ops.probeInGuest(
+      status.host,
+      status.name,
+      target.proxyPort,
+      probe.url,
+      { deadlineMs: GATE_PROBE_MS, bodyBytes: 0 },
+      signal,
+    );
     if (reply === undefined)
       return { ok: false, reason: "the guest agent does not answer (the in-guest probe needs it)" };
     if ("error" in reply)
@@ -206,7 +215,7 @@ export class Readiness {
           remainingMs,
         );
       }
-      await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      await sleep(this.o.pollMs);
     }
   }
 
@@ -227,7 +236,7 @@ export class Readiness {
     if (probe === undefined || ip === undefined) return undefined;
     let last: EgressReading = { ok: false, reason: "no probe ran" };
     for (let i = 0; i < attempts; i++) {
-      if (i > 0) await new Promise<void>((resolve) => setTimeout(resolve, this.o.pollMs));
+      if (i > 0) await sleep(this.o.pollMs);
       last = await this.egressOnce(c, vm, ip, probe);
       if (last.ok) return last;
     }
@@ -242,8 +251,9 @@ export class Readiness {
   ): Promise<EgressReading> {
     let status: number;
     let body: string;
+    const bounds = { deadlineMs: this.o.probeTimeoutMs, bodyBytes: ECHO_BODY_LIMIT };
     if (probe.inGuest) {
-      const reply = await this.ops.probeInGuest(vm.host, vm.name, c.proxyPort, probe.url);
+      const reply = await this.ops.probeInGuest(vm.host, vm.name, c.proxyPort, probe.url, bounds);
       if (reply === undefined)
         return {
           ok: false,
@@ -261,7 +271,7 @@ export class Readiness {
         squidName: "",
         ...(connect !== undefined ? { connect } : {}),
       };
-      const r = await fetchThrough(target, probe.url, this.o.probeTimeoutMs, ECHO_BODY_LIMIT);
+      const r = await fetchThrough(target, probe.url, bounds);
       if (!r.ok) return { ok: false, reason: r.reason };
       ({ status, body } = r);
     }

@@ -15,6 +15,7 @@
 import { createHash } from "node:crypto";
 import type { Client } from "ssh2";
 import { ProviderError } from "../errors";
+import { later } from "../timers";
 import { CredentialLoader, type CredentialOptions } from "./credentials";
 import {
   connectHop,
@@ -206,7 +207,7 @@ export class JumpHosts {
     const client = e.client;
     if (client === undefined || e.closed) return;
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
+      const timer = later(() => {
         client.destroy();
         resolve();
       }, 5_000);

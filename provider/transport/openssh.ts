@@ -30,6 +30,7 @@ import path from "node:path";
 import { Duplex } from "node:stream";
 import type { ParsedKey } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
+import { later } from "../timers";
 import { type CredentialOptions, loadPrivateKey } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
 import { hostPort, urlHost } from "./host-port";
@@ -281,7 +282,7 @@ export class OpenSshTransport implements Transport {
           reject(err);
         } else resolve();
       };
-      const timer = setTimeout(
+      const timer = later(
         () =>
           finish(
             new TimeoutError(
@@ -299,7 +300,7 @@ export class OpenSshTransport implements Transport {
             finish();
           },
           () => {
-            if (!done) poll = setTimeout(probe, 20);
+            if (!done) poll = later(probe, 20);
           },
         );
       };
@@ -374,7 +375,7 @@ export class OpenSshTransport implements Transport {
     if (!forward.exited) {
       const exited = new Promise<void>((resolve) => forward.child.once("exit", () => resolve()));
       forward.child.stdin?.end();
-      const timer = setTimeout(() => forward.child.kill("SIGKILL"), 5_000);
+      const timer = later(() => forward.child.kill("SIGKILL"), 5_000);
       await exited;
       clearTimeout(timer);
     }
@@ -412,7 +413,7 @@ function connectSocket(socketPath: string): Promise<net.Socket> {
 function runQuietly(cmd: string, args: string[], timeoutMs: number): Promise<void> {
   return new Promise((resolve) => {
     const child = spawn(cmd, args, { stdio: "ignore" });
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    const timer = later(() => child.kill("SIGKILL"), timeoutMs);
     child.once("exit", () => {
       clearTimeout(timer);
       resolve();

@@ -11,6 +11,7 @@
 import type { Duplex } from "node:stream";
 import { Client, type ConnectConfig, type ParsedKey, type ServerHostKeyAlgorithm } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
+import { later } from "../timers";
 import type { CredentialLoader, LoadedCredentials } from "./credentials";
 import { SSH_TIMING } from "./defaults";
 import { hostPort } from "./host-port";
@@ -233,7 +234,7 @@ export function forwardThrough(
   const what = `jump host ${describeEndpoint(via)}`;
   return new Promise((resolve, reject) => {
     let done = false;
-    const timer = setTimeout(() => {
+    const timer = later(() => {
       done = true;
       reject(new TimeoutError(`${what}: a connection to ${to.host}:${to.port}`, timeoutMs));
     }, timeoutMs);

@@ -27,6 +27,7 @@
 import type { Duplex } from "node:stream";
 import type { Client, ClientChannel } from "ssh2";
 import { ProviderError, TimeoutError } from "../errors";
+import { later } from "../timers";
 import { CredentialLoader, type CredentialOptions } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
 import { hostPort } from "./host-port";
@@ -149,7 +150,7 @@ export class SshTransport implements Transport {
     if (!conn || conn.closed) return;
     await new Promise<void>((resolve) => {
       // end() sends SSH_MSG_DISCONNECT; give the server a moment to close, then cut.
-      const timer = setTimeout(() => {
+      const timer = later(() => {
         conn.client.destroy();
         resolve();
       }, 5_000);
@@ -243,7 +244,7 @@ export class SshTransport implements Transport {
   ): Promise<{ channel?: ClientChannel; refusal?: string }> {
     return new Promise((resolve, reject) => {
       let done = false;
-      const timer = setTimeout(() => {
+      const timer = later(() => {
         done = true;
         reject(new TimeoutError(`SSH channel to ${what} on ${this.description}`, this.connectTimeoutMs));
       }, this.connectTimeoutMs);

@@ -224,6 +224,14 @@ describe("architecture", () => {
     expect(volumes).toMatch(/withRetry\([^;]*retryIf: isBusy/s);
   });
 
+  it("sets timers only through provider/timers.ts, whose one rule bounds every delay (Node fires one past 2^31-1 ms at once)", () => {
+    // A bare call (not a declaration with typed parameters, not a method of an injected clock or a socket).
+    const bare =
+      /(?<![.\w])(setTimeout|setInterval|setImmediate)\((?!\w+:)|AbortSignal\.timeout\(|node:timers/;
+    const setters = sources.filter((s) => bare.test(s.text)).map((s) => s.file);
+    expect(setters).toEqual(["provider/timers.ts"]);
+  });
+
   // A smell detector, not a rule to split by: past this size a module here has so far always held
   // two concepts (docs/decisions.md, "Module size: outliers, not a cap").
   it.each(sources.map((s) => [s.file, s.text.split("\n").length] as const))(

@@ -7,39 +7,83 @@
  *
  * The program is Python 3 (every cloud-init guest has it; curl is not on
  * every image), given on the command line, printing one `key value` line
- * each: `status`, `via`, `x-cache`, `body` (the first bytes of the reply's
- * body as a JSON string, for the egress check), or `error`.
+ * each: `status`, `via`, `x-cache`, `body` (the reply's body as a JSON
+ * string, for the egress check), or `error`. It keeps the {@link ProbeBounds}
+ * every probe keeps (resource/probe-reader.ts from here), with the same reasons.
  */
+
+/**
+ * The two bounds of one probe's exchange. A probe's far end may be hostile
+ * (the egress check asks a URL the user gives, through the proxy): neither a
+ * reply trickled a byte at a time nor an endless body holds a probe.
+ */
+export interface ProbeBounds {
+  /** The whole exchange (connect, headers, body) ends by then, ms: a deadline, not an idle timer. */
+  deadlineMs: number;
+  /** The most bytes of the reply's body read; past them the probe fails. 0: none (status and headers decide). */
+  bodyBytes: number;
+}
+
+/** Why a probe failed at its deadline. */
+export function deadlineReason(ms: number): string {
+  return `no complete answer within ${ms} ms`;
+}
+
+/** Why a probe failed at its body's cap. */
+export function sizeReason(bytes: number): string {
+  return `reply larger than ${bytes} bytes`;
+}
 
 /** The interpreter the probe runs with (cloud-init itself needs it). */
 export const GUEST_PROBE_INTERPRETER = "/usr/bin/python3";
 
-/** The most bytes of a reply's body the probe prints (an IP echo's answer is a few dozen). */
-export const GUEST_PROBE_BODY_LIMIT = 4096;
+/**
+ * The probe's program (argv: port, url, deadline ms, body bytes). The
+ * deadline is an interval timer whose signal ends whatever the request is
+ * waiting on; the body is read up to one byte past its cap, no further.
+ * Its reasons are deadlineReason's and sizeReason's.
+ */
+export const GUEST_PROBE_PROGRAM = `import json, signal, sys, urllib.request, urllib.error
+port, url, deadline_ms, body_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
-/** The probe's program (argv: port, url). */
-export const GUEST_PROBE_PROGRAM = `import json, sys, urllib.request, urllib.error
-port, url = sys.argv[1], sys.argv[2]
+class Deadline(BaseException):
+    pass
+
+def expire(signum, frame):
+    raise Deadline()
+
+def fail(reason):
+    print("error " + reason)
+    sys.exit(0)
+
+signal.signal(signal.SIGALRM, expire)
+signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
 proxy = "http://127.0.0.1:" + port
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy, "https": proxy}))
 request = urllib.request.Request(url, headers={"User-Agent": "pulumi-kvm-proxy-health"})
 try:
-    reply = opener.open(request, timeout=10)
-    status, headers, body = reply.status, reply.headers, reply.read(${GUEST_PROBE_BODY_LIMIT})
-except urllib.error.HTTPError as e:
-    status, headers, body = e.code, e.headers, e.read(${GUEST_PROBE_BODY_LIMIT})
+    try:
+        reply = opener.open(request)
+    except urllib.error.HTTPError as e:
+        reply = e
+    body = reply.read(body_bytes + 1) if body_bytes > 0 else b""
+    signal.setitimer(signal.ITIMER_REAL, 0)
+except Deadline:
+    fail("no complete answer within " + str(deadline_ms) + " ms")
 except Exception as e:
-    print("error " + type(e).__name__ + ": " + str(e)[:200].replace("\\n", " "))
-    sys.exit(0)
-print("status " + str(status))
-print("via " + (headers.get("Via") or ""))
-print("x-cache " + (headers.get("X-Cache") or ""))
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    fail(type(e).__name__ + ": " + str(e)[:200].replace("\\n", " "))
+if len(body) > body_bytes:
+    fail("reply larger than " + str(body_bytes) + " bytes")
+print("status " + str(reply.getcode()))
+print("via " + (reply.headers.get("Via") or ""))
+print("x-cache " + (reply.headers.get("X-Cache") or ""))
 print("body " + json.dumps(body.decode("utf-8", "replace")))
 `;
 
-/** The arguments of the probe for `url` through the squid on `port`. */
-export function guestProbeArgs(port: number, url: string): string[] {
-  return ["-c", GUEST_PROBE_PROGRAM, String(port), url];
+/** The arguments of the probe for `url` through the squid on `port`, within `bounds`. */
+export function guestProbeArgs(port: number, url: string, bounds: ProbeBounds): string[] {
+  return ["-c", GUEST_PROBE_PROGRAM, String(port), url, String(bounds.deadlineMs), String(bounds.bodyBytes)];
 }
 
 /** What the probe saw: the reply's status and squid's headers, or why there was none. */

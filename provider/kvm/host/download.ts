@@ -14,6 +14,7 @@ import http from "node:http";
 import https from "node:https";
 import { Readable, Transform, type TransformCallback } from "node:stream";
 import { ProviderError, TimeoutError } from "../../errors";
+import { timerDelay } from "../../timers";
 import type { ImageFormat, ImageSource } from "../config/image";
 
 /** qcow2 magic: 'Q' 'F' 'I' 0xfb. */
@@ -278,7 +279,9 @@ function httpGet(url: string, options: OpenImageOptions, redirectsLeft: number):
           return;
         }
         // Idle deadline for the body: a stalled server must not hang the upload.
-        res.setTimeout(idle, () => res.destroy(new TimeoutError(`the next bytes of ${url}`, idle)));
+        res.setTimeout(timerDelay(idle), () =>
+          res.destroy(new TimeoutError(`the next bytes of ${url}`, idle)),
+        );
         res.on("error", () => {});
         const len = res.headers["content-length"];
         const length = len !== undefined && /^\d+$/.test(len) ? Number(len) : undefined;
@@ -287,7 +290,9 @@ function httpGet(url: string, options: OpenImageOptions, redirectsLeft: number):
         resolve(length === undefined ? { stream } : { stream, length });
       },
     );
-    req.setTimeout(idle, () => req.destroy(new TimeoutError(`response headers from ${url}`, idle)));
+    req.setTimeout(timerDelay(idle), () =>
+      req.destroy(new TimeoutError(`response headers from ${url}`, idle)),
+    );
     req.on("error", (err: NodeJS.ErrnoException) => {
       reject(err instanceof ProviderError ? err : netError(url, err));
     });

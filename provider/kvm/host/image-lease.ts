@@ -26,6 +26,7 @@ import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool, StorageVol } from "../../libvirt/types";
+import { every } from "../../timers";
 import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import { type RetryEnv, sleep } from "./retry";
 import { deleteVolume, hasCode, lookupVolume, refreshPool, volumeInfo } from "./volumes";
@@ -156,7 +157,7 @@ export async function takeLease(
   mine.set(k, { state: "active" });
   let count = start;
   let beating = true;
-  const timer = setInterval(() => {
+  const timer = every(() => {
     count += 1;
     lv.storageVolResize(marker, count).catch(() => {
       // A missed beat: the next one tries again; waiters tolerate staleMs.

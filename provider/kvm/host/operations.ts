@@ -28,6 +28,7 @@ import {
   GUEST_PROBE_INTERPRETER,
   type GuestProbeReply,
   guestProbeArgs,
+  type ProbeBounds,
   parseGuestProbe,
 } from "../guest/guest-probe";
 import type { NicBandwidth } from "../network/nic";
@@ -59,6 +60,9 @@ import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationErro
 import { Semaphore } from "./semaphore";
 import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
 import { deleteVolumeByName, hasCode, lookupVolume, volumePath } from "./volumes";
+
+/** What a program run in the guest for a probe may take beyond its own deadline: the interpreter's start, the agent's polls, ms. */
+const GUEST_RUN_MARGIN_MS = 10_000;
 
 /** A managed VM found by list. */
 export interface ManagedVm {
@@ -434,14 +438,16 @@ export class KvmOperations {
   }
 
   /**
-   * One request for `url` through the squid on `port` inside VM `name`, run
-   * by its guest agent (guest-probe.ts); undefined when the agent does not answer.
+   * One request for `url` through the squid on `port` inside VM `name`,
+   * within `bounds`, run by its guest agent (guest-probe.ts); undefined when
+   * the agent does not answer.
    */
   async probeInGuest(
     hostKey: string,
     name: string,
     port: number,
     url: string,
+    bounds: ProbeBounds,
     signal?: AbortSignal,
   ): Promise<GuestProbeReply | undefined> {
     const ctx: OperationContext = { operation: "probe in the guest", host: hostKey, domain: name };
@@ -449,8 +455,10 @@ export class KvmOperations {
       ctx,
       async () => {
         const { lv, dom } = await this.domainOf(hostKey, name);
-        const run = await runInGuest(lv, dom, GUEST_PROBE_INTERPRETER, guestProbeArgs(port, url), {
-          timeoutMs: 20_000,
+        const args = guestProbeArgs(port, url, bounds);
+        const run = await runInGuest(lv, dom, GUEST_PROBE_INTERPRETER, args, {
+          // The program ends itself at its deadline; beyond it, the interpreter's start and the agent's polls.
+          timeoutMs: bounds.deadlineMs + GUEST_RUN_MARGIN_MS,
           ...(signal !== undefined ? { signal } : {}),
         });
         return run === undefined ? undefined : parseGuestProbe(run.stdout.toString("utf8"), run.exitcode);

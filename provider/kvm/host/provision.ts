@@ -19,6 +19,7 @@
  * lookup before it makes anything.
  */
 import { ProviderError, TimeoutError } from "../../errors";
+import { every, later } from "../../timers";
 import type { ParsedDomain } from "../domain/domain-xml";
 import { formatProviderId } from "../domain/provider-id";
 import type { ProxyState } from "../domain/states";
@@ -226,7 +227,7 @@ function watchState(
   const uuid = vm.uuid;
   if (uuid === undefined) return () => undefined;
   let reading = false;
-  const timer = setInterval(() => {
+  const timer = every(() => {
     if (reading || deadline.signal.aborted) return;
     reading = true;
     ops
@@ -258,7 +259,7 @@ async function provisionNow(
   const started = ops.now();
   const left = () => Math.max(0, deadlineMs - (ops.now() - started));
   const deadline = new AbortController();
-  const timer = setTimeout(
+  const timer = later(
     () =>
       deadline.abort(
         new TimeoutError(
@@ -316,7 +317,7 @@ async function provisionNow(
       const since = ops.now();
       const tick = () => report(options.onProgress, { kind: "ready", elapsedMs: ops.now() - since });
       tick();
-      const ticker = setInterval(tick, options.pollMs ?? 1_000);
+      const ticker = every(tick, options.pollMs ?? 1_000);
       const unwatch = watchState(ops, status, options.stateWatchMs ?? STATE_WATCH_MS, deadline);
       try {
         await options.ready(status, left(), signal);

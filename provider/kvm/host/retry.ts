@@ -11,6 +11,7 @@
 import { type ErrorKind, ProviderError, TimeoutError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { LibvirtError } from "../../libvirt/errors";
+import { sleep } from "../../timers";
 
 /**
  * Libvirt errors whose code is permanent in general but whose message says the
@@ -161,24 +162,8 @@ export function backoffDelay(
   return Math.floor(random() * ceiling);
 }
 
-/** A sleep that ends early (rejecting) when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(signal.reason);
-      return;
-    }
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
+/** A sleep that ends early (rejecting) when `signal` aborts: the timers' own (timers.ts). */
+export { sleep };
 
 /**
  * Runs `fn` until it succeeds, retrying transient failures (see

@@ -25,8 +25,8 @@ import {
   passwordFileLine,
   squidName,
 } from "../../../provider/kvm/squid/setup";
-import { egressMismatch, readEchoReply } from "../../../provider/resource/egress";
-import { judgeStatus } from "../../../provider/resource/health-check";
+import { ECHO_BODY_LIMIT, egressMismatch, readEchoReply } from "../../../provider/resource/egress";
+import { GATE_PROBE_MS, judgeStatus } from "../../../provider/resource/health-check";
 import { memberPassword, memberProxyBlock } from "../../../provider/resource/proxy-auth";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";
@@ -55,6 +55,9 @@ const A = {
   egress: "203.0.113.44",
 };
 const USER = "crawler";
+/** The in-guest probe's bounds as readiness gives them: the health check reads no body, the egress check an echo's. */
+const HEALTH_BOUNDS = { deadlineMs: GATE_PROBE_MS, bodyBytes: 0 };
+const ECHO_BOUNDS = { deadlineMs: 5_000, bodyBytes: ECHO_BODY_LIMIT };
 const PASSWORD = "squid-reads-$6$-hashes:@#%/";
 const URN = "urn:pulumi:test::kvmpt::pulumi-nodejs:dynamic:KvmProxy::edge";
 
@@ -274,7 +277,7 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
   });
 
   it("the in-guest health probe's own program gets the target's 204 through it, named by this squid", () => {
-    const out = inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.outward))]);
+    const out = inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.outward), HEALTH_BOUNDS)]);
     const reply = parseGuestProbe(out, 0);
     expect(reply).toMatchObject({ status: 204 });
     const name = squidName({ ...WITH_AUTH, port: AUTH_PORT });
@@ -285,9 +288,9 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
         { ip: "127.0.0.1", proxyPort: AUTH_PORT, squidName: name, url: http(A.outward), expectStatus: 204 },
       ),
     ).toEqual({ ok: true, status: 204 });
-    expect(parseGuestProbe(inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.inward))]), 0)).toMatchObject(
-      { status: 403 },
-    );
+    expect(
+      parseGuestProbe(inNs(["python3", ...guestProbeArgs(AUTH_PORT, http(A.inward), HEALTH_BOUNDS)]), 0),
+    ).toMatchObject({ status: 403 });
   });
   it("a fleet's member passwords: each member's password opens its own member only", () => {
     const outward = http(A.outward);
@@ -310,13 +313,16 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
   describe("the egress check, through the in-guest probe's program", () => {
     /** What the echo behind the squid on `port` saw, as the egress check reads it. */
     const egressThrough = (port: number) => {
-      const reply = parseGuestProbe(inNs(["python3", ...guestProbeArgs(port, http(A.outward, echoPort))]), 0);
+      const reply = parseGuestProbe(
+        inNs(["python3", ...guestProbeArgs(port, http(A.outward, echoPort), ECHO_BOUNDS)]),
+        0,
+      );
       expect(reply).toMatchObject({ status: 200 });
       return readEchoReply((reply as { body: string }).body);
     };
 
     it("reads squid's tcp_outgoing_address from the echo's reply (a dual-stack echo's IPv4-mapped form read as IPv4)", () => {
-      const raw = inNs(["python3", ...guestProbeArgs(EGRESS_PORT, http(A.outward, echoPort))]);
+      const raw = inNs(["python3", ...guestProbeArgs(EGRESS_PORT, http(A.outward, echoPort), ECHO_BOUNDS)]);
       expect(raw).toContain(`body "::ffff:${A.egress}"`);
       expect(egressThrough(EGRESS_PORT)).toEqual({ address: A.egress });
       expect(

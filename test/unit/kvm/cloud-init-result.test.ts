@@ -88,15 +88,17 @@ describe("the guest's lines in an error", () => {
 });
 
 describe("the in-guest health probe", () => {
-  it("is a Python 3 program python3 compiles, taking the port and the URL", () => {
+  it("is a Python 3 program python3 compiles, taking the port, the URL and the bounds", () => {
     execFileSync("python3", ["-c", `import ast, sys; ast.parse(sys.stdin.read())`], {
       input: GUEST_PROBE_PROGRAM,
     });
-    expect(guestProbeArgs(3128, "http://203.0.113.80/")).toEqual([
+    expect(guestProbeArgs(3128, "http://203.0.113.80/", { deadlineMs: 5_000, bodyBytes: 4096 })).toEqual([
       "-c",
       GUEST_PROBE_PROGRAM,
       "3128",
       "http://203.0.113.80/",
+      "5000",
+      "4096",
     ]);
   });
 

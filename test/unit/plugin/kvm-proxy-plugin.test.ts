@@ -3,10 +3,11 @@
  * over a real KvmProxyRuntime configured with a host key (check and diff
  * reach no host): the password hashed at check and kept beside the hash,
  * secret; the owner from the URN, or kept; the credential URLs; nothing
- * computed from a secret in the outputs, derived from old inputs. Diff,
- * create and the rest: test/pulumi/plugin.test.ts, through the real CLI.
+ * computed from a secret in the outputs, derived from old inputs; the
+ * engine's customTimeouts held to the provider's maximum. Diff, create and
+ * the rest: test/pulumi/plugin.test.ts, through the real CLI.
  */
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { isPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   hashedForCheck,
@@ -29,10 +30,19 @@ const PASSWORD = "correct-horse-battery-staple";
 const wrapped = (value: unknown) => ({ [SECRET_SIG]: SECRET_VALUE, value });
 
 let plugin: KvmProxyPlugin;
+/** The warnings the runtime gave through the engine's log: resource URN and text. */
+const warnings: [string | undefined, string][] = [];
 
 beforeAll(async () => {
   const runtime = new KvmProxyRuntime();
-  runtime.log = { status() {}, info() {}, warn() {}, flush: async () => {}, close() {} };
+  runtime.log = {
+    status() {},
+    info() {},
+    warn: (urn, text) => warnings.push([urn, text]),
+    flush: async () => {},
+    close() {},
+  };
+  // A host whose socket is not there: every connection fails at once, a transient failure retried.
   const config: Record<string, unknown> = {
     "kvm:hosts": { lab: { uri: "unix:///nonexistent/libvirt-sock" } },
     "kvm:images": { tiny: { url: "/nonexistent/tiny.qcow2", firmware: "bios" } },
@@ -215,5 +225,44 @@ describe("what is computed from a secret stays out of the outputs", () => {
     const other = runtimeOlds({ host: "lab" }, { ...plain, adoptedSpecHash: "0".repeat(64) });
     expect(other.adoptedSpecHash).toBe("0".repeat(64));
     expect(other).not.toHaveProperty("userDataSha256");
+  });
+});
+
+describe("the engine's customTimeouts", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("of 30 days do not end a create at once: capped to 24 h with a warning, the create works until its host's failure ends it", async () => {
+    const checked = await plugin.check(URN, {}, news());
+    warnings.length = 0;
+    // Node (and these fake timers) fire a timer set past 2^31-1 ms after 1 ms.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval"] });
+    let outcome: unknown;
+    plugin.create(checked.inputs, 30 * 86_400).then(
+      () => {
+        outcome = "created";
+      },
+      (err: unknown) => {
+        outcome = err;
+      },
+    );
+    // Each turn: the waits due in 10 s of fake time end, then the host's failures (real I/O) arrive.
+    for (let turn = 0; turn < 200 && outcome === undefined; turn++) {
+      await vi.advanceTimersByTimeAsync(10_000);
+      await new Promise((r) => setImmediate(r));
+    }
+    const failure = String(outcome);
+    // Every attempt its retry policy allows, not cut short by its deadline.
+    expect(failure).toContain(
+      "create of domain edge-plugin on host lab failed after 6 attempts: cannot connect to libvirtd socket",
+    );
+    expect(failure).not.toContain("customTimeouts");
+    expect(warnings).toEqual([
+      [
+        URN,
+        "customTimeouts.create of 2592000 s is above the provider's maximum of 86400 s (24h): the provider waits 24h",
+      ],
+    ]);
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseDuration } from "../../../provider/kvm/duration";
 import { UNKNOWN } from "../../../provider/resource/args";
-import { checkInputs } from "../../../provider/resource/check";
+import { checkInputs, engineTimeout } from "../../../provider/resource/check";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, KEY } from "../../support/bad-inputs";
@@ -196,5 +196,24 @@ describe("check rejects, naming the property", () => {
         .map((f) => `${what}: ${f.property}: ${f.reason}`);
     });
     expect(strays).toEqual([]);
+  });
+});
+
+describe("the engine's customTimeouts, which bypass check", () => {
+  const warned = (seconds: number) =>
+    `customTimeouts.create of ${seconds} s is above the provider's maximum of 86400 s (24h): the provider waits 24h`;
+
+  it.each<[string, number | undefined, { seconds?: number; warning?: string }]>([
+    ["none (absent)", undefined, {}],
+    ["none (0)", 0, {}],
+    ["negative: none", -5, {}],
+    ["NaN: none", Number.NaN, {}],
+    ["10 minutes", 600, { seconds: 600 }],
+    ["24 h, the maximum", 86_400, { seconds: 86_400 }],
+    ["24 h and a second", 86_401, { seconds: 86_400, warning: warned(86_401) }],
+    ["30 days", 2_592_000, { seconds: 86_400, warning: warned(2_592_000) }],
+    ["Infinity", Number.POSITIVE_INFINITY, { seconds: 86_400, warning: warned(Number.POSITIVE_INFINITY) }],
+  ])("%s: held to check's maximum for timeouts, with a warning past it", (_what, seconds, expected) => {
+    expect(engineTimeout(seconds, "customTimeouts.create")).toEqual(expected);
   });
 });

@@ -137,12 +137,14 @@ describe("architecture", () => {
     },
   );
 
-  it("keeps the core's pure modules in folders named by concept: guest, squid, socks, domain, network, config, placement", () => {
+  it("keeps the core's pure modules in folders named by concept: guest, squid, socks, tls, domain, network, config, placement", () => {
     const top = PURE.filter((s) => path.dirname(s.file) === "provider/kvm").map((s) => path.basename(s.file));
     expect(top.sort()).toEqual(KVM_TOP_LEVEL);
     const folders = new Set(PURE.map((s) => path.dirname(s.file)).filter((d) => d !== "provider/kvm"));
     expect([...folders].sort()).toEqual(
-      ["config", "domain", "guest", "network", "placement", "socks", "squid"].map((f) => `provider/kvm/${f}`),
+      ["config", "domain", "guest", "network", "placement", "socks", "squid", "tls"].map(
+        (f) => `provider/kvm/${f}`,
+      ),
     );
   });
 

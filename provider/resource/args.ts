@@ -7,6 +7,7 @@ import type * as pulumi from "@pulumi/pulumi";
 import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
 import type { ProxyState } from "../kvm/domain/states";
 import type { NicSpec } from "../kvm/network/nic";
+import type { ProxyTls, TlsPublic } from "../kvm/tls/proxy-tls";
 
 /** The value Pulumi sends for an input not known yet (during preview). */
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
@@ -127,9 +128,41 @@ export interface ProxyConfig {
    * A SOCKS5 listener beside the HTTP one (Dante), with the same clients,
    * credentials (username/password, RFC 1929) and destination rules:
    * `{}` for port 1080. Outputs `socksUrl` and, with auth, the secret
-   * `socksUrlWithCredentials`.
+   * `socksUrlWithCredentials`. SOCKS carries no TLS: its password crosses
+   * the network in clear.
    */
   socks?: { port?: number };
+  /**
+   * TLS on the proxy port (squid's `https_port`): `proxyUrl` is
+   * `https://...`, and the Basic credentials of every request travel
+   * encrypted. `{}`: a CA made for this proxy (kept in the state, its key a
+   * secret; the `proxyCaCertificate` output, which clients trust) issues its
+   * certificate at create for the VM's static addresses; or your own CA, or
+   * the proxy's certificate itself. Changing it replaces the VM.
+   */
+  tls?: ProxyTlsConfig;
+}
+
+/** TLS on the proxy port: a CA that issues the proxy's certificate at create, or the certificate itself. */
+export interface ProxyTlsConfig {
+  /**
+   * A CA of yours (an ECDSA P-256 key) that issues the proxy's certificate
+   * for the VM's static addresses at create; default: one made for this
+   * proxy. The primary NIC needs static addresses or an address pool.
+   */
+  ca?: TlsKeyPair;
+  /** Instead of a CA: the proxy's certificate (PEM, a chain with the proxy's first), served as given. */
+  certificate?: string;
+  /** Its private key (PEM), a secret; with `certificate`. */
+  privateKey?: string;
+}
+
+/** A certificate and its private key, PEM; the key a secret. */
+export interface TlsKeyPair {
+  /** The certificate (PEM). */
+  certificate: string;
+  /** Its private key (PEM), a secret. */
+  privateKey: string;
 }
 
 /** A SOCKS5 listener beside squid (Dante), with the proxy's clients, credentials and destination rules. */
@@ -298,6 +331,14 @@ export interface ProxyInput<Auth = { username: pulumi.Input<string>; password: p
   outgoingAddress?: pulumi.Input<string>;
   publicClientsWithoutAuth?: pulumi.Input<boolean>;
   socks?: pulumi.Input<SocksInput>;
+  tls?: pulumi.Input<ProxyTlsInput>;
+}
+
+/** TLS on the proxy port as a program writes it (see {@link ProxyTlsConfig}). */
+export interface ProxyTlsInput {
+  ca?: pulumi.Input<{ certificate: pulumi.Input<string>; privateKey: pulumi.Input<string> }>;
+  certificate?: pulumi.Input<string>;
+  privateKey?: pulumi.Input<string>;
 }
 
 /** One NIC of `nics`: attached to exactly one of network, bridge or direct. */
@@ -364,6 +405,8 @@ export interface CheckedProxy {
   outgoingAddress?: string;
   publicClientsWithoutAuth?: true;
   socks?: { port: number };
+  /** The CA that issues the proxy's certificate at create, or the certificate served (kvm/tls/proxy-tls.ts). */
+  tls?: ProxyTls;
 }
 
 /** Which address create waits for (true: "ipv4"). */
@@ -486,8 +529,13 @@ export interface KvmProxyOutputs
   createdAt?: string;
   /** The baked volume on the host the VM's disk is backed by (an image with `bake`). */
   bakedImage?: string;
-  /** The proxy block without the password (username only). */
-  proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth"> & { auth?: { username: string } };
+  /** The proxy block without the password (username only) and without TLS keys. */
+  proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth" | "tls"> & {
+    auth?: { username: string };
+    tls?: TlsPublic;
+  };
+  /** The CA the proxy's certificate is issued by (PEM), with `proxy.tls` and a CA: what clients trust. */
+  proxyCaCertificate?: string;
   /**
    * The hash of the password the guest's squid checks (a secret output): what
    * diff tells a changed password by. The seed on the host holds the same.
@@ -511,7 +559,7 @@ export interface KvmProxyOutputs
   ipAddresses?: NicAddresses[];
   /** The NIC's MAC address, lower case (the fixed one or libvirt's). */
   macAddress?: string;
-  /** `http://<ip>:<proxyPort>`, once the IP is known (never with credentials). */
+  /** `http://<ip>:<proxyPort>` (`https://` with `proxy.tls`), once the IP is known (never with credentials). */
   proxyUrl?: string;
   /** `socks5://<ip>:<socks port>` when the proxy has SOCKS, once the IP is known (never with credentials). */
   socksUrl?: string;

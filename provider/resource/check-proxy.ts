@@ -15,6 +15,9 @@ import { ipProblem } from "../kvm/network/ip";
 import { type AddressSpan, addressSpan, vmAddressProblem } from "../kvm/network/vm-address";
 import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import { isPasswordHash } from "../kvm/squid/password-hash";
+import { LOOPBACK_PROBE_PORT } from "../kvm/squid/setup";
+import { type ProxyTls, readProxyTls, type TlsCa } from "../kvm/tls/proxy-tls";
+import { Failures } from "../kvm/validation";
 import { type CheckedProxy, type CheckedProxyAuth, DEFAULTS, UNKNOWN } from "./args";
 
 type Obj = Record<string, unknown>;
@@ -22,11 +25,43 @@ interface Fail {
   fail(property: string | undefined, reason: string): void;
 }
 
+/** What `proxy.tls` needs besides the inputs: the old inputs' TLS (a CA made before is kept), and how to make one. */
+export interface TlsContext {
+  /** `proxy.tls` of the old inputs, as check left it. */
+  old?: unknown;
+  /** A new CA for the proxy (kvm/tls/certificate.ts makeCa). */
+  makeCa: () => TlsCa;
+}
+
+/**
+ * `proxy.tls` checked: as given, or with the CA made for the proxy, the
+ * old inputs' while the program gives none of its own (so the CA, and what
+ * clients trust, stays across updates); undefined when absent or unknown.
+ */
+function checkTls(f: Fail, v: unknown, ctx: TlsContext): ProxyTls | undefined {
+  // Not known yet (preview): the block stays unknown, so that nothing is judged of it.
+  if (v === UNKNOWN || JSON.stringify(v ?? null).includes(UNKNOWN))
+    return given(v) ? (UNKNOWN as never) : undefined;
+  const own = new Failures();
+  const tls = readProxyTls(own, v);
+  for (const x of own.list) f.fail(x.property, x.reason);
+  if (tls !== "make") return tls;
+  const old = ctx.old as { ca?: TlsCa } | undefined;
+  if (
+    old?.ca?.made === true &&
+    typeof old.ca.certificate === "string" &&
+    typeof old.ca.privateKey === "string"
+  )
+    return { ca: old.ca };
+  return { ca: ctx.makeCa() };
+}
+
 /** TCP ports the guest's own services hold: sshd, systemd-resolved's stub and LLMNR. */
 export const RESERVED_GUEST_PORTS: Readonly<Record<number, string>> = {
   22: "sshd",
   53: "the DNS stub resolver (systemd-resolved)",
   5355: "LLMNR (systemd-resolved)",
+  [LOOPBACK_PROBE_PORT]: "squid's loopback listener for the provider's own probes (with proxy.tls)",
 };
 
 /** The name the password's failures use: the engine prints a failing top-level value, and this is no top-level name. */
@@ -56,6 +91,7 @@ const PROXY_FIELDS = [
   "outgoingAddress",
   "publicClientsWithoutAuth",
   "socks",
+  "tls",
 ];
 /** What the class sends in `proxy.auth` (the user writes username and password). */
 const AUTH_FIELDS = ["username", "passwordHash", "passwordProblem"];
@@ -176,6 +212,7 @@ function knownList(v: unknown): v is unknown[] {
 export function checkProxy(
   f: Fail,
   news: Obj,
+  tlsContext: TlsContext,
 ): { port: number | undefined; proxy: CheckedProxy | undefined } {
   const raw = news.proxy;
   if (raw === UNKNOWN) return { port: checkPort(f, news, undefined), proxy: undefined };
@@ -226,11 +263,13 @@ export function checkProxy(
     if (problem !== undefined) f.fail("proxy.outgoingAddress", `must be an address of the VM: ${problem}`);
   }
   const socks = checkSocks(f, proxy.socks, port, proxy.auth);
+  const tls = checkTls(f, proxy.tls, tlsContext);
   return {
     port,
     proxy: {
       port: port ?? DEFAULTS.proxyPort,
       ...(socks !== undefined ? { socks } : {}),
+      ...(tls !== undefined ? { tls } : {}),
       ...(auth !== undefined ? { auth } : {}),
       allowedClients: allowedClients ?? [...DEFAULT_ALLOWED_CLIENTS],
       allowedDestinations: allowedDestinations ?? [],

@@ -27,6 +27,9 @@ import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
 import { given, isObject } from "../kvm/fields";
 import { poolCapacity } from "../kvm/network/address-pool";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
+import type { ProxySetup } from "../kvm/squid/setup";
+import { makeCa as makeCaNow } from "../kvm/tls/certificate";
+import { issuedAtCreate, type TlsCa } from "../kvm/tls/proxy-tls";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
 import {
   type CheckedInputs,
@@ -70,6 +73,8 @@ export interface CheckContext {
   randomBytes: (n: number) => Uint8Array;
   /** Claims of static addresses across the proxies of this program (check-nics.ts); none: not checked. */
   claimAddress?: AddressClaim;
+  /** A new CA for a proxy with `proxy.tls: {}` (default: kvm/tls/certificate.ts makeCa, now). */
+  makeCa?: (commonName: string) => TlsCa;
   /** Claims of host keys given in full across the proxies of this program (check-placement.ts); none: not checked. */
   claimHost?: HostClaim;
 }
@@ -80,6 +85,31 @@ export interface CheckOutcome {
   failures: ValidationFailure[];
   /** Advice for preview (a proxy's address only its host reaches); never a failure. */
   warnings?: string[];
+}
+
+/** Why a certificate issued at create cannot be made: it names the VM's static addresses. */
+const TLS_NEEDS_ADDRESSES =
+  "issues the proxy's certificate at create for the addresses clients reach it at, which a DHCP address is " +
+  "not known before the VM boots: give the primary NIC static addresses or an addressPool (nics), or give " +
+  "proxy.tls.certificate and privateKey (a certificate of yours, for a name or address you know)";
+
+/** Preview's warning for a proxy with TLS and SOCKS: RFC 1929 sends the password in clear. */
+const SOCKS_BESIDE_TLS =
+  "proxy.socks carries no TLS: SOCKS5 sends the username and password in clear (RFC 1929), whatever proxy.tls " +
+  "does for the HTTP port; keep SOCKS to networks you trust, or leave it out";
+
+/** The proxy's setup as preview builds its seed: a certificate issued at create stood in for by its CA's. */
+function withPreviewTls(c: Parameters<typeof proxySetupOf>[0]): ProxySetup {
+  const setup = proxySetupOf(c);
+  const tls = setup.tls;
+  if (tls === undefined || !issuedAtCreate(tls)) return setup;
+  return { ...setup, tls: { certificate: tls.ca.certificate, privateKey: tls.ca.privateKey } };
+}
+
+/** A CA made now for a proxy with `proxy.tls: {}`. */
+function defaultMakeCa(commonName: string): TlsCa {
+  const ca = makeCaNow({ commonName, now: new Date() });
+  return { certificate: ca.certificatePem, privateKey: ca.privateKeyPem, made: true };
 }
 
 /** True when `v` is (or, for objects and arrays, contains) an unknown value. Iterative: no depth overflows it. */
@@ -399,8 +429,12 @@ export function checkInputs(
     news.installGuestAgent,
     DEFAULTS.installGuestAgent,
   );
+  const makeCa = ctx.makeCa ?? defaultMakeCa;
   const checkedProxy = guard(f, secretName("proxy"), { port: DEFAULTS.proxyPort, proxy: undefined }, () =>
-    checkProxy(f, news),
+    checkProxy(f, news, {
+      old: isObject(olds.proxy) ? olds.proxy.tls : undefined,
+      makeCa: () => makeCa(`pulumi-kvm-proxy ${owner?.resource ?? "proxy"}`.slice(0, 64)),
+    }),
   );
   const proxyPort = checkedProxy.port ?? DEFAULTS.proxyPort;
   const memoryMiB = intIn(f, "memoryMiB", news.memoryMiB, MIN_MEMORY_MIB, MAX_MEMORY_MIB, DEFAULTS.memoryMiB);
@@ -480,13 +514,24 @@ export function checkInputs(
     if (problem !== undefined) f.fail("proxy.outgoingAddress", problem);
   }
 
+  // A certificate issued at create names the VM's static addresses: the primary NIC must have some.
+  const tls = checkedProxy.proxy?.tls;
+  if (tls !== undefined && !isUnknown(tls) && issuedAtCreate(tls) && networking.nics !== UNKNOWN) {
+    // Without `nics`, the one-NIC shorthand: DHCP.
+    const nics = Array.isArray(networking.nics) ? networking.nics : [];
+    const primary = nics.find((n) => n.primary) ?? nics[0];
+    if (primary === undefined || (primary.addresses.length === 0 && primary.addressPool === undefined))
+      f.fail("proxy.tls", TLS_NEEDS_ADDRESSES);
+  }
+
   // The proxy's setup script as create adds it (mapping.ts proxySetupOf), once everything it is made of is known.
   const proxyKnown =
     checkedProxy.port !== undefined && news.proxy !== UNKNOWN && !isUnknown(checkedProxy.proxy ?? null);
   const nicsKnown = networking.nics !== UNKNOWN;
+  // A certificate issued at create stands in as the CA's own pair: the seed's size is what it checks.
   const proxy =
     proxyKnown && nicsKnown
-      ? proxySetupOf({
+      ? withPreviewTls({
           proxyPort: checkedProxy.port ?? DEFAULTS.proxyPort,
           ...(checkedProxy.proxy !== undefined ? { proxy: checkedProxy.proxy } : {}),
           ...(networking.nics !== undefined ? { nics: networking.nics as NicSpec[] } : {}),
@@ -566,7 +611,13 @@ export function checkInputs(
         guard(new Failures(), "network", undefined, () =>
           unreachableAddressWarning(vmNicsOf(asChecked(out)), host),
         );
-  return { inputs: out, failures: [], ...(warning !== undefined ? { warnings: [warning] } : {}) };
+  const warnings = [
+    ...(warning !== undefined ? [warning] : []),
+    ...(checkedProxy.proxy?.tls !== undefined && checkedProxy.proxy.socks !== undefined
+      ? [SOCKS_BESIDE_TLS]
+      : []),
+  ];
+  return { inputs: out, failures: [], ...(warnings.length > 0 ? { warnings } : {}) };
 }
 
 /** The checked inputs as the typed record create/update use (after preview, nothing is unknown). */

@@ -24,6 +24,7 @@ import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { TimeoutError } from "../errors";
 import { hostPort } from "../kvm/network/ip";
+import { peerProblem, type TlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep as sleepFor } from "../timers";
 import { bounded, failureText, type ProbeBounds, type ProbeExchange } from "./probe-reader";
 
@@ -44,24 +45,52 @@ export interface ProbeTarget {
    * through the VM's host (`healthCheck.via: "host"`, HostPool.tunnel).
    */
   connect?: () => Promise<Duplex>;
+  /** The proxy listens with TLS: the certificate it must present (kvm/tls/proxy-tls.ts peerProblem). */
+  tls?: TlsPublic;
 }
 
 /**
  * Where a probe's request goes: `ip:proxyPort` directly, or the stream
- * `t.connect` opens (with the socket methods http asks of a connection).
+ * `t.connect` opens (with the socket methods http asks of a connection);
+ * with TLS to the proxy when it listens so, its certificate judged before a
+ * byte of the request is sent. What it opens is held by the exchange `x`.
  */
-function endpoint(t: ProbeTarget): http.RequestOptions {
-  const connect = t.connect;
-  if (connect === undefined) return { host: t.ip, port: t.proxyPort };
+function endpoint(t: ProbeTarget, x: ProbeExchange): http.RequestOptions {
+  const { connect, tls: expect } = t;
+  if (connect === undefined && expect === undefined) return { host: t.ip, port: t.proxyPort };
+  const open = async (): Promise<Duplex> => {
+    const raw = x.hold(connect !== undefined ? await connect() : net.connect(t.proxyPort, t.ip));
+    return expect === undefined ? raw : x.hold(await secured(raw, t.ip, expect));
+  };
   return {
     createConnection: (_options, done) => {
-      connect().then(
+      open().then(
         (stream) => done(null, asSocket(stream)),
         (err: unknown) => done(err instanceof Error ? err : new Error(String(err)), undefined as never),
       );
       return undefined as never;
     },
   };
+}
+
+/**
+ * TLS over `raw` to the proxy at `ip`, once its certificate is the one
+ * `expect` describes (issued by its CA for `ip`, or the one given); Node's
+ * own check is not used: it would trust the machine's CAs too.
+ */
+function secured(raw: Duplex, ip: string, expect: TlsPublic): Promise<tls.TLSSocket> {
+  return new Promise((resolve, reject) => {
+    const s = tls.connect({ socket: raw, rejectUnauthorized: false });
+    s.once("secureConnect", () => {
+      const problem = peerProblem(s.getPeerCertificate().raw, expect, ip, new Date());
+      if (problem === undefined) resolve(s);
+      else {
+        s.destroy();
+        reject(new Error(problem));
+      }
+    });
+    s.once("error", reject);
+  });
 }
 
 /**
@@ -145,7 +174,7 @@ export async function fetchThrough(t: ProbeTarget, url: string, bounds: ProbeBou
 
 async function viaProxy(x: ProbeExchange, t: ProbeTarget, target: URL): Promise<Fetched> {
   const res = await x.request({
-    ...endpoint(t),
+    ...endpoint(t, x),
     method: "GET",
     path: target.href,
     headers: { host: target.host, "user-agent": USER_AGENT },
@@ -159,7 +188,7 @@ async function squidSelf(t: ProbeTarget, timeoutMs: number): Promise<ProbeResult
   try {
     const res = await bounded({ deadlineMs: timeoutMs, bodyBytes: 0 }, (x) =>
       x.request({
-        ...endpoint(t),
+        ...endpoint(t, x),
         method: "GET",
         path: "/",
         headers: { host: where(t), "user-agent": USER_AGENT },
@@ -214,7 +243,7 @@ export function judgeStatus(
 async function viaTunnel(x: ProbeExchange, t: ProbeTarget, url: URL): Promise<Fetched> {
   const port = url.port === "" ? 443 : Number(url.port);
   const { res, socket } = await x.tunnel({
-    ...endpoint(t),
+    ...endpoint(t, x),
     path: `${url.hostname}:${port}`,
     headers: { host: `${url.hostname}:${port}` },
   });

@@ -59,8 +59,10 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   /** The guest's first routable IPv4; absent until known. */
   declare readonly ipAddress: pulumi.Output<string | undefined>;
   declare readonly macAddress: pulumi.Output<string>;
-  /** `http://<ip>:<port>`, never with credentials; absent until the IP is known. */
+  /** `http://<ip>:<port>` (`https://` with `proxy.tls`), never with credentials; absent until the IP is known. */
   declare readonly proxyUrl: pulumi.Output<string | undefined>;
+  /** With `proxy.tls` and a CA: the CA the proxy's certificate is issued by (PEM), what clients trust. */
+  declare readonly proxyCaCertificate: pulumi.Output<string | undefined>;
   /**
    * `http://<user>:<password>@<ip>:<port>` when the proxy has auth (secret).
    * Made here, in the program, from `proxyUrl` and the password input: no
@@ -116,6 +118,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "ipAddress",
       "macAddress",
       "proxyUrl",
+      "proxyCaCertificate",
       "socksUrl",
       "egressAddress",
       "health",
@@ -193,8 +196,10 @@ function warnPlainPassword(proxy: unknown, name: string): void {
 
 /**
  * The proxy block the provider gets (proxy-auth.ts): the password replaced
- * by its hash; secret whenever it has auth. Warns at every run when it
- * admits public clients without auth.
+ * by its hash; secret whenever it has auth or TLS (check adds the CA made
+ * for the proxy, its key included, and the engine keeps what check returns
+ * as secret as the input it came from). Warns at every run when it admits
+ * public clients without auth.
  */
 function hashedProxy(
   proxy: pulumi.Input<ProxyArg>,
@@ -209,7 +214,9 @@ function hashedProxy(
       );
     }
     const hashed = hashedProxyBlock(block, u);
-    return isPlain(block) && block.auth !== undefined ? pulumi.secret(hashed) : hashed;
+    return isPlain(block) && (block.auth !== undefined || block.tls !== undefined)
+      ? pulumi.secret(hashed)
+      : hashed;
   });
 }
 

@@ -12,6 +12,7 @@ import { bare, hostPort, subnetOf } from "../kvm/network/ip";
 import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/squid/setup";
+import { issuedAtCreate, tlsPublic } from "../kvm/tls/proxy-tls";
 import { addressOutputs } from "./address-outputs";
 import {
   type CheckedInputs,
@@ -82,21 +83,26 @@ export function proxyPasswordHashOf(c: Pick<CheckedInputs, "proxy">): string | u
   return c.proxy?.auth?.passwordHash;
 }
 
-/** The proxy block as outputs show it: the password replaced by nothing (its hash is a secret output). */
+/** The proxy block as outputs show it: no password (its hash is a secret output), no TLS key. */
 export function publicProxy(c: Pick<CheckedInputs, "proxy" | "name">): KvmProxyOutputs["proxy"] {
   if (c.proxy === undefined) return undefined;
-  const { auth, ...rest } = c.proxy;
-  return { ...rest, ...(auth !== undefined ? { auth: { username: auth.username } } : {}) };
+  const { auth, tls, ...rest } = c.proxy;
+  return {
+    ...rest,
+    ...(auth !== undefined ? { auth: { username: auth.username } } : {}),
+    ...(tls !== undefined ? { tls: tlsPublic(tls) } : {}),
+  };
 }
 
 /** What the guest's squid is set up with: the proxy block, or the defaults (3128 or proxyPort, private ranges, no auth). */
 export function proxySetupOf(c: Pick<CheckedInputs, "proxyPort" | "proxy" | "nics">): ProxySetup {
-  const { auth: _auth, ...conf } = squidConfOf(c);
+  const { auth: _auth, tls: _tls, ...conf } = squidConfOf(c);
   const auth = c.proxy?.auth;
   const passwordHash = proxyPasswordHashOf(c);
   return {
     ...conf,
     ...(c.proxy?.socks !== undefined ? { socks: { port: c.proxy.socks.port } } : {}),
+    ...(c.proxy?.tls !== undefined ? { tls: c.proxy.tls } : {}),
     ...(auth !== undefined && passwordHash !== undefined
       ? { auth: { username: auth.username, passwordHash } }
       : {}),
@@ -111,6 +117,7 @@ export function squidConfOf(c: {
     allowedClients?: readonly string[];
     allowedDestinations?: readonly string[];
     outgoingAddress?: string;
+    tls?: unknown;
   };
   nics?: readonly Pick<NicSpec, "addresses" | "gateway4" | "gateway6" | "addressPool">[];
 }): SquidConfInputs {
@@ -128,6 +135,7 @@ export function squidConfOf(c: {
     onLink: [...new Set([...addresses.map((a) => subnetOf(a) ?? bare(a)), ...gateways])],
     ...(auth !== undefined ? { auth: { username: auth.username } } : {}),
     ...(c.proxy?.outgoingAddress !== undefined ? { outgoingAddress: c.proxy.outgoingAddress } : {}),
+    ...(c.proxy?.tls !== undefined ? { tls: true } : {}),
   };
 }
 
@@ -150,9 +158,9 @@ export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | u
   };
 }
 
-/** `http://<ip>:<port>`: never with credentials (the KvmProxy class adds them in the program). */
-export function proxyUrl(ip: string, port: number): string {
-  return `http://${hostPort(ip, port)}`;
+/** `http://<ip>:<port>` (`https://` with TLS): never with credentials (the KvmProxy class adds them in the program). */
+export function proxyUrl(ip: string, port: number, tls: boolean): string {
+  return `${tls ? "https" : "http"}://${hostPort(ip, port)}`;
 }
 
 /** `socks5://<ip>:<port>` of a proxy with SOCKS (from the checked inputs or the state's outputs), else undefined. */
@@ -261,7 +269,11 @@ export function liveOutputs(props: Props, status: VmStatus): Props {
   Object.assign(out, addresses);
   const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
   if (urlHost !== undefined) {
-    out.proxyUrl = proxyUrl(urlHost, proxyPort);
+    out.proxyUrl = proxyUrl(
+      urlHost,
+      proxyPort,
+      (props.proxy as { tls?: unknown } | undefined)?.tls !== undefined,
+    );
   }
   out.socksUrl = socksUrlOf(props.proxy, urlHost);
   if (status.domain !== undefined) {
@@ -333,7 +345,9 @@ export function outputsFrom(
   const addresses = addressOutputs(c.nics, status);
   Object.assign(out, addresses);
   const urlHost = addresses.ipAddress ?? addresses.ipv6Address;
-  if (urlHost !== undefined) out.proxyUrl = proxyUrl(urlHost, c.proxyPort);
+  if (urlHost !== undefined) out.proxyUrl = proxyUrl(urlHost, c.proxyPort, c.proxy?.tls !== undefined);
+  const tls = c.proxy?.tls;
+  if (tls !== undefined && issuedAtCreate(tls)) out.proxyCaCertificate = tls.ca.certificate;
   const socksUrl = socksUrlOf(c.proxy, urlHost);
   if (socksUrl !== undefined) out.socksUrl = socksUrl;
   if (health !== undefined) {

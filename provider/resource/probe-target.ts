@@ -9,7 +9,8 @@
 import type { HostConfig } from "../kvm/config/host-config";
 import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
-import { squidName } from "../kvm/squid/setup";
+import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/squid/setup";
+import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
 import { type CheckedInputs, DEFAULTS, type KvmProxyOutputs } from "./args";
 import { hostOnlyNetwork, vmNicsOf } from "./check-nics";
 import type { ProbeTarget } from "./health-check";
@@ -29,8 +30,18 @@ export interface ProbeInputs
     allowedDestinations: readonly string[];
     outgoingAddress?: string;
     socks?: { port: number };
+    /** With TLS on the proxy port: what its certificate must be (the checked block's, or the outputs'). */
+    tls?: TlsPublic;
   };
   nics?: NicSpec[];
+}
+
+/**
+ * The port a probe inside the guest asks squid on: the proxy port, or with
+ * TLS squid's plain loopback listener (kvm/squid/setup.ts LOOPBACK_PROBE_PORT).
+ */
+export function guestProbePort(c: ProbeInputs): number {
+  return c.proxy?.tls !== undefined ? LOOPBACK_PROBE_PORT : c.proxyPort;
 }
 
 /**
@@ -56,6 +67,7 @@ export function probeTargetOf(
   const url = c.proxy?.auth === undefined ? c.healthCheck.url : undefined;
   return {
     ...(connect !== undefined ? { connect } : {}),
+    ...(c.proxy?.tls !== undefined ? { tls: tlsPublic(c.proxy.tls) } : {}),
     ip,
     proxyPort: c.proxyPort,
     squidName: squidName(squidConfOf(c)),
@@ -112,6 +124,7 @@ export function probeInputsOf(props: Props): ProbeInputs {
             ...(shown.outgoingAddress !== undefined ? { outgoingAddress: shown.outgoingAddress } : {}),
             ...(shown.auth !== undefined ? { auth: { username: shown.auth.username } } : {}),
             ...(shown.socks !== undefined ? { socks: { port: shown.socks.port } } : {}),
+            ...(shown.tls !== undefined ? { tls: shown.tls } : {}),
           },
         }
       : {}),

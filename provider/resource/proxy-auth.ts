@@ -40,12 +40,12 @@ export function hashedProxyBlock(block: unknown, urn: string): unknown {
   };
 }
 
-/** `proxyUrl` (http:// or socks5://) with `auth`'s credentials (URL-encoded), or undefined without either. */
+/** `proxyUrl` (http://, https:// or socks5://) with `auth`'s credentials (URL-encoded), or undefined without either. */
 export function urlWithCredentials(proxyUrl: string | undefined, auth: unknown): string | undefined {
   if (proxyUrl === undefined || !isPlain(auth)) return undefined;
   if (typeof auth.username !== "string" || typeof auth.password !== "string") return undefined;
   const credentials = `${encodeURIComponent(auth.username)}:${encodeURIComponent(auth.password)}`;
-  return proxyUrl.replace(/^(http|socks5):\/\//, `$1://${credentials}@`);
+  return proxyUrl.replace(/^(https?|socks5):\/\//, `$1://${credentials}@`);
 }
 
 /** Shortest secret a fleet's member passwords are derived from. */

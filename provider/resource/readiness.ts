@@ -10,6 +10,7 @@ import { ProviderError, TimeoutError } from "../errors";
 import type { KvmOperations, VmStatus } from "../kvm/host/operations";
 import { hostPort } from "../kvm/network/ip";
 import type { ProgressListener } from "../kvm/progress";
+import { tlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
@@ -25,7 +26,14 @@ import {
   socksGreeting,
   waitHealthy,
 } from "./health-check";
-import { egressProbeOf, guestProbeOf, type ProbeInputs, probeTargetOf, probeVia } from "./probe-target";
+import {
+  egressProbeOf,
+  guestProbeOf,
+  guestProbePort,
+  type ProbeInputs,
+  probeTargetOf,
+  probeVia,
+} from "./probe-target";
 
 /** What the egress check read: the address the echo saw, or why there is none. */
 export type EgressReading = { ok: true; address: string } | { ok: false; reason: string };
@@ -89,7 +97,7 @@ export class Readiness {
     if (inGuest !== undefined) {
       r = await this.waitGuestProbe(
         status,
-        target,
+        { ...target, guestPort: guestProbePort(c) },
         inGuest,
         remainingMs - (performance.now() - since),
         signal,
@@ -178,14 +186,14 @@ export class Readiness {
   /** One probe of `url` inside the guest (proxies with auth): judged as a reply from here. */
   private async guestProbeOnce(
     status: Pick<VmStatus, "host" | "name">,
-    target: { ip: string; proxyPort: number; squidName: string },
+    target: { ip: string; proxyPort: number; guestPort: number; squidName: string },
     probe: { url: string; expectStatus?: number },
     signal?: AbortSignal,
   ): Promise<ProbeResult> {
     const reply = await this.ops.probeInGuest(
       status.host,
       status.name,
-      target.proxyPort,
+      target.guestPort,
       probe.url,
       { deadlineMs: GATE_PROBE_MS, bodyBytes: 0 },
       signal,
@@ -200,7 +208,7 @@ export class Readiness {
   /** Repeats {@link guestProbeOnce} until it passes or the time is up. */
   private async waitGuestProbe(
     status: Pick<VmStatus, "host" | "name">,
-    target: { ip: string; proxyPort: number; squidName: string },
+    target: { ip: string; proxyPort: number; guestPort: number; squidName: string },
     probe: { url: string; expectStatus?: number },
     remainingMs: number,
     signal: AbortSignal,
@@ -253,7 +261,7 @@ export class Readiness {
     let body: string;
     const bounds = { deadlineMs: this.o.probeTimeoutMs, bodyBytes: ECHO_BODY_LIMIT };
     if (probe.inGuest) {
-      const reply = await this.ops.probeInGuest(vm.host, vm.name, c.proxyPort, probe.url, bounds);
+      const reply = await this.ops.probeInGuest(vm.host, vm.name, guestProbePort(c), probe.url, bounds);
       if (reply === undefined)
         return {
           ok: false,
@@ -270,6 +278,7 @@ export class Readiness {
         proxyPort: c.proxyPort,
         squidName: "",
         ...(connect !== undefined ? { connect } : {}),
+        ...(c.proxy?.tls !== undefined ? { tls: tlsPublic(c.proxy.tls) } : {}),
       };
       const r = await fetchThrough(target, probe.url, bounds);
       if (!r.ok) return { ok: false, reason: r.reason };

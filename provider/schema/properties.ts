@@ -24,9 +24,11 @@ import type {
   ProxyAuth,
   ProxyHealth,
   ProxyInput,
+  ProxyTlsInput,
   RotationInput,
   SocksInput,
   Timeouts,
+  TlsKeyPair,
 } from "../resource/args";
 import { DEFAULTS } from "../resource/args";
 import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
@@ -70,6 +72,13 @@ const proxyAuth: Table<ProxyAuth> = { username: p(STRING), password: p(STRING, {
 
 const socks: Table<SocksInput> = { port: p(INTEGER, { default: DEFAULTS.socksPort }) };
 
+const tlsKeyPair: Table<TlsKeyPair> = { certificate: p(STRING), privateKey: p(STRING, { secret: true }) };
+const proxyTls: Table<ProxyTlsInput> = {
+  ca: p(t("TlsKeyPair")),
+  certificate: p(STRING),
+  privateKey: p(STRING, { secret: true }),
+};
+
 // No schema default for the port: SDKs would fill in both `proxy.port` and its shorthand
 // `proxyPort`, which check refuses together; the provider's default (3128) applies.
 const proxy: Table<ProxyInput> = {
@@ -80,6 +89,7 @@ const proxy: Table<ProxyInput> = {
   outgoingAddress: p(STRING),
   publicClientsWithoutAuth: p(BOOLEAN),
   socks: p(t("Socks")),
+  tls: p(t("ProxyTls")),
 };
 
 const hostInput: Table<HostInput> = {
@@ -147,6 +157,8 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   Timeouts: { source: "Timeouts", properties: timeouts },
   ProxyAuth: { source: "ProxyAuth", properties: proxyAuth },
   Socks: { source: "SocksInput", properties: socks },
+  ProxyTls: { source: "ProxyTlsConfig", properties: proxyTls },
+  TlsKeyPair: { source: "TlsKeyPair", properties: tlsKeyPair },
   Proxy: { source: "ProxyConfig", properties: proxy },
   HostInput: { source: "HostInput", properties: hostInput },
   HostConfig: {
@@ -240,6 +252,7 @@ export const KVM_PROXY_OUTPUTS: Table<KvmProxyOutputs & KvmProxyCredentialUrls> 
   ipAddresses: p({ type: "array", items: t("NicAddresses") }),
   macAddress: p(STRING),
   proxyUrl: p(STRING),
+  proxyCaCertificate: p(STRING),
   socksUrl: p(STRING),
   egressAddress: p(STRING),
   state: p(STRING),

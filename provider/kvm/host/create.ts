@@ -17,8 +17,10 @@ import { overlayVolumeName, seedVolumeName } from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
 import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../domain/volume-xml";
 import { buildSeed, type SeedSpec } from "../guest/seed";
+import { bare } from "../network/ip";
 import { resolveHostNics, segmentOf } from "../network/nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
+import { issuedAtCreate, servedTls } from "../tls/proxy-tls";
 import type { DefineLedger } from "./define-ledger";
 import { DomainTakenError, lookupDomain, managedMetadata, startDomain } from "./domains";
 import type { HostPool } from "./hosts";
@@ -207,7 +209,7 @@ export async function createOnce(
   }
 
   await step("seed-volume");
-  const iso = buildSeed(spec);
+  const iso = buildSeed(withServedTls(spec, (options.now ?? (() => new Date()))()));
   const seedName = seedVolumeName(spec.name, spec.owner.urn);
   const seed = await createFreshVolume(lv, pool, seedName, buildSeedVolumeXml(seedName, iso.length), ctx.env);
 
@@ -290,6 +292,24 @@ function freshOverlay(
     requestedSizeBytes: spec.diskGiB * GIB,
   });
   return createFreshVolume(lv, pool, name, xml, ctx.env);
+}
+
+/**
+ * `spec` with the certificate its proxy serves: issued now by the proxy's CA
+ * for the VM's static addresses (a pool's taken by now), its key made here
+ * and written only into the seed; or the one given.
+ */
+function withServedTls(spec: CreateSpec, now: Date): CreateSpec {
+  const tls = spec.proxy?.tls;
+  if (spec.proxy === undefined || tls === undefined || !issuedAtCreate(tls)) return spec;
+  const addresses = [...new Set(spec.nics.flatMap((n) => n.addresses.map(bare)))];
+  if (addresses.length === 0) {
+    throw new ProviderError(
+      "permanent",
+      `the proxy's certificate names the VM's static addresses, and ${spec.name} has none (proxy.tls)`,
+    );
+  }
+  return { ...spec, proxy: { ...spec.proxy, tls: servedTls(tls, addresses, now) } };
 }
 
 /** `p`, or the signal's reason as soon as it aborts (`p` runs on; its outcome is then ignored). */

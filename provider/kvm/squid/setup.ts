@@ -22,6 +22,7 @@
 import { createHash } from "node:crypto";
 import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../guest/vendor-shell";
 import { buildSocksSetup } from "../socks/dante";
+import { issuedAtCreate, type ProxyTls } from "../tls/proxy-tls";
 import { ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./access";
 
 /** Where the script writes the password file (AppArmor lets squid's helpers read /etc/squid only). */
@@ -32,6 +33,15 @@ export const VISIBLE_HOSTNAME_PREFIX = "kvm-proxy-";
 export const AUTH_REALM = "pulumi-kvm-proxy";
 /** The file name of the script part in vendor-data. */
 export const PROXY_SETUP_SCRIPT_FILENAME = "kvm-proxy-squid.sh";
+/** Where the script writes the certificate and key squid serves with TLS (AppArmor lets squid read /etc/squid). */
+export const TLS_DIR = "/etc/squid/kvm-proxy-tls";
+/**
+ * With TLS, the port of a plain listener on the guest's loopback, for the
+ * provider's probes run inside the guest (guest-probe.ts: Python's urllib
+ * speaks no TLS to a proxy). It opens nothing new: squid admits the VM's
+ * own processes without credentials on its proxy port already.
+ */
+export const LOOPBACK_PROBE_PORT = 59128;
 
 /** What the guest's squid (and its SOCKS5 listener beside it) is set up with. */
 export interface ProxySetup extends SquidConfInputs {
@@ -39,6 +49,12 @@ export interface ProxySetup extends SquidConfInputs {
   auth?: { username: string; passwordHash: string };
   /** SOCKS5 on `port` too (kvm/socks/dante.ts), with the same clients, credentials and destinations. */
   socks?: { port: number };
+  /**
+   * TLS on `port` (kvm/tls/proxy-tls.ts): the certificate squid serves, or
+   * the CA that issues it, which create turns into one (`servedTls`) once
+   * the VM's addresses are known; the script takes only a served one.
+   */
+  tls?: ProxyTls;
 }
 
 /** What squid.conf is written from: the setup without the password hash (the password file holds it). */
@@ -56,6 +72,11 @@ export interface SquidConfInputs {
   onLink: readonly string[];
   /** The source address of squid's outgoing connections (an address of the VM). */
   outgoingAddress?: string;
+  /**
+   * Listen with TLS on `port` (certificate and key in {@link TLS_DIR}), and
+   * plainly on the loopback's probe port: `true`, or the setup's TLS itself.
+   */
+  tls?: boolean | ProxyTls;
 }
 
 // ---------------------------------------------------------------------------
@@ -94,7 +115,13 @@ function nameOf(directives: readonly string[]): string {
 
 /** squid.conf's directives after its name. */
 function squidDirectives(p: SquidConfInputs): string[] {
-  const lines = [`http_port ${p.port}`];
+  const lines =
+    p.tls !== undefined && p.tls !== false
+      ? [
+          `https_port ${p.port} tls-cert=${TLS_DIR}/cert.pem tls-key=${TLS_DIR}/key.pem`,
+          `http_port 127.0.0.1:${LOOPBACK_PROBE_PORT}`,
+        ]
+      : [`http_port ${p.port}`];
   if (p.auth !== undefined) {
     lines.push(
       `auth_param basic program ${HELPER} ${PASSWORD_FILE}`,
@@ -147,9 +174,12 @@ export const NO_SOCKS_FUNCTION = `no_socks() {
  * cloud-init reports.
  */
 export function buildProxySetupScript(p: ProxySetup): string {
+  if (p.tls !== undefined && issuedAtCreate(p.tls))
+    throw new Error("the proxy's certificate is issued at create: the setup takes the one served");
+  const served = p.tls;
   const conf = buildSquidConf(p);
   const passwd = p.auth === undefined ? undefined : passwordFileLine(p.auth);
-  for (const text of [conf, passwd ?? ""]) {
+  for (const text of [conf, passwd ?? "", served?.certificate ?? "", served?.privateKey ?? ""]) {
     if (text.split("\n").includes("KVMP_EOF")) throw new Error("the squid setup holds the heredoc delimiter");
   }
   const socks =
@@ -222,6 +252,23 @@ chown "root:$group" ${PASSWORD_FILE}.new
 chmod 0640 ${PASSWORD_FILE}.new
 mv -f ${PASSWORD_FILE}.new ${PASSWORD_FILE}`
 }
+${
+  served === undefined
+    ? `rm -rf ${TLS_DIR}`
+    : `umask 077
+mkdir -p ${TLS_DIR}
+cat >${TLS_DIR}/cert.pem <<'KVMP_EOF'
+${served.certificate.trimEnd()}
+KVMP_EOF
+cat >${TLS_DIR}/key.pem.new <<'KVMP_EOF'
+${served.privateKey.trimEnd()}
+KVMP_EOF
+chown -R "root:$group" ${TLS_DIR}
+chmod 0750 ${TLS_DIR}
+chmod 0644 ${TLS_DIR}/cert.pem
+chmod 0640 ${TLS_DIR}/key.pem.new
+mv -f ${TLS_DIR}/key.pem.new ${TLS_DIR}/key.pem`
+}
 umask 022
 # What the VM itself holds now (its addresses, its subnets and gateways), for
 # the destination rules: the static NICs are in squid.conf already, DHCP and
@@ -271,7 +318,7 @@ fi
 # Ready when squid reports our port open; sshd or anything else on it is not squid.
 i=0
 while [ "$i" -lt 60 ]; do
-	if tail -n "+$((seen + 1))" "$log_file" 2>/dev/null | grep -q "Accepting HTTP Socket connections at.*:${p.port}[, ]"; then
+	if tail -n "+$((seen + 1))" "$log_file" 2>/dev/null | grep -qE "Accepting HTTPS? Socket connections at.*:${p.port}[, ]"; then
 		log "squid is listening on port ${p.port}"
 ${socks === undefined ? "\t\tno_socks\n\t\texit 0" : "\t\tsocks_setup\n\t\texit 0"}
 	fi

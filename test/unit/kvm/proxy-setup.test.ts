@@ -188,7 +188,7 @@ describe("the setup script", () => {
       expect(script).toContain(pm);
     }
     expect(script).toContain("squid -k parse");
-    expect(script).toContain("Accepting HTTP Socket connections at.*:3128[, ]");
+    expect(script).toContain("Accepting HTTPS? Socket connections at.*:3128[, ]");
   });
 
   it("writes the VM's own addresses and its on-link subnets and gateways for the destination rules", () => {

@@ -21,10 +21,13 @@ import { guestProbeArgs, parseGuestProbe } from "../../../provider/kvm/guest/gue
 import { squidPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   buildSquidConf,
+  LOOPBACK_PROBE_PORT,
   type ProxySetup,
   passwordFileLine,
   squidName,
 } from "../../../provider/kvm/squid/setup";
+import { makeCa } from "../../../provider/kvm/tls/certificate";
+import { servedTls } from "../../../provider/kvm/tls/proxy-tls";
 import { ECHO_BODY_LIMIT, egressMismatch, readEchoReply } from "../../../provider/resource/egress";
 import { GATE_PROBE_MS, judgeStatus } from "../../../provider/resource/health-check";
 import { memberPassword, memberProxyBlock } from "../../../provider/resource/proxy-auth";
@@ -85,6 +88,12 @@ async function startSquid(setup: ProxySetup, port: number): Promise<void> {
   writeFileSync(path.join(own, "kvm-proxy-onlink.acl"), "# first boot\n192.168.50.0/24\n");
   if (setup.auth !== undefined)
     writeFileSync(path.join(own, "kvm-proxy.passwd"), passwordFileLine(setup.auth));
+  const tls = setup.tls;
+  if (tls !== undefined && !("ca" in tls)) {
+    execFileSync("mkdir", ["-p", path.join(own, "kvm-proxy-tls")]);
+    writeFileSync(path.join(own, "kvm-proxy-tls/cert.pem"), tls.certificate);
+    writeFileSync(path.join(own, "kvm-proxy-tls/key.pem"), tls.privateKey, { mode: 0o600 });
+  }
   const extra = [
     `pid_filename ${own}/squid.pid`,
     `cache_log ${own}/cache.log`,
@@ -101,7 +110,7 @@ async function startSquid(setup: ProxySetup, port: number): Promise<void> {
   for (let i = 0; i < 100; i++) {
     try {
       const log = readFileSync(path.join(own, "cache.log"), "utf8");
-      if (new RegExp(`Accepting HTTP Socket connections at.*:${port}\\b`).test(log)) return;
+      if (new RegExp(`Accepting HTTPS? Socket connections at.*:${port}\\b`).test(log)) return;
       if (/FATAL/.test(log)) throw new Error(`squid failed: ${log}`);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
@@ -116,11 +125,13 @@ function request(
   port: number,
   from: string,
   url: string,
-  o: { connect?: boolean; credentials?: string } = {},
+  o: { connect?: boolean; credentials?: string; tls?: { ca?: string } } = {},
 ): string {
   // Clients reach squid on their own family's loopback, from their own source address.
-  const proxy = from.includes(":") ? `http://[::1]:${port}` : `http://127.0.0.1:${port}`;
+  const scheme = o.tls !== undefined ? "https" : "http";
+  const proxy = from.includes(":") ? `${scheme}://[::1]:${port}` : `${scheme}://127.0.0.1:${port}`;
   const args = ["curl", "-s", "-o", "/dev/null", "--max-time", "10", "--interface", from, "-x", proxy];
+  if (o.tls?.ca !== undefined) args.push("--proxy-cacert", o.tls.ca);
   if (o.credentials !== undefined) args.push("--proxy-user", o.credentials);
   // -p: a CONNECT tunnel for the URL's host and port, whatever its scheme.
   args.push(...(o.connect ? ["-p", "-w", "%{http_connect}"] : ["-w", "%{http_code}"]), url);
@@ -165,6 +176,17 @@ function memberSetup(member: string): ProxySetup {
   };
 }
 const MEMBER_PORTS = { "edge-0": 3131, "edge-1": 3132 } as const;
+/** With auth and TLS: the certificate a CA made as for a proxy issued for the loopback, as create issues it. */
+const TLS_CA = makeCa({ commonName: "pulumi-kvm-proxy squid-rules", now: new Date() });
+const TLS_AUTH: ProxySetup = {
+  ...WITH_AUTH,
+  tls: servedTls(
+    { ca: { certificate: TLS_CA.certificatePem, privateKey: TLS_CA.privateKeyPem } },
+    ["127.0.0.1", "::1"],
+    new Date(),
+  ),
+};
+const TLS_PORT = 3133;
 const PLAIN_PORT = 3128;
 const AUTH_PORT = 3129;
 const EGRESS_PORT = 3130;
@@ -188,6 +210,8 @@ beforeAll(async () => {
   await startSquid(WITH_AUTH, AUTH_PORT);
   await startSquid(EGRESS, EGRESS_PORT);
   for (const [member, port] of Object.entries(MEMBER_PORTS)) await startSquid(memberSetup(member), port);
+  await startSquid(TLS_AUTH, TLS_PORT);
+  writeFileSync(path.join(dir, "ca.pem"), TLS_CA.certificatePem);
 }, 60_000);
 
 afterAll(async () => {
@@ -308,6 +332,44 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
     expect(
       request(MEMBER_PORTS["edge-0"], A.publicClient, outward, { credentials: credentials("edge-1") }),
     ).toBe("407");
+  });
+
+  describe("with TLS (https_port, the certificate its CA issued for the proxy's addresses)", () => {
+    const ca = () => ({ ca: path.join(dir, "ca.pem") });
+
+    it("a client trusting the CA: 407 without credentials, the target's 204 with them, a CONNECT tunnel with them; over IPv4 and IPv6", () => {
+      for (const from of [A.publicClient, A.privateClient]) {
+        expect(request(TLS_PORT, from, http(A.outward), { tls: ca() })).toBe("407");
+        expect(
+          request(TLS_PORT, from, http(A.outward), { tls: ca(), credentials: `${USER}:${PASSWORD}` }),
+        ).toBe("204");
+      }
+      expect(
+        request(TLS_PORT, A.publicClient, https(A.outward), {
+          tls: ca(),
+          connect: true,
+          credentials: `${USER}:${PASSWORD}`,
+        }),
+      ).toBe("200");
+      expect(request(TLS_PORT, A.privateClient6, http(A.outward6), { tls: ca() })).toBe("403");
+    });
+
+    it("a client that does not trust the CA, and a plain-HTTP request to the TLS port, get no answer", () => {
+      expect(
+        request(TLS_PORT, A.publicClient, http(A.outward), { tls: {}, credentials: `${USER}:${PASSWORD}` }),
+      ).toBe("000");
+      expect(request(TLS_PORT, A.publicClient, http(A.outward), { credentials: `${USER}:${PASSWORD}` })).toBe(
+        "000",
+      );
+    });
+
+    it("the in-guest probe's program reaches it through squid's plain loopback listener", () => {
+      const reply = parseGuestProbe(
+        inNs(["python3", ...guestProbeArgs(LOOPBACK_PROBE_PORT, http(A.outward), HEALTH_BOUNDS)]),
+        0,
+      );
+      expect(reply).toMatchObject({ status: 204 });
+    });
   });
 
   describe("the egress check, through the in-guest probe's program", () => {

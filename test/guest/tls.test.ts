@@ -1,0 +1,291 @@
+/**
+ * TLS to the proxy with a booted guest, through the real Pulumi CLI run
+ * inside the test host's namespace: one proxy with auth and `proxy.tls: {}`
+ * on the namespace's bridge (a static address), its certificate issued at
+ * create by the CA made for it. Its health check (squid's own answer over
+ * TLS from here, then the URL inside the guest) and its egress check pass
+ * at create. From the namespace, while a capture runs on the bridge: curl
+ * with `--proxy https://` and the CA output gets 407 without credentials
+ * and the target's answer with them, plainly and through CONNECT; a client
+ * without the CA, and a plain-HTTP request to the port, get nothing; Go's
+ * net/http through the https proxy URL with credentials gets the target's
+ * answer. The capture holds no Proxy-Authorization header and no form of
+ * the password. The next preview shows no change (the CA is kept), and the
+ * CA's key is in no output and nowhere in the state as plain text.
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { removeByHand, Workspace } from "../pulumi/harness";
+import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { testImage } from "./images";
+import { NetnsCli } from "./netns-cli";
+
+const env = inject("guest");
+const NAME = `kvmpt-tls-${process.pid}`;
+const USER = "crawler";
+/** Characters URLs encode, so that every form of it is searched for. */
+const PASSWORD = "kvmpt-tls-pw:@#%/Zq81";
+/** The proxy's address on the namespace's bridge (not .224-.254, which other files use). */
+const ADDRESS = "192.0.2.13";
+
+let host: TestHost;
+let bridge: StaticBridge;
+let ws: Workspace;
+let cli: NetnsCli;
+let dir: string;
+let caFile: string;
+let capture: ChildProcess | undefined;
+let goClient: string;
+
+/** Every form a leak of the password would take on the wire. */
+const passwordForms = () => [
+  PASSWORD,
+  encodeURIComponent(PASSWORD),
+  Buffer.from(`${USER}:${PASSWORD}`).toString("base64"),
+];
+
+const proxyUrl = () => `https://${ADDRESS}:3128`;
+
+/** curl through the proxy from the namespace, trusting `ca` (a file) unless undefined. */
+function curlThrough(
+  url: string,
+  o: { ca?: string; credentials?: boolean; connect?: boolean; proxy?: string },
+) {
+  const args = [
+    "netns",
+    "exec",
+    env.netns,
+    "curl",
+    "-s",
+    "-o",
+    "/dev/null",
+    "--max-time",
+    "20",
+    "--noproxy",
+    "",
+  ];
+  args.push("-w", o.connect ? "%{http_connect}" : "%{http_code}");
+  if (o.ca !== undefined) args.push("--proxy-cacert", o.ca);
+  if (o.credentials) args.push("--proxy-user", `${USER}:${PASSWORD}`);
+  if (o.connect) args.push("-p");
+  args.push("-x", o.proxy ?? proxyUrl(), url);
+  try {
+    return { status: execFileSync("ip", args, { encoding: "utf8", timeout: 40_000 }).trim(), exit: 0 };
+  } catch (err) {
+    const e = err as { stdout?: string; status?: number };
+    return { status: (e.stdout ?? "").trim() || "000", exit: e.status ?? -1 };
+  }
+}
+
+/** A Go client (net/http, the standard library only) that GETs argv[3] through the proxy argv[1], trusting the CA file argv[2]. */
+const GO_CLIENT = `package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+)
+
+func main() {
+	proxy, err := url.Parse(os.Args[1])
+	if err != nil {
+		panic(err)
+	}
+	pem, err := os.ReadFile(os.Args[2])
+	if err != nil {
+		panic(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	client := &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}},
+	}
+	res, err := client.Get(os.Args[3])
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println(res.StatusCode)
+}
+`;
+
+beforeAll(async () => {
+  const { sha256 } = await testImage(env);
+  host = testHost();
+  bridge = staticBridgeOf(host);
+  removeByHand(host, NAME);
+  dir = mkdtempSync(path.join(tmpdir(), "kvmpt-tls-"));
+  // Built while the guest boots: the standard library only, no module download.
+  writeFileSync(path.join(dir, "main.go"), GO_CLIENT);
+  goClient = path.join(dir, "client");
+  const building = new Promise<void>((resolve, reject) => {
+    const go = spawn("go", ["build", "-o", goClient, "main.go"], {
+      cwd: dir,
+      env: { ...process.env, GOPROXY: "off", GO111MODULE: "off", CGO_ENABLED: "0" },
+      stdio: "ignore",
+    });
+    go.once("error", reject);
+    go.once("close", (code) => (code === 0 ? resolve() : reject(new Error(`go build exited ${code}`))));
+  });
+  ws = new Workspace("guest-tls", { name: "kvmpt-guest-tls", main: "test/pulumi/programs/pair" });
+  ws.setConfig({
+    "kvm:hosts": {
+      local: {
+        uri: `unix://${host.socketPath}`,
+        domainType: "qemu",
+        pool: host.poolName,
+        network: host.network,
+      },
+    },
+    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=tls`, sha256 } },
+    "pair:exportUrlsWithCredentials": false,
+    "pair:proxies": {
+      edge: {
+        host: "local",
+        image: "guest",
+        name: NAME,
+        memoryMiB: 768,
+        diskGiB: 4,
+        timeouts: { create: "20m" },
+        nics: [
+          {
+            bridge: bridge.name,
+            addresses: [`${ADDRESS}/${bridge.prefix4}`],
+            gateway4: bridge.address4,
+            primary: true,
+          },
+        ],
+        proxy: {
+          auth: { username: USER },
+          allowedClients: [`${bridge.address4}/32`],
+          tls: {},
+        },
+        proxyPasswordFromSecret: true,
+        // Asked inside the guest (auth): through squid's loopback listener, which speaks no TLS.
+        healthCheck: { url: env.targetUrl, expectStatus: 204 },
+        egressCheck: { url: env.whoamiUrl },
+      },
+    },
+  });
+  ws.setSecret("pair:proxyPassword", PASSWORD);
+  cli = new NetnsCli(env.netns, ws);
+  await building;
+}, 300_000);
+
+afterAll(async () => {
+  capture?.kill("SIGKILL");
+  await cli?.stopAll();
+  ws?.cleanup();
+  if (host !== undefined) removeByHand(host, NAME);
+  if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+}, 300_000);
+
+/** The proxy's state: its outputs. */
+const outputs = () => ws.proxies().find((p) => p.outputs?.name === NAME)?.outputs ?? {};
+
+describe("a proxy with proxy.tls on a booted guest", () => {
+  it(
+    "pulumi up creates it healthy: squid answered the health check over TLS, the egress check too",
+    async () => {
+      const up = await cli.run("up", "--yes", "--skip-preview");
+      expect(up.code, up.output.slice(-6000)).toBe(0);
+      const o = outputs();
+      expect(o.proxyUrl).toBe(proxyUrl());
+      expect(o.health).toMatchObject({ ok: true });
+      expect(o.egressAddress).toBe(ADDRESS);
+      expect(o.proxyCaCertificate).toMatch(/^-----BEGIN CERTIFICATE-----/);
+      caFile = path.join(dir, "ca.pem");
+      writeFileSync(caFile, o.proxyCaCertificate as string);
+    },
+    30 * 60_000,
+  );
+
+  it("curl --proxy https:// with the CA: 407 without credentials, the target's answer with them, plainly and by CONNECT; a capture on the bridge holds no credentials", async () => {
+    const pcap = path.join(dir, "bridge.pcap");
+    capture = spawn(
+      "ip",
+      [
+        "netns",
+        "exec",
+        env.netns,
+        "tcpdump",
+        "-i",
+        bridge.name,
+        "-U",
+        "-w",
+        pcap,
+        "-s",
+        "0",
+        "host",
+        ADDRESS,
+      ],
+      {
+        stdio: "ignore",
+      },
+    );
+    await new Promise((r) => setTimeout(r, 2_000));
+    try {
+      expect(curlThrough(env.targetUrl, { ca: caFile })).toMatchObject({ status: "407" });
+      expect(curlThrough(env.targetUrl, { ca: caFile, credentials: true })).toMatchObject({ status: "204" });
+      // A tunnel to port 443 of the target (squid opens CONNECT to 443 only; the server there speaks HTTP).
+      const tunnel = env.targetUrl.replace(/:(\d+)\/$/, ":443/");
+      expect(curlThrough(tunnel, { ca: caFile, credentials: true, connect: true })).toMatchObject({
+        status: "200",
+      });
+    } finally {
+      await new Promise((r) => setTimeout(r, 1_000));
+      capture.kill("SIGINT");
+      await new Promise((r) => capture?.once("close", r));
+      capture = undefined;
+    }
+    const wire = readFileSync(pcap);
+    // The capture saw the exchanges (the proxy's TLS records), and nothing readable of the credentials.
+    expect(wire.length).toBeGreaterThan(4_000);
+    expect(wire.includes(Buffer.from("Proxy-Authorization"))).toBe(false);
+    for (const form of passwordForms()) expect(wire.includes(Buffer.from(form)), form).toBe(false);
+  });
+
+  it("a client that does not trust the CA, and a plain-HTTP request to the TLS port, get nothing", () => {
+    // curl: 60, the peer's certificate cannot be verified.
+    expect(curlThrough(env.targetUrl, { credentials: true })).toMatchObject({ status: "000", exit: 60 });
+    // squid's TLS port reads the request as a broken handshake and closes the connection: no HTTP answer.
+    expect(curlThrough(env.targetUrl, { credentials: true, proxy: `http://${ADDRESS}:3128` }).status).toBe(
+      "000",
+    );
+  });
+
+  it("Go's net/http through the https proxy URL with credentials gets the target's answer", () => {
+    const withCredentials = `https://${USER}:${encodeURIComponent(PASSWORD)}@${ADDRESS}:3128`;
+    const out = execFileSync(
+      "ip",
+      ["netns", "exec", env.netns, goClient, withCredentials, caFile, env.targetUrl],
+      {
+        encoding: "utf8",
+        timeout: 60_000,
+      },
+    );
+    expect(out.trim()).toBe("204");
+  });
+
+  it("the CA's key is in no output and in the state only encrypted; the next preview shows no change", async () => {
+    const state = ws.stateText();
+    const ca = outputs().proxyCaCertificate as string;
+    expect(state).toContain(ca.split("\n")[1]);
+    expect(JSON.stringify(outputs())).not.toMatch(/PRIVATE KEY/);
+    expect(state).not.toMatch(/BEGIN PRIVATE KEY|BEGIN EC PRIVATE KEY/);
+    await cli.must("preview", "--expect-no-changes");
+  });
+
+  it("pulumi destroy removes it", async () => {
+    await cli.must("destroy", "--yes", "--skip-preview");
+    expect(ws.proxies()).toEqual([]);
+  });
+});

@@ -104,8 +104,8 @@ function readPair(f: Failures, at: string, v: Record<string, unknown>, ca: boole
   if (new Date(first.validTo) <= new Date()) f.fail(`${at}.certificate`, `expired at ${first.validTo}`);
   if (ca) {
     if (!first.ca) f.fail(`${at}.certificate`, "is not a CA (basicConstraints CA:TRUE)");
-    const jwk = key.export({ format: "jwk" });
-    if (jwk.kty !== "EC" || jwk.crv !== "P-256")
+    // Read from the key's details: a JWK export throws for DSA keys and curves JWK does not name.
+    if (key.asymmetricKeyType !== "ec" || key.asymmetricKeyDetails?.namedCurve !== "prime256v1")
       f.fail(
         keyField,
         "must be an ECDSA P-256 key: the proxy's certificate is signed with ECDSA and SHA-256",

@@ -82,6 +82,8 @@ function caOf(type: "rsa" | "dsa" | "ec", options: object, signatureOid: string)
 }
 const RSA_CA = caOf("rsa", { modulusLength: 2048 }, "1.2.840.113549.1.1.11");
 const P384_CA = caOf("ec", { namedCurve: "P-384" }, "1.2.840.10045.4.3.2");
+const BRAINPOOL_CA = caOf("ec", { namedCurve: "brainpoolP256r1" }, "1.2.840.10045.4.3.2");
+const DSA_CA = caOf("dsa", { modulusLength: 2048 }, "2.16.840.1.101.3.4.3.2");
 const RSA_KEY = generateKeyPairSync("rsa", { modulusLength: 2048 })
   .privateKey.export({ type: "pkcs8", format: "pem" })
   .toString();
@@ -254,6 +256,8 @@ const REFUSED: [string, unknown, [string, RegExp][]][] = [
     [
       ["RSA", RSA_CA],
       ["ECDSA P-384", P384_CA],
+      ["ECDSA brainpoolP256r1", BRAINPOOL_CA],
+      ["DSA", DSA_CA],
     ] as const
   ).map(([kind, pair]): [string, unknown, [string, RegExp][]] => [
     `a CA whose key is ${kind}`,

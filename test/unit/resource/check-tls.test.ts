@@ -109,6 +109,14 @@ describe("check: a CA made for the proxy (tls: {})", () => {
     expect(m.names).toEqual([`pulumi-kvm-proxy ${"e".repeat(47)}`]);
   });
 
+  it("is named by a resource name with control characters (the engine allows any name), as spaces", () => {
+    const m = caMaker();
+    const odd = { ...OWNER, resource: "edge\tproxy\n1" };
+    const r = check({ ...STATIC, owner: odd, proxy: { tls: {} } }, {}, m.makeCa);
+    expect(r.failures).toEqual([]);
+    expect(m.names).toEqual(["pulumi-kvm-proxy edge proxy 1"]);
+  });
+
   it("is kept by the next check from the old inputs, and diff sees no change", () => {
     const m = caMaker();
     const first = check({ ...STATIC, proxy: { tls: {} } }, {}, m.makeCa);

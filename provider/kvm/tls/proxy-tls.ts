@@ -63,9 +63,9 @@ function certificatesOf(pem: string): X509Certificate[] {
 }
 
 /**
- * A certificate (chain) and its key as given, checked; failures at
- * `<at>.certificate` and `<at>.privateKey (secret)`, quoting nothing of
- * either. `ca`: the first certificate must be a CA whose key can sign the
+ * A certificate (chain) and its key as given, checked, and kept as their
+ * PEM blocks alone (the key as PKCS#8); failures at `<at>.certificate` and
+ * `<at>.privateKey (secret)`, quoting nothing of either. `ca`: the first certificate must be a CA whose key can sign the
  * proxy's certificate (ECDSA P-256, the algorithm certificate.ts signs with).
  */
 function readPair(f: Failures, at: string, v: Record<string, unknown>, ca: boolean): TlsServed | undefined {
@@ -111,7 +111,11 @@ function readPair(f: Failures, at: string, v: Record<string, unknown>, ca: boole
         "must be an ECDSA P-256 key: the proxy's certificate is signed with ECDSA and SHA-256",
       );
   }
-  return { certificate, privateKey };
+  // The certificates and key only, in PEM as node:crypto writes it: no text around them reaches the guest.
+  return {
+    certificate: chain.map((c) => c.toString()).join(""),
+    privateKey: key.export({ type: "pkcs8", format: "pem" }).toString(),
+  };
 }
 
 /**

@@ -128,9 +128,22 @@ describe("readProxyTls accepts", () => {
       served(LEAF.certificatePem + CA.certificatePem, LEAF.privateKeyPem),
     ],
     [
-      "a key in SEC1 form (BEGIN EC PRIVATE KEY)",
+      "a key in SEC1 form (BEGIN EC PRIVATE KEY), kept as PKCS#8",
       served(LEAF.certificatePem, sec1(LEAF.privateKeyPem)),
-      served(LEAF.certificatePem, sec1(LEAF.privateKeyPem)),
+      served(LEAF.certificatePem, LEAF.privateKeyPem),
+    ],
+    [
+      "text around and between the PEM blocks (openssl's attribute lines), kept without it",
+      served(
+        `Bag Attributes\n    localKeyID: 01\n${LEAF.certificatePem}issuer=CN = x\n${CA.certificatePem}\n`,
+        `Key Attributes: <No Attributes>\n${LEAF.privateKeyPem}`,
+      ),
+      served(LEAF.certificatePem + CA.certificatePem, LEAF.privateKeyPem),
+    ],
+    [
+      "a CA with text around its PEM, kept without it",
+      ca(`subject=CN = kvm-proxy CA edge\n${CA.certificatePem}`, `\n${CA.privateKeyPem}\n`),
+      ca(CA.certificatePem, CA.privateKeyPem),
     ],
   ])("%s", (_what, v, want) => {
     expect(read(v)).toEqual({ tls: want, failures: [] });

@@ -13,7 +13,7 @@ import type { TlsCa } from "../../../provider/kvm/tls/proxy-tls";
 import { type CheckedInputs, UNKNOWN } from "../../../provider/resource/args";
 import { type CheckContext, checkInputs } from "../../../provider/resource/check";
 import { diffProxy } from "../../../provider/resource/diff";
-import { outputsFrom } from "../../../provider/resource/mapping";
+import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG, GOOD_INPUTS } from "../../support/bad-inputs";
@@ -257,6 +257,22 @@ describe("check: proxy.tls failures through check", () => {
     for (const pem of [OWN_LEAF.certificatePem, OWN_CA.privateKeyPem])
       for (const line of pem.split("\n").filter((l) => l.length > 16 && !l.startsWith("-----")))
         expect(said).not.toContain(line);
+  });
+});
+
+describe("check: a certificate of the user's with text around its PEM", () => {
+  it("passes, and only the certificates and key reach the guest's setup (no line of the text, which could end its heredoc)", () => {
+    const pair = {
+      certificate: `Bag Attributes\nKVMP_EOF\n${OWN_LEAF.certificatePem}subject=\nKVMP_EOF\n${OWN_CA.certificatePem}`,
+      privateKey: `Key Attributes: <No Attributes>\nKVMP_EOF\n${OWN_LEAF.privateKeyPem}`,
+    };
+    const r = check({ proxy: { tls: pair } }, {}, caMaker().makeCa);
+    expect(r.failures).toEqual([]);
+    const setup = proxySetupOf(r.inputs as unknown as CheckedInputs);
+    expect(setup.tls).toEqual({
+      certificate: OWN_LEAF.certificatePem + OWN_CA.certificatePem,
+      privateKey: OWN_LEAF.privateKeyPem,
+    });
   });
 });
 

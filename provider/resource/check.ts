@@ -433,7 +433,10 @@ export function checkInputs(
   const checkedProxy = guard(f, secretName("proxy"), { port: DEFAULTS.proxyPort, proxy: undefined }, () =>
     checkProxy(f, news, {
       old: isObject(olds.proxy) ? olds.proxy.tls : undefined,
-      makeCa: () => makeCa(`pulumi-kvm-proxy ${owner?.resource ?? "proxy"}`.slice(0, 64)),
+      // Any text is a resource name to the engine; a certificate's commonName takes no control characters.
+      makeCa: () =>
+        // biome-ignore lint/suspicious/noControlCharactersInRegex: replacing control characters is the point
+        makeCa(`pulumi-kvm-proxy ${owner?.resource ?? "proxy"}`.replace(/[\0-\x1f\x7f]/g, " ").slice(0, 64)),
     }),
   );
   const proxyPort = checkedProxy.port ?? DEFAULTS.proxyPort;

@@ -63,9 +63,9 @@ function certificatesOf(pem: string): X509Certificate[] {
 }
 
 /**
- * A certificate (chain) and its key as given, checked; failures at
- * `<at>.certificate` and `<at>.privateKey (secret)`, quoting nothing of
- * either. `ca`: the first certificate must be a CA whose key can sign the
+ * A certificate (chain) and its key as given, checked, and kept as their
+ * PEM blocks alone (the key as PKCS#8); failures at `<at>.certificate` and
+ * `<at>.privateKey (secret)`, quoting nothing of either. `ca`: the first certificate must be a CA whose key can sign the
  * proxy's certificate (ECDSA P-256, the algorithm certificate.ts signs with).
  */
 function readPair(f: Failures, at: string, v: Record<string, unknown>, ca: boolean): TlsServed | undefined {
@@ -104,14 +104,18 @@ function readPair(f: Failures, at: string, v: Record<string, unknown>, ca: boole
   if (new Date(first.validTo) <= new Date()) f.fail(`${at}.certificate`, `expired at ${first.validTo}`);
   if (ca) {
     if (!first.ca) f.fail(`${at}.certificate`, "is not a CA (basicConstraints CA:TRUE)");
-    const jwk = key.export({ format: "jwk" });
-    if (jwk.kty !== "EC" || jwk.crv !== "P-256")
+    // Read from the key's details: a JWK export throws for DSA keys and curves JWK does not name.
+    if (key.asymmetricKeyType !== "ec" || key.asymmetricKeyDetails?.namedCurve !== "prime256v1")
       f.fail(
         keyField,
         "must be an ECDSA P-256 key: the proxy's certificate is signed with ECDSA and SHA-256",
       );
   }
-  return { certificate, privateKey };
+  // The certificates and key only, in PEM as node:crypto writes it: no text around them reaches the guest.
+  return {
+    certificate: chain.map((c) => c.toString()).join(""),
+    privateKey: key.export({ type: "pkcs8", format: "pem" }).toString(),
+  };
 }
 
 /**

@@ -5,7 +5,7 @@
  * (parsed by dash, the POSIX shell of Debian's /bin/sh).
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -14,11 +14,15 @@ import { squidPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   buildProxySetupScript,
   buildSquidConf,
+  LOOPBACK_PROBE_PORT,
   NO_SOCKS_FUNCTION,
   PASSWORD_FILE,
   type ProxySetup,
+  type SquidConfInputs,
   squidName,
+  TLS_DIR,
 } from "../../../provider/kvm/squid/setup";
+import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 
 const AUTH: ProxySetup = {
   port: 3128,
@@ -251,5 +255,143 @@ describe("the setup script", () => {
 
   it("is byte-identical for the same setup", () => {
     expect(buildProxySetupScript(AUTH)).toBe(buildProxySetupScript({ ...AUTH }));
+  });
+});
+
+describe("with TLS on the proxy port", () => {
+  const NOW = new Date();
+  const CA = makeCa({ commonName: "kvm-proxy CA edge", now: NOW });
+  const LEAF = issueLeaf({ ca: CA, ipAddresses: ["203.0.113.7"], now: NOW });
+  const SERVED = { certificate: LEAF.certificatePem + CA.certificatePem, privateKey: LEAF.privateKeyPem };
+  const TLS: ProxySetup = { ...AUTH, tls: SERVED };
+
+  it.each<[string, SquidConfInputs["tls"]]>([
+    ["true (as squidConfOf says it)", true],
+    ["the certificate served", SERVED],
+    [
+      "the CA that issues it (check's view)",
+      { ca: { certificate: CA.certificatePem, privateKey: CA.privateKeyPem } },
+    ],
+  ])(
+    "squid.conf listens with TLS on the port and plainly on the loopback's probe port only: tls %s",
+    (_what, tls) => {
+      const lines = buildSquidConf({ ...AUTH, tls }).split("\n");
+      expect(lines).toContain(`https_port 3128 tls-cert=${TLS_DIR}/cert.pem tls-key=${TLS_DIR}/key.pem`);
+      expect(lines).toContain(`http_port 127.0.0.1:${LOOPBACK_PROBE_PORT}`);
+      expect(lines.filter((l) => /^https?_port /.test(l))).toHaveLength(2);
+      expect(TLS_DIR).toBe("/etc/squid/kvm-proxy-tls");
+      expect(LOOPBACK_PROBE_PORT).toBe(59128);
+    },
+  );
+
+  it.each<[string, SquidConfInputs["tls"]]>([
+    ["absent", undefined],
+    ["false", false],
+  ])("squid.conf without TLS (tls %s) has the plain port alone", (_what, tls) => {
+    const lines = buildSquidConf({ ...AUTH, ...(tls !== undefined ? { tls } : {}) }).split("\n");
+    expect(lines.filter((l) => /^https?_port /.test(l))).toEqual(["http_port 3128"]);
+  });
+
+  it("names squid the same whether check (a CA) or create (the certificate served) builds it, and otherwise than without TLS", () => {
+    const named = squidName({ ...AUTH, tls: true });
+    expect(squidName(TLS)).toBe(named);
+    expect(
+      squidName({ ...AUTH, tls: { ca: { certificate: CA.certificatePem, privateKey: CA.privateKeyPem } } }),
+    ).toBe(named);
+    expect(named).not.toBe(squidName(AUTH));
+  });
+
+  it.each([
+    ["with auth", TLS],
+    ["without auth, with SOCKS", { ...NO_AUTH, socks: { port: 1080 }, tls: SERVED }],
+  ])("the script %s is a POSIX sh script dash parses", (_what, p) => {
+    execFileSync("dash", ["-n"], { input: buildProxySetupScript(p) });
+  });
+
+  /** The script's TLS part, run by sh on a scratch folder for TLS_DIR; chown recorded, not run. */
+  function runTlsPart(p: ProxySetup): { dir: string; chowns: string[]; done: () => void } {
+    const script = buildProxySetupScript(p);
+    const part = script.match(
+      /\numask 077\nmkdir -p \/etc\/squid\/kvm-proxy-tls\n[\s\S]*?\nmv -f \/etc\/squid\/kvm-proxy-tls\/key\.pem\.new \/etc\/squid\/kvm-proxy-tls\/key\.pem\n/,
+    )?.[0];
+    expect(part).toBeDefined();
+    const scratch = mkdtempSync(path.join(tmpdir(), "kvmpt-tls-"));
+    const dir = path.join(scratch, "kvm-proxy-tls");
+    const log = path.join(scratch, "chown");
+    writeFileSync(log, "");
+    execFileSync("sh", [
+      "-ec",
+      `group=proxy\nchown() { echo "$*" >>${log}; }\n${(part as string).replaceAll(TLS_DIR, dir)}`,
+    ]);
+    const chowns = readFileSync(log, "utf8").split("\n").filter(Boolean);
+    return { dir, chowns, done: () => rmSync(scratch, { recursive: true, force: true }) };
+  }
+
+  it("writes the certificate chain (0644) and the key (0640, made under umask 077, then moved into place), both for root and squid's group (the real sh)", () => {
+    const { dir, chowns, done } = runTlsPart(TLS);
+    try {
+      expect(readFileSync(path.join(dir, "cert.pem"), "utf8")).toBe(SERVED.certificate);
+      expect(readFileSync(path.join(dir, "key.pem"), "utf8")).toBe(SERVED.privateKey);
+      const mode = (f: string) => (statSync(path.join(dir, f)).mode & 0o777).toString(8);
+      expect([mode("."), mode("cert.pem"), mode("key.pem")]).toEqual(["750", "644", "640"]);
+      expect(existsSync(path.join(dir, "key.pem.new"))).toBe(false);
+      expect(chowns).toEqual([`-R root:proxy ${dir}`]);
+    } finally {
+      done();
+    }
+    const script = buildProxySetupScript(TLS);
+    // The key's file is made while only its owner may read it.
+    expect(script.indexOf("umask 077\nmkdir -p /etc/squid/kvm-proxy-tls")).toBeGreaterThan(0);
+    expect(script.indexOf("umask 077\nmkdir -p /etc/squid/kvm-proxy-tls")).toBeLessThan(
+      script.indexOf("cat >/etc/squid/kvm-proxy-tls/key.pem.new"),
+    );
+  });
+
+  it("without TLS removes a certificate and key an earlier setup left (a baked image's)", () => {
+    const script = buildProxySetupScript(AUTH);
+    expect(script.split("\n")).toContain(`rm -rf ${TLS_DIR}`);
+    expect(script).not.toContain("cert.pem <<");
+    expect(buildProxySetupScript(TLS).split("\n")).not.toContain(`rm -rf ${TLS_DIR}`);
+  });
+
+  it("refuses a setup whose TLS is still the CA: create issues the certificate first", () => {
+    const ca = { ca: { certificate: CA.certificatePem, privateKey: CA.privateKeyPem } };
+    expect(() => buildProxySetupScript({ ...AUTH, tls: ca })).toThrow(
+      "the proxy's certificate is issued at create: the setup takes the one served",
+    );
+  });
+
+  it.each([
+    ["the certificate", { ...SERVED, certificate: `${SERVED.certificate}KVMP_EOF\nrm -rf /\n` }],
+    ["the key", { ...SERVED, privateKey: `KVMP_EOF\n${SERVED.privateKey}` }],
+  ])("refuses %s holding a line of the heredoc's delimiter, which would end its text early", (_what, tls) => {
+    expect(() => buildProxySetupScript({ ...AUTH, tls })).toThrow(
+      "the squid setup holds the heredoc delimiter",
+    );
+  });
+
+  it("waits for squid's log line for an HTTPS listener on the port as for an HTTP one (grep -E)", () => {
+    const script = buildProxySetupScript(TLS);
+    const pattern = script.match(/grep -qE "([^"]+)"/)?.[1] as string;
+    const matches = (line: string) =>
+      spawnSync("grep", ["-qE", pattern], { input: `${line}\n` }).status === 0;
+    const at = "2026/12/06 11:49:48 kid1|";
+    expect(
+      matches(`${at} Accepting HTTPS Socket connections at conn13 local=[::]:3128 remote=[::] FD 13 flags=9`),
+    ).toBe(true);
+    expect(
+      matches(`${at} Accepting HTTP Socket connections at conn12 local=[::]:3128 remote=[::] FD 12 flags=9`),
+    ).toBe(true);
+    // The loopback's probe port is not the proxy's, nor a longer port that starts alike.
+    expect(
+      matches(
+        `${at} Accepting HTTP Socket connections at conn14 local=127.0.0.1:59128 remote=[::] FD 14 flags=9`,
+      ),
+    ).toBe(false);
+    expect(
+      matches(
+        `${at} Accepting HTTPS Socket connections at conn15 local=[::]:31280 remote=[::] FD 15 flags=9`,
+      ),
+    ).toBe(false);
   });
 });

@@ -2,7 +2,8 @@
  * The plugin's KvmProxy front door where it differs from the dynamic one,
  * over a real KvmProxyRuntime configured with a host key (check and diff
  * reach no host): the password hashed at check and kept beside the hash,
- * secret; the owner from the URN, or kept; the credential URLs; nothing
+ * secret; a proxy block with TLS secret, its CA kept through the engine's
+ * secret olds; the owner from the URN, or kept; the credential URLs; nothing
  * computed from a secret in the outputs, derived from old inputs; the
  * engine's customTimeouts held to the provider's maximum. Diff, create and
  * the rest: test/pulumi/plugin.test.ts, through the real CLI.
@@ -124,6 +125,24 @@ describe("check", () => {
     expect(r.proxy).toEqual({ auth: { username: "u", passwordHash: UNKNOWN } });
   });
 
+  it("keeps a proxy block with TLS secret, and the CA made for it from one check to the next through the engine's secret olds", async () => {
+    const withTls = {
+      ...news({ tls: {} }),
+      nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"], gateway4: "203.0.113.1" }],
+    };
+    const first = await plugin.check(URN, {}, withTls);
+    expect(first.failures).toEqual([]);
+    expect(isSecret(first.inputs.proxy)).toBe(true);
+    const tls = (reveal(first.inputs).props.proxy as { tls: { ca: { privateKey: string; made: true } } }).tls;
+    expect(tls.ca.made).toBe(true);
+    expect(tls.ca.privateKey).toMatch(/^-----BEGIN PRIVATE KEY-----/);
+    // The engine sends the old inputs back as it keeps them: the proxy block wrapped as a secret.
+    const second = await plugin.check(URN, first.inputs, withTls);
+    expect(second.failures).toEqual([]);
+    expect(isSecret(second.inputs.proxy)).toBe(true);
+    expect((reveal(second.inputs).props.proxy as { tls: unknown }).tls).toEqual(tls);
+  });
+
   it("fails an unknown host by its key, at check", async () => {
     const r = await plugin.check(URN, {}, { ...news(), host: "elsewhere" });
     expect(r.failures.map((f) => f.property)).toEqual(["host"]);
@@ -154,6 +173,12 @@ describe("the password's way through", () => {
         proxyUrlWithCredentials: "http://u:p%40ss%2Fword@10.0.0.5:3128",
         socksUrlWithCredentials: "socks5://u:p%40ss%2Fword@10.0.0.5:1080",
       },
+    ],
+    [
+      "https (TLS)",
+      { proxyUrl: "https://10.0.0.5:3128" },
+      "p@ss/word",
+      { proxyUrlWithCredentials: "https://u:p%40ss%2Fword@10.0.0.5:3128" },
     ],
     ["no address yet", {}, "p", {}],
     ["no password", { proxyUrl: "http://10.0.0.5:3128" }, undefined, {}],

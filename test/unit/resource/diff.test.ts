@@ -1,5 +1,6 @@
 import { gzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
+import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { REPLACE_PROPERTIES, UNKNOWN, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
@@ -61,6 +62,15 @@ function diff(oldArgs: Record<string, unknown>, newArgs: Record<string, unknown>
   return diffProxy(olds, news);
 }
 
+// A proxy with TLS of the user's (a CA made for it is kept by check from the old inputs: check-tls.test.ts).
+const STATIC_NIC = { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"], gateway4: "203.0.113.1" }] };
+const NOW = new Date();
+const CA_A = makeCa({ commonName: "CA a", now: NOW });
+const CA_B = makeCa({ commonName: "CA b", now: NOW });
+const LEAF = issueLeaf({ ca: CA_A, ipAddresses: ["203.0.113.7"], now: NOW });
+const tlsCa = (ca: typeof CA_A) => ({ ca: { certificate: ca.certificatePem, privateKey: ca.privateKeyPem } });
+const tlsGiven = { certificate: LEAF.certificatePem, privateKey: LEAF.privateKeyPem };
+
 // Each row: a change → replace (with the property) or update.
 const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace" | "update", string][] = [
   ["host", {}, { host: "lab2" }, "replace", "host"],
@@ -115,6 +125,22 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
     "proxy",
   ],
   ["proxy socks added", { proxy: {} }, { proxy: { socks: { port: 1080 } } }, "replace", "proxy"],
+  ["proxy TLS added", { ...STATIC_NIC, proxy: {} }, { proxy: { tls: tlsCa(CA_A) } }, "replace", "proxy"],
+  [
+    "proxy TLS: another CA",
+    { ...STATIC_NIC, proxy: { tls: tlsCa(CA_A) } },
+    { proxy: { tls: tlsCa(CA_B) } },
+    "replace",
+    "proxy",
+  ],
+  [
+    "proxy TLS: the certificate given instead of its CA",
+    { ...STATIC_NIC, proxy: { tls: tlsCa(CA_A) } },
+    { proxy: { tls: tlsGiven } },
+    "replace",
+    "proxy",
+  ],
+  ["proxy TLS removed", { ...STATIC_NIC, proxy: { tls: tlsGiven } }, { proxy: {} }, "replace", "proxy"],
   ["memoryMiB", {}, { memoryMiB: 1024 }, "replace", "memoryMiB"],
   ["vcpus", {}, { vcpus: 2 }, "replace", "vcpus"],
   ["diskGiB", {}, { diskGiB: 20 }, "replace", "diskGiB"],
@@ -285,6 +311,19 @@ describe("diff", () => {
       healthCheck: { url: "http://example.com/", expectStatus: 204 },
     };
     expect(diff(full, full).changes).toBe(false);
+  });
+
+  it.each([
+    ["the same CA", tlsCa(CA_A)],
+    ["the same certificate given", tlsGiven],
+  ])("does not count %s again as a change (the old outputs hold only its certificate)", (_what, tls) => {
+    const withTls = { ...base, ...STATIC_NIC, proxy: { tls } };
+    expect(diff(withTls, withTls)).toEqual({
+      changes: false,
+      replaces: [],
+      updates: [],
+      deleteBeforeReplace: false,
+    });
   });
 
   it("does not count the same proxy password again as a change (the old outputs hold only its hash)", () => {

@@ -2,15 +2,19 @@
  * The health check's target: refresh, which has only the state's outputs,
  * probes for the same squid (address, port, name) that create probed from
  * the checked inputs; a proxy with auth is asked for its URL inside the
- * guest (the provider has no credentials).
+ * guest (the provider has no credentials), on squid's plain loopback port
+ * when the proxy port speaks TLS; a proxy with TLS is probed expecting its
+ * certificate.
  */
 import { describe, expect, it } from "vitest";
-import { squidName } from "../../../provider/kvm/squid/setup";
+import { LOOPBACK_PROBE_PORT, squidName } from "../../../provider/kvm/squid/setup";
+import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
 import {
   guestProbeOf,
+  guestProbePort,
   probeInputsOf,
   probeTargetOf,
   probeVia,
@@ -26,6 +30,11 @@ const config = readStackConfig(
     })[k],
 );
 const IP = "192.0.2.10";
+const NOW = new Date();
+const CA = makeCa({ commonName: "the user's CA", now: NOW });
+const LEAF = issueLeaf({ ca: CA, ipAddresses: ["203.0.113.7"], now: NOW });
+const STATIC = { nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"], gateway4: "203.0.113.1" }] };
+const AUTH = { username: "crawler", password: "s3cret:Pa55-long" };
 
 function checked(news: Record<string, unknown>): CheckedInputs {
   const r = checkInputs(
@@ -61,6 +70,12 @@ describe("the probe target", () => {
         healthCheck: { url: "http://example.com/", expectStatus: 204 },
       },
     ],
+    ["TLS with a CA made for it", { ...STATIC, proxy: { tls: {} } }],
+    ["TLS with the user's CA and auth", { ...STATIC, proxy: { auth: AUTH, tls: { ca: caPair() } } }],
+    [
+      "TLS with a certificate given",
+      { proxy: { tls: { certificate: LEAF.certificatePem, privateKey: LEAF.privateKeyPem } } },
+    ],
   ])("from the outputs equals the one from the inputs: %s", (_what, news) => {
     const c = checked(news);
     const outputs = outputsFrom(c, {
@@ -88,6 +103,54 @@ describe("the probe target", () => {
 
   it("is none when the health check is off", () => {
     expect(probeTargetOf(checked({ healthCheck: false }), IP)).toBeUndefined();
+  });
+});
+
+function caPair() {
+  return { certificate: CA.certificatePem, privateKey: CA.privateKeyPem };
+}
+
+describe("the probe of a proxy with TLS", () => {
+  it.each<[string, Record<string, unknown>, object]>([
+    [
+      "with a CA: the CA's certificate",
+      { ...STATIC, proxy: { tls: { ca: caPair() } } },
+      { ca: { certificate: CA.certificatePem } },
+    ],
+    [
+      "with a certificate given: that certificate",
+      { proxy: { tls: { certificate: LEAF.certificatePem, privateKey: LEAF.privateKeyPem } } },
+      { certificate: LEAF.certificatePem },
+    ],
+  ])("expects %s, never a key", (_what, news, want) => {
+    const target = probeTargetOf(checked(news), IP);
+    expect(target?.tls).toEqual(want);
+    expect(JSON.stringify(target)).not.toContain("PRIVATE KEY");
+  });
+
+  it("expects no TLS of a proxy without it", () => {
+    expect(probeTargetOf(checked({}), IP)).not.toHaveProperty("tls");
+  });
+
+  it.each<[string, Record<string, unknown>, number]>([
+    ["without TLS: the proxy port", { proxy: { port: 3129, auth: AUTH } }, 3129],
+    [
+      "with TLS: squid's plain loopback listener",
+      { ...STATIC, proxy: { port: 3129, auth: AUTH, tls: {} } },
+      LOOPBACK_PROBE_PORT,
+    ],
+  ])("asks squid inside the guest on its port %s", (_what, news, port) => {
+    const c = checked(news);
+    expect(guestProbePort(c)).toBe(port);
+    const outputs = outputsFrom(c, {
+      host: "lab",
+      name: c.name,
+      state: "running",
+      uuid: "u",
+      mac: "52:54:00:00:00:01",
+      ipv4: IP,
+    });
+    expect(guestProbePort(probeInputsOf(outputs))).toBe(port);
   });
 });
 

@@ -1,16 +1,27 @@
 /**
  * The pure mappings of the resource (provider/resource/mapping.ts): createSpec
- * (and through it the image the VM boots from), specHashOf; and the metadata
- * fragment setTags writes (metadataForSet, provider/kvm/domain/metadata.ts).
+ * (and through it the image the VM boots from), specHashOf, the outputs and
+ * proxyUrl of a proxy with TLS; and the metadata fragment setTags writes
+ * (metadataForSet, provider/kvm/domain/metadata.ts).
  */
 import { describe, expect, it } from "vitest";
 import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/config/image";
 import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/domain/metadata";
 import { type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/squid/access";
+import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
+import { type ProxyTls, tlsPublic } from "../../../provider/kvm/tls/proxy-tls";
 import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { createSpec, specHashOf } from "../../../provider/resource/mapping";
+import {
+  createSpec,
+  liveOutputs,
+  outputsFrom,
+  proxySetupOf,
+  proxyUrl,
+  specHashOf,
+  squidConfOf,
+} from "../../../provider/resource/mapping";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { sampleMetadata } from "../kvm/fixtures";
 
@@ -263,6 +274,131 @@ describe("specHashOf", () => {
 
   it("stays when the image key changes to one of the same image", () => {
     expect(specHashOf(inputs({ image: "debian-copy" }))).toBe(specHashOf(inputs()));
+  });
+});
+
+describe("TLS through the mapping", () => {
+  const NOW = new Date();
+  const CA = makeCa({ commonName: "kvm-proxy CA edge", now: NOW });
+  const OTHER_CA = makeCa({ commonName: "the user's CA", now: NOW });
+  const LEAF = issueLeaf({ ca: CA, ipAddresses: ["203.0.113.7"], now: NOW });
+  const NIC: NicSpec = {
+    bridge: "br0",
+    mac: "52:54:00:00:00:01",
+    addresses: ["203.0.113.7/24"],
+    gateway4: "203.0.113.1",
+    nameservers: [],
+    primary: true,
+  };
+  const MADE: ProxyTls = { ca: { certificate: CA.certificatePem, privateKey: CA.privateKeyPem, made: true } };
+  const USERS_CA: ProxyTls = {
+    ca: { certificate: OTHER_CA.certificatePem, privateKey: OTHER_CA.privateKeyPem },
+  };
+  const GIVEN: ProxyTls = {
+    certificate: LEAF.certificatePem + CA.certificatePem,
+    privateKey: LEAF.privateKeyPem,
+  };
+  /** Inputs as check leaves them for a proxy at 203.0.113.7 with `tls`. */
+  const withTls = (tls: ProxyTls | undefined, port = 3128) =>
+    inputs({
+      proxyPort: port,
+      nics: [NIC],
+      proxy: {
+        port,
+        allowedClients: ["203.0.113.0/24"],
+        allowedDestinations: [],
+        ...(tls !== undefined ? { tls } : {}),
+      },
+    });
+  const STATUS = {
+    host: "lab",
+    name: "edge-abababab",
+    state: "running" as const,
+    uuid: "u",
+    mac: "52:54:00:00:00:01",
+    ipv4: "203.0.113.7",
+  };
+  const KEYS = [CA.privateKeyPem, OTHER_CA.privateKeyPem, LEAF.privateKeyPem];
+
+  /** Every string inside `v`. */
+  const strings = (v: unknown): string[] =>
+    typeof v === "string"
+      ? [v]
+      : typeof v === "object" && v !== null
+        ? Object.values(v).flatMap(strings)
+        : [];
+  /** The lines of a private key found in any string of `v`. */
+  const keyLinesIn = (v: unknown): string[] => {
+    const all = strings(v).join("\n");
+    const lines = KEYS.flatMap((k) => k.split("\n").filter((l) => l.length > 8 && !l.startsWith("-----")));
+    return [...lines.filter((l) => all.includes(l)), ...(all.includes("PRIVATE KEY") ? ["PRIVATE KEY"] : [])];
+  };
+
+  it.each<[string, ProxyTls, string | undefined]>([
+    ["a CA made for the proxy", MADE, CA.certificatePem],
+    ["the user's CA", USERS_CA, OTHER_CA.certificatePem],
+    ["a certificate given", GIVEN, undefined],
+  ])(
+    "outputs with %s: an https proxyUrl, the public TLS alone, proxyCaCertificate only for a CA, no private key anywhere",
+    (_what, tls, caCertificate) => {
+      const out = outputsFrom(withTls(tls), STATUS);
+      expect(out.proxyUrl).toBe("https://203.0.113.7:3128");
+      expect((out.proxy as { tls?: unknown }).tls).toEqual(tlsPublic(tls));
+      expect(out.proxyCaCertificate).toBe(caCertificate);
+      expect("proxyCaCertificate" in out).toBe(caCertificate !== undefined);
+      expect(keyLinesIn(out)).toEqual([]);
+      // Refreshed from the outputs: https still, and still no key.
+      const live = liveOutputs(out, { ...STATUS, ipAddresses: [] } as never);
+      expect(live.proxyUrl).toBe("https://203.0.113.7:3128");
+      expect(keyLinesIn(live)).toEqual([]);
+    },
+  );
+
+  it("outputs without TLS: an http proxyUrl, no TLS, no proxyCaCertificate", () => {
+    const out = outputsFrom(withTls(undefined), STATUS);
+    expect(out.proxyUrl).toBe("http://203.0.113.7:3128");
+    expect(out.proxy).not.toHaveProperty("tls");
+    expect(out).not.toHaveProperty("proxyCaCertificate");
+    expect(liveOutputs(out, STATUS as never).proxyUrl).toBe("http://203.0.113.7:3128");
+  });
+
+  it.each<[string, number, boolean, string]>([
+    ["203.0.113.7", 3128, true, "https://203.0.113.7:3128"],
+    ["2001:db8::7", 8443, true, "https://[2001:db8::7]:8443"],
+    ["203.0.113.7", 3128, false, "http://203.0.113.7:3128"],
+  ])("proxyUrl(%s, %i, tls %s) is %s", (ip, port, tls, url) => {
+    expect(proxyUrl(ip, port, tls)).toBe(url);
+  });
+
+  it("hands create the TLS whole (the CA, its key included, issues the certificate there) and squid.conf only that there is TLS", () => {
+    const c = withTls(MADE);
+    expect(createSpec(c).proxy?.tls).toEqual(MADE);
+    expect(proxySetupOf(c).tls).toEqual(MADE);
+    expect(squidConfOf(c).tls).toBe(true);
+    expect(squidConfOf(withTls(undefined))).not.toHaveProperty("tls");
+  });
+
+  it.each<[string, ProxyTls | undefined, ProxyTls | undefined]>([
+    ["TLS added", undefined, MADE],
+    ["another CA", MADE, USERS_CA],
+    ["a CA instead of the certificate", GIVEN, MADE],
+    [
+      "another certificate given",
+      GIVEN,
+      { certificate: OTHER_CA.certificatePem, privateKey: OTHER_CA.privateKeyPem },
+    ],
+  ])("specHashOf changes with %s", (_what, before, after) => {
+    expect(specHashOf(withTls(after))).not.toBe(specHashOf(withTls(before)));
+  });
+
+  it("specHashOf takes no key (the metadata holding it is readable on the host), nor whether the CA was made", () => {
+    const otherKey = (tls: ProxyTls): ProxyTls =>
+      "ca" in tls ? { ca: { ...tls.ca, privateKey: "another key" } } : { ...tls, privateKey: "another key" };
+    for (const tls of [MADE, USERS_CA, GIVEN])
+      expect(specHashOf(withTls(otherKey(tls)))).toBe(specHashOf(withTls(tls)));
+    expect(
+      specHashOf(withTls({ ca: { certificate: CA.certificatePem, privateKey: CA.privateKeyPem } })),
+    ).toBe(specHashOf(withTls(MADE)));
   });
 });
 

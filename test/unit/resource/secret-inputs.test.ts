@@ -4,10 +4,13 @@
  * material is secret in every shape a user may give it: its own key or
  * passphrase, a jump host's (one hop or a list), a pool's member, a URI
  * with a password, and a field the parser does not know (a misspelt
- * `privatekey` is a key all the same).
+ * `privatekey` is a key all the same). A proxy block is secret with auth or
+ * TLS (a CA's key, made at check or given); the URLs with credentials the
+ * program builds keep the scheme, https:// with TLS.
  */
 import { describe, expect, it } from "vitest";
 import { mayCarryKeyMaterial } from "../../../provider/kvm/config/host-config";
+import { urlWithCredentials } from "../../../provider/resource/proxy-auth";
 import { secretKeysOf } from "../../../provider/resource/secret-inputs";
 
 const KEY =
@@ -74,5 +77,60 @@ describe("a host without key material stays plain (its key and address are no se
   it.each(plain)("%s", (_, host) => {
     expect(mayCarryKeyMaterial(host)).toBe(false);
     expect(secretKeysOf({ host })).not.toContain("host");
+  });
+});
+
+describe("a proxy block is secret with auth or TLS, in the inputs and the outputs", () => {
+  const PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  const KEY_PEM = "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n";
+  it.each<[string, unknown, boolean]>([
+    ["auth", { auth: { username: "u", passwordHash: "h" } }, true],
+    ["TLS as given: {} (check adds the CA it makes, its key included)", { tls: {} }, true],
+    [
+      "TLS checked: a CA made for the proxy",
+      { tls: { ca: { certificate: PEM, privateKey: KEY_PEM, made: true } } },
+      true,
+    ],
+    ["TLS checked: a certificate given", { tls: { certificate: PEM, privateKey: KEY_PEM } }, true],
+    ["TLS in the outputs (public, as the block that holds it)", { tls: { ca: { certificate: PEM } } }, true],
+    ["neither", { port: 3128, allowedClients: ["10.0.0.0/8"], socks: { port: 1080 } }, false],
+    ["no block", undefined, false],
+  ])("%s", (_what, proxy, secret) => {
+    expect(secretKeysOf({ proxy }).includes("proxy")).toBe(secret);
+  });
+});
+
+describe("the URL with credentials", () => {
+  const auth = { username: "crawl er", password: "p@ss/word:1" };
+  it.each<[string, string | undefined, unknown, string | undefined]>([
+    ["http", "http://203.0.113.7:3128", auth, "http://crawl%20er:p%40ss%2Fword%3A1@203.0.113.7:3128"],
+    [
+      "https (TLS)",
+      "https://203.0.113.7:3128",
+      auth,
+      "https://crawl%20er:p%40ss%2Fword%3A1@203.0.113.7:3128",
+    ],
+    [
+      "https at an IPv6 address",
+      "https://[2001:db8::7]:3128",
+      auth,
+      "https://crawl%20er:p%40ss%2Fword%3A1@[2001:db8::7]:3128",
+    ],
+    ["socks5", "socks5://203.0.113.7:1080", auth, "socks5://crawl%20er:p%40ss%2Fword%3A1@203.0.113.7:1080"],
+    ["no address yet", undefined, auth, undefined],
+    ["no auth", "https://203.0.113.7:3128", undefined, undefined],
+    ["no password", "https://203.0.113.7:3128", { username: "u" }, undefined],
+  ])("%s", (_what, url, a, want) => {
+    const made = urlWithCredentials(url, a);
+    expect(made).toBe(want);
+    // What a client makes of it: the credentials come back whole.
+    if (made !== undefined) {
+      const u = new URL(made);
+      expect([decodeURIComponent(u.username), decodeURIComponent(u.password)]).toEqual([
+        auth.username,
+        auth.password,
+      ]);
+      expect(u.protocol).toBe(new URL(url as string).protocol);
+    }
   });
 });

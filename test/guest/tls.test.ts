@@ -28,6 +28,8 @@ const NAME = `kvmpt-tls-${process.pid}`;
 const USER = "crawler";
 /** Characters URLs encode, so that every form of it is searched for. */
 const PASSWORD = "kvmpt-tls-pw:@#%/Zq81";
+/** Credentials sent in plain HTTP once, to show the capture would see them. */
+const CONTROL = "control:capture-sees-plain-text";
 /** The proxy's address on the namespace's bridge (not .224-.254, which other files use). */
 const ADDRESS = "192.0.2.13";
 
@@ -52,7 +54,7 @@ const proxyUrl = () => `https://${ADDRESS}:3128`;
 /** curl through the proxy from the namespace, trusting `ca` (a file) unless undefined. */
 function curlThrough(
   url: string,
-  o: { ca?: string; credentials?: boolean; connect?: boolean; proxy?: string },
+  o: { ca?: string; credentials?: boolean; user?: string; connect?: boolean; proxy?: string },
 ) {
   const args = [
     "netns",
@@ -70,6 +72,7 @@ function curlThrough(
   args.push("-w", o.connect ? "%{http_connect}" : "%{http_code}");
   if (o.ca !== undefined) args.push("--proxy-cacert", o.ca);
   if (o.credentials) args.push("--proxy-user", `${USER}:${PASSWORD}`);
+  if (o.user !== undefined) args.push("--proxy-user", o.user);
   if (o.connect) args.push("-p");
   args.push("-x", o.proxy ?? proxyUrl(), url);
   try {
@@ -240,6 +243,8 @@ describe("a proxy with proxy.tls on a booted guest", () => {
       expect(curlThrough(tunnel, { ca: caFile, credentials: true, connect: true })).toMatchObject({
         status: "200",
       });
+      // Positive control: credentials sent in plain HTTP to the same port are in the capture.
+      curlThrough(env.targetUrl, { proxy: `http://${ADDRESS}:3128`, user: CONTROL });
     } finally {
       await new Promise((r) => setTimeout(r, 1_000));
       capture.kill("SIGINT");
@@ -249,7 +254,10 @@ describe("a proxy with proxy.tls on a booted guest", () => {
     const wire = readFileSync(pcap);
     // The capture saw the exchanges (the proxy's TLS records), and nothing readable of the credentials.
     expect(wire.length).toBeGreaterThan(4_000);
-    expect(wire.includes(Buffer.from("Proxy-Authorization"))).toBe(false);
+    // Only the control's request, in plain HTTP, shows a Proxy-Authorization; no form of the password shows.
+    const control = `Proxy-Authorization: Basic ${Buffer.from(CONTROL).toString("base64")}`;
+    expect(wire.includes(Buffer.from(control))).toBe(true);
+    expect(wire.toString("latin1").split("Proxy-Authorization").length - 1).toBe(1);
     for (const form of passwordForms()) expect(wire.includes(Buffer.from(form)), form).toBe(false);
   });
 

@@ -8,13 +8,12 @@
  * refused on the certificate must leave it none.
  */
 import net from "node:net";
-import type { Duplex } from "node:stream";
 import tls from "node:tls";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CertificateAndKey, issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import type { TlsPublic } from "../../../provider/kvm/tls/proxy-tls";
 import { fetchThrough, type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
-import { duplexPair } from "../libvirt/fake-daemon";
+import { hostChannel } from "../../support/host-channel";
 
 const OURS = "kvm-proxy-0123456789ab";
 const DEADLINE_MS = 2_000;
@@ -114,21 +113,11 @@ beforeEach(() => {
   channels = 0;
 });
 
-/**
- * How a probe goes through the host, as an SSH channel carries it: a plain
- * stream (no socket methods) whose far end is a TCP connection to `port`.
- */
-const viaHost = (port: number) => async (): Promise<Duplex> => {
-  channels++;
-  const [near, far] = duplexPair();
-  const tcp = net.connect(port, "127.0.0.1");
-  far.pipe(tcp);
-  tcp.pipe(far);
-  tcp.on("error", () => far.destroy());
-  tcp.once("close", () => far.destroy());
-  far.once("close", () => tcp.destroy());
-  return near;
-};
+/** How a probe goes through the host (test/support/host-channel.ts), each channel counted. */
+const viaHost = (port: number) =>
+  hostChannel(port, () => {
+    channels++;
+  });
 
 const at = (port: number, more: Partial<ProbeTarget> = {}): ProbeTarget => ({
   ip: "127.0.0.1",

@@ -28,6 +28,7 @@ import {
   socksGreeting,
 } from "../../../provider/resource/health-check";
 import { HEADER_LIMIT } from "../../../provider/resource/probe-reader";
+import { hostChannel } from "../../support/host-channel";
 import { duplexPair } from "../libvirt/fake-daemon";
 
 const OURS = "kvm-proxy-0123456789ab";
@@ -101,21 +102,8 @@ function flood(s: net.Socket, far: Far, text: string, total: number): void {
   pump();
 }
 
-/**
- * How a probe goes through the host, as an SSH channel carries it: a plain
- * stream (no socket methods) whose far end is a TCP connection to `port`,
- * each closing the other.
- */
-const viaHost = (port: number) => async (): Promise<Duplex> => {
-  const [near, far] = duplexPair();
-  const tcp = net.connect(port, "127.0.0.1");
-  far.pipe(tcp);
-  tcp.pipe(far);
-  tcp.on("error", () => far.destroy());
-  tcp.once("close", () => far.destroy());
-  far.once("close", () => tcp.destroy());
-  return near;
-};
+/** How a probe goes through the host (test/support/host-channel.ts). */
+const viaHost = (port: number) => hostChannel(port);
 
 const at = (port: number, more: Partial<ProbeTarget> = {}): ProbeTarget => ({
   ip: "127.0.0.1",

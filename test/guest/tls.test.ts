@@ -18,7 +18,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { removeByHand, Workspace } from "../pulumi/harness";
+import { hostsConfig, removeByHand, Workspace } from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
@@ -140,14 +140,7 @@ beforeAll(async () => {
   });
   ws = new Workspace("guest-tls", { name: "kvmpt-guest-tls", main: "test/pulumi/programs/pair" });
   ws.setConfig({
-    "kvm:hosts": {
-      local: {
-        uri: `unix://${host.socketPath}`,
-        domainType: "qemu",
-        pool: host.poolName,
-        network: host.network,
-      },
-    },
+    "kvm:hosts": hostsConfig(host, ["local"])["kvm:hosts"],
     "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=tls`, sha256 } },
     "pair:exportUrlsWithCredentials": false,
     "pair:proxies": {

@@ -14,9 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeCa } from "../../provider/kvm/tls/certificate";
 import { staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
+  cleanUpWorkspaces,
   domainsOfStack,
   hostsConfig,
-  removeByHand,
   TEST_PROXY_ARGS,
   virsh,
   vmVolumeNames,
@@ -30,12 +30,7 @@ beforeAll(() => {
   host = testHost();
 });
 
-afterAll(() => {
-  for (const ws of workspaces) {
-    ws.cleanup();
-    for (const d of domainsOfStack(host, ws.stack)) removeByHand(host, d);
-  }
-});
+afterAll(() => cleanUpWorkspaces(host, workspaces));
 
 /** The base64 body lines of a PEM text: what a leak of it would show. */
 const bodyLines = (pem: string) =>

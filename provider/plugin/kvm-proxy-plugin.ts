@@ -26,7 +26,7 @@
  *   outputs are derived from them again (`runtimeOlds`); an import's spec
  *   hash is kept in the inputs themselves.
  */
-import { SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../resource/args";
+import { ownerUrnOf, SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../resource/args";
 import { asChecked, engineTimeout } from "../resource/check";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import type { KvmProxyRuntime } from "../resource/provider";
@@ -130,12 +130,6 @@ function withTimeout(
   if (warning !== undefined) runtime.warn(ownerUrnOf(inputs), warning);
   const timeouts = isPlain(inputs.timeouts) ? inputs.timeouts : {};
   return { ...inputs, timeouts: { ...timeouts, [kind]: seconds } };
-}
-
-/** The URN of the owner the inputs (or outputs) record, if any. */
-function ownerUrnOf(props: Props): string | undefined {
-  const owner = props.owner;
-  return isPlain(owner) && typeof owner.urn === "string" ? owner.urn : undefined;
 }
 
 /** The deadline's name when the engine's timeout (`name`) replaces `timeouts.create`. */

@@ -421,6 +421,12 @@ export interface OwnerInput {
   resource: string;
 }
 
+/** The URN of the owner record that inputs or outputs hold, if any. */
+export function ownerUrnOf(props: Record<string, unknown>): string | undefined {
+  const urn = (props.owner as { urn?: unknown } | undefined)?.urn;
+  return typeof urn === "string" ? urn : undefined;
+}
+
 /** A host given in full after check: the entry as given (its `key` and the fields of a `kvm:hosts` entry). */
 export type HostEntry = { key: string; uri: string } & Record<string, unknown>;
 

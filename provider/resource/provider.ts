@@ -24,7 +24,7 @@ import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { DEFAULTS, type ProxyHealth, placementOf } from "./args";
+import { DEFAULTS, ownerUrnOf, type ProxyHealth, placementOf } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
@@ -448,7 +448,7 @@ export class KvmProxyRuntime {
     const probed = probeInputsOf(props);
     const egress =
       status.state === "running" && health?.ok !== false
-        ? await this.egressOf(probed, { host, name }, ip, ownerUrn(props), 1)
+        ? await this.egressOf(probed, { host, name }, ip, ownerUrnOf(props), 1)
         : undefined;
     if (egress !== undefined) next.egressAddress = egress;
     else delete next.egressAddress;
@@ -544,7 +544,7 @@ export class KvmProxyRuntime {
     const timeouts = props.timeouts as { delete?: number } | undefined;
     const deadlineMs =
       (typeof timeouts?.delete === "number" ? timeouts.delete : DEFAULTS.deleteSeconds) * 1000;
-    const urn = ownerUrn(props);
+    const urn = ownerUrnOf(props);
     const log = this.engineLog();
     log.status(urn, "deleting the domain and its volumes", { force: true });
     try {
@@ -563,12 +563,6 @@ export class KvmProxyRuntime {
       await log.flush();
     }
   }
-}
-
-/** The URN in a state's owner record, if any. */
-function ownerUrn(props: Props): string | undefined {
-  const urn = (props.owner as { urn?: unknown } | undefined)?.urn;
-  return typeof urn === "string" ? urn : undefined;
 }
 
 /** The secret strings of the configuration: private keys (and each of their lines) and passphrases. */

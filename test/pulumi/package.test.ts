@@ -8,10 +8,11 @@
  * upgrade to a tarball of a higher version that previews no change.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import {
   cacheVolumeOf,
@@ -37,44 +38,6 @@ const workspaces: Workspace[] = [];
 const images: string[] = [];
 const tarballs: Record<"current" | "next", string> = { current: "", next: "" };
 let version = "";
-
-/** Packs a copy of the working tree (packing in place would rebuild dist/ under the other test files). */
-function pack(dir: string, versionOverride?: string): string {
-  const src = path.join(dir, "src");
-  rmSync(src, { recursive: true, force: true });
-  mkdirSync(src, { recursive: true });
-  const files = execFileSync("git", ["ls-files", "--cached", "--others", "--exclude-standard", "-z"], {
-    cwd: repoRoot,
-    encoding: "utf8",
-  })
-    .split("\0")
-    // Everything, tests and bench included: what keeps them out of the tarball must be package.json's `files`.
-    .filter((f) => f !== "");
-  for (const f of files) {
-    try {
-      cpSync(path.join(repoRoot, f), path.join(src, f), { recursive: true });
-    } catch (err) {
-      // A file deleted in the working tree but still in the index.
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-    }
-  }
-  symlinkSync(path.join(repoRoot, "node_modules"), path.join(src, "node_modules"));
-  if (versionOverride !== undefined) {
-    const pkg = JSON.parse(readFileSync(path.join(src, "package.json"), "utf8")) as { version: string };
-    pkg.version = versionOverride;
-    writeFileSync(path.join(src, "package.json"), JSON.stringify(pkg, null, 2));
-  }
-  const out = path.join(dir, "tarballs");
-  mkdirSync(out, { recursive: true });
-  const r = JSON.parse(
-    execFileSync("npm", ["pack", "--json", "--pack-destination", out], {
-      cwd: src,
-      encoding: "utf8",
-      stdio: ["ignore", "pipe", "pipe"],
-    }),
-  ) as { filename: string }[];
-  return path.join(out, (r[0] as { filename: string }).filename);
-}
 
 function npm(cwd: string, ...args: string[]): void {
   const r = spawnSync("npm", [...args, "--no-audit", "--no-fund"], {

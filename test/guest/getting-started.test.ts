@@ -1,0 +1,190 @@
+/**
+ * docs/getting-started.md followed literally. Its shell blocks run in order,
+ * in one bash, as a new reader's shell would: in an empty home of their own
+ * (the hypervisor's known_hosts line and the SSH key in `~/.ssh`, nothing
+ * else), inside the test host's network namespace, that is on the hypervisor,
+ * where the guide says to run a first try. What the test adds, and only
+ * there, is the site: after step 1 the variables name the test host, its pool
+ * and network, the test image and a target inside the namespace; and the
+ * guide's `npm install pulumi-kvm-proxy` takes the tarball `npm pack` makes
+ * of this checkout instead of the registry's. It must end as the guide's
+ * expected output shows: each proxy refuses a request without the
+ * credentials and forwards one with them; then its clean-up leaves no VM.
+ */
+import { spawn } from "node:child_process";
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { allDomains, pulumiEnv } from "../pulumi/harness";
+import { pack } from "../support/pack";
+import { repoRoot, type TestHost, testHost } from "../support/test-host";
+import { testImage } from "./images";
+
+const env = inject("guest");
+const GUIDE = path.join(repoRoot, "docs/getting-started.md");
+/** The guide's install command, and what the test installs instead of the registry's package. */
+const INSTALL = "npm install pulumi-kvm-proxy ";
+
+interface Block {
+  lang: string;
+  body: string;
+  /** The `##` heading the block sits under. */
+  section: string;
+}
+
+/** The fenced blocks of a Markdown text, in order, with their sections. */
+function blocksOf(markdown: string): Block[] {
+  const blocks: Block[] = [];
+  let section = "";
+  let open: { lang: string; lines: string[] } | undefined;
+  for (const line of markdown.split("\n")) {
+    const fence = /^```(\w*)\s*$/.exec(line);
+    if (open !== undefined) {
+      if (fence !== null && fence[1] === "") {
+        blocks.push({ lang: open.lang, body: open.lines.join("\n"), section });
+        open = undefined;
+      } else open.lines.push(line);
+    } else if (fence !== null) open = { lang: fence[1] ?? "", lines: [] };
+    else if (line.startsWith("## ")) section = line.slice(3).trim();
+  }
+  return blocks;
+}
+
+/** A pattern for the guide's expected check lines: any proxy address, any 2xx from the target. */
+function checkLinePattern(expected: string): RegExp {
+  const escaped = expected.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(
+    `^${escaped.replace(/http:\/\/\d+\\\.\d+\\\.\d+\\\.\d+:/, "http://[0-9.]+:").replace(/with: 200$/, "with: 2\\d\\d")}$`,
+  );
+}
+
+const blocks = blocksOf(readFileSync(GUIDE, "utf8"));
+const shell = blocks.filter((b) => b.lang === "sh");
+const cleanUp = shell.filter((b) => b.section === "Clean up");
+const steps = shell.filter((b) => b.section !== "Clean up");
+const expectedCheck = blocks.filter((b) => b.lang === "text" && b.section.startsWith("6."));
+
+let host: TestHost;
+let dir: string;
+let home: string;
+let domainsBefore: Set<string>;
+let site = "";
+let tarball = "";
+
+/** Runs a bash script on the hypervisor (in the namespace) as the reader's shell; its output whatever the exit. */
+function runAsReader(script: string, name: string): Promise<{ code: number; output: string }> {
+  const file = path.join(dir, `${name}.sh`);
+  writeFileSync(file, script);
+  return new Promise((resolve, reject) => {
+    const child = spawn("ip", ["netns", "exec", env.netns, "bash", file], {
+      cwd: path.join(dir, "work"),
+      env: {
+        PATH: pulumiEnv().PATH,
+        HOME: home,
+        LANG: "C.UTF-8",
+        // The machine's npm cache: the registry's packages are fetched once per machine, not per run.
+        npm_config_cache: path.join(os.homedir(), ".npm"),
+        PULUMI_SKIP_UPDATE_CHECK: "true",
+        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true",
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    child.stdout.on("data", (d: Buffer) => {
+      output += d.toString();
+    });
+    child.stderr.on("data", (d: Buffer) => {
+      output += d.toString();
+    });
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code: code ?? -1, output }));
+  });
+}
+
+/** The script of the guide's steps: step 1, the site, then the rest, with the package from the tarball. */
+function stepsScript(): string {
+  const [first, ...rest] = steps;
+  const body = rest.map((b) => b.body).join("\n");
+  expect(body.split(INSTALL).length - 1, `the guide installs with "${INSTALL.trim()}" once`).toBe(1);
+  return [
+    "set -euo pipefail",
+    first?.body ?? "",
+    site,
+    body.replace(INSTALL, `npm install ${tarball} `),
+  ].join("\n");
+}
+
+beforeAll(async () => {
+  await testImage(env);
+  host = testHost();
+  dir = mkdtempSync(path.join(os.tmpdir(), "kvmpt-getting-started-"));
+  home = path.join(dir, "home");
+  mkdirSync(path.join(home, ".ssh"), { recursive: true, mode: 0o700 });
+  mkdirSync(path.join(dir, "work"));
+  copyFileSync(host.knownHostsPath, path.join(home, ".ssh/known_hosts"));
+  copyFileSync(host.sshKeyPath, path.join(home, ".ssh/id_ed25519"));
+  chmodSync(path.join(home, ".ssh/id_ed25519"), 0o600);
+  tarball = pack(path.join(dir, "pack"));
+  site = [
+    "# The site: the test host and what it serves inside its namespace.",
+    `export KVM_URI=ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
+    "export KVM_DOMAIN_TYPE=qemu",
+    `export KVM_POOL=${host.poolName} KVM_NETWORK=${host.network}`,
+    `export IMAGE_URL=${env.imageUrlInNetns}`,
+    `export CHECK_URL=${env.targetUrl}`,
+  ].join("\n");
+  domainsBefore = new Set(allDomains(host));
+});
+
+afterAll(async () => {
+  // A run that stopped half-way still has its stack: the guide's clean-up, in the same shell state.
+  if (dir === undefined || domainsBefore === undefined) return;
+  const left = allDomains(host).filter((d) => !domainsBefore.has(d));
+  if (left.length > 0) {
+    const passphrase = /export PULUMI_CONFIG_PASSPHRASE=.*/.exec(stepsScript())?.[0] ?? "";
+    await runAsReader(["cd proxies", passphrase, ...cleanUp.map((b) => b.body)].join("\n"), "afterall");
+  }
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("the getting-started guide, followed literally", () => {
+  it("is six numbered steps of shell, an expected check output, and a clean-up", () => {
+    const numbered = [...new Set(steps.map((b) => b.section))];
+    numbered.forEach((section, i) => {
+      expect(section).toMatch(new RegExp(`^${i + 1}\\. `));
+    });
+    expect(numbered.length).toBeLessThanOrEqual(6);
+    expect(numbered.length).toBeGreaterThanOrEqual(5);
+    expect(steps[0]?.body).toMatch(/^export KVM_URI=/m);
+    expect(expectedCheck).toHaveLength(1);
+    expect(cleanUp).toHaveLength(1);
+  });
+
+  it(
+    "ends with both proxies answering as its expected output shows, and its clean-up leaves no VM",
+    async () => {
+      const run = await runAsReader([stepsScript(), ...cleanUp.map((b) => b.body)].join("\n"), "guide");
+      const expected = (expectedCheck[0]?.body ?? "").split("\n").filter((l) => l !== "");
+      const seen = run.output.split("\n").filter((l) => / without credentials: /.test(l));
+      // Two proxies, each line in the guide's shape: 407 without credentials, the target's 2xx with them.
+      expect(expected).toHaveLength(2);
+      expect(seen, `the guide's run printed:\n${run.output}`).toHaveLength(expected.length);
+      seen.forEach((line, i) => {
+        expect(line).toMatch(checkLinePattern(expected[i] ?? ""));
+      });
+      expect(run.code, `the guide's run printed:\n${run.output}`).toBe(0);
+      expect(run.output).toMatch(/The resources in the stack have been deleted|Resources:\s+- 3 deleted/);
+      expect(allDomains(host).filter((d) => !domainsBefore.has(d))).toEqual([]);
+    },
+    30 * 60_000,
+  );
+});

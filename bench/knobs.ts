@@ -201,8 +201,8 @@ export const knobs = {
     "a comma list of `rpc`, `upload`, `scale`, `fleet`, `ready`, `firstboot`: run only those; the others keep their last results. `ready` (figure 6: real guests booted up to a healthy proxy) and `firstboot` (figure 8: a stock image's first boot against the test image's) run only when named",
     () => "all",
   ),
-  out: text("KVMP_BENCH_OUT", "docs/benchmarks.md", "where the report goes", (root) =>
-    path.join(root, "docs/benchmarks.md"),
+  out: text("KVMP_BENCH_OUT", "docs/contributing/benchmarks.md", "where the report goes", (root) =>
+    path.join(root, "docs/contributing/benchmarks.md"),
   ),
   /** The raw results; a run of some parts keeps the other parts' last results in it. */
   results: text(

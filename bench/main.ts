@@ -2,7 +2,7 @@
  * Entry point of `npm run bench` (scripts/bench compiles this into dist-bench/
  * and runs it): runs the figures KVMP_BENCH_ONLY selects, merges them into the
  * raw results (.state/bench/results.json, keeping the other parts' last
- * results) and writes the report (docs/benchmarks.md) from all of them.
+ * results) and writes the report (docs/contributing/benchmarks.md) from all of them.
  * Re-rendering alone (KVMP_BENCH_RENDER_ONLY) is bench/render.ts, which
  * scripts/bench runs instead, without a test host.
  */

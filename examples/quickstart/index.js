@@ -1,6 +1,7 @@
 // Two squid proxies on one libvirt host, with Basic authentication. The host
 // and image are keys of the stack config kvm:hosts and kvm:images (see the
-// README's config reference); the password is a secret of this stack.
+// provider configuration reference, docs/reference/provider-config.md); the
+// password is a secret of this stack.
 //
 //   pulumi config set --path kvm:hosts.lab.uri ssh://root@lab.example.com
 //   pulumi config set --path kvm:hosts.lab.knownHostsPath ~/.ssh/known_hosts

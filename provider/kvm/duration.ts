@@ -8,7 +8,7 @@
  * `timeouts.delete`), seconds: below it no deadline can hold one libvirt
  * round trip, so a smaller value is a mistake (milliseconds meant, or a
  * typo) that would otherwise fail only at `up`. Not higher: the fault tests
- * end creates and calls on purpose with deadlines of 2-5 s (docs/decisions.md).
+ * end creates and calls on purpose with deadlines of 2-5 s (docs/contributing/decisions.md).
  */
 export const MIN_DEADLINE_SECONDS = 1;
 

@@ -25,10 +25,16 @@ export interface InlineImage {
 }
 
 /**
- * What create waits for once the VM has an IP. With `url`, an HTTP request
- * sent THROUGH the proxy (http://ip:proxyPort as proxy) must return
- * `expectStatus`; without it, the proxy port must accept a TCP connection.
- * The probe goes from wherever Pulumi runs to the guest's IP.
+ * What create waits for once the VM has an IP (after cloud-init has finished
+ * the first boot, when the guest agent can tell). Without `url`: `GET /` to
+ * the proxy port, which must be answered by this proxy's own squid (by the
+ * name its configuration gives it; a TCP connect, or the image's own squid,
+ * does not pass). With `url`: a request for it through the proxy must return
+ * `expectStatus` (for http://, through this proxy's squid); for a proxy with
+ * auth the `GET /` probe runs, then `url` is requested inside the guest
+ * through its agent (the provider has no password). Probes go from where
+ * Pulumi runs, or through the VM's host (`via`). Refresh probes once,
+ * without the in-guest request.
  */
 export interface HealthCheck {
   /** The URL requested through the proxy (http:// or https://, the latter via CONNECT). */
@@ -276,7 +282,7 @@ export interface KvmProxyArgs {
   macAddress?: pulumi.Input<string>;
   /**
    * Several NICs, or one with static addresses, a macvtap attachment, rate
-   * limits or an nwfilter (see "Networking" in the README). Not together with
+   * limits or an nwfilter (see docs/guides/networking.md). Not together with
    * `network`, `bridge` or `macAddress` (the one-NIC shorthand). Changing a
    * NIC replaces the VM, except its `bandwidth`, which is updated in place.
    */

@@ -83,7 +83,7 @@ export function unreachableAddressWarning(nics: readonly NicSpec[], host: HostCo
     `the proxy's address will be on libvirt network ${quote(network)} of host ${quote(host.key)}: ` +
     "if that network is NAT (libvirt's default is), only that host reaches it, so proxyUrl is of use there " +
     "only (the health check goes through the host); attach the primary NIC to a bridge or macvtap NIC with " +
-    "a reachable address, or forward a port on the host (README: Networking)"
+    "a reachable address, or forward a port on the host (docs/guides/networking.md)"
   );
 }
 

@@ -2,7 +2,7 @@
  * The program's side of the proxy password: what the KvmProxy class sends
  * the provider instead of it (the hash, or what is wrong with it), and the
  * URL with credentials it builds from the password itself. Pure; the
- * password never leaves the program (docs/decisions.md, "The password stays
+ * password never leaves the program (docs/contributing/decisions.md, "The password stays
  * in the program").
  */
 import { createHmac } from "node:crypto";

@@ -1,7 +1,7 @@
 /**
  * The `kvmproxy` package schema from the property tables (./properties.ts)
- * and the sources' TSDoc, and the README's reference tables from the
- * schema. Pure: `docs` reads the TSDoc (tools/schema/tsdoc.ts does, from the
+ * and the sources' TSDoc, and the reference pages' tables (docs/reference/)
+ * from the schema. Pure: `docs` reads the TSDoc (tools/schema/tsdoc.ts does, from the
  * source files); provider/schema/schema.json is this function's output,
  * checked in and compared by test/unit/schema/schema.test.ts.
  */
@@ -112,7 +112,7 @@ function describe(docs: DocLookup, name: string): string {
   return d;
 }
 
-/** A type as the README's tables write it. */
+/** A type as the reference tables write it. */
 function typeText(t: TypeSpec): string {
   if ("$ref" in t) return t.$ref.replace(/^.*[:/]/, "");
   if ("oneOf" in t) return t.oneOf.map(typeText).join(" \\| ");
@@ -156,26 +156,79 @@ export function dynamicOnlyOutputs(docs: DocLookup): Record<string, PropertySpec
   return out;
 }
 
-/** The README's reference tables (between its `schema-reference` markers), from the schema. */
-export function referenceMarkdown(
+/** The reference pages (docs/reference/<page>.md), each holding its tables between `schema-reference` markers. */
+export type ReferencePage = "kvm-proxy" | "proxy-fleet" | "provider-config";
+
+/** The type names (tokens) `props` refer to, and the types those refer to, in `schema`. */
+function reachable(schema: PackageSpec, props: Record<string, PropertySpec>[]): Set<string> {
+  const found = new Set<string>();
+  const visit = (t: TypeSpec): void => {
+    if ("$ref" in t) {
+      const token = t.$ref.replace(/^#\/types\//, "");
+      const type = schema.types[token];
+      if (type === undefined || found.has(token)) return;
+      found.add(token);
+      for (const p of Object.values(type.properties)) visit(p);
+    } else if ("oneOf" in t) t.oneOf.forEach(visit);
+    else if (t.type === "array") visit(t.items);
+    else if (t.type === "object") visit(t.additionalProperties);
+  };
+  for (const table of props) for (const p of Object.values(table)) visit(p);
+  return found;
+}
+
+function typeSection(schema: PackageSpec, token: string): string {
+  const type = schema.types[token] as PackageSpec["types"][string];
+  return `### \`${token.replace(/^.*:/, "")}\`\n\n${cell(type.description)}\n\n${table(type.properties, type.required)}`;
+}
+
+function resourceSections(res: ResourceSpec): string[] {
+  return [
+    `## Inputs\n\n${table(res.inputProperties, res.requiredInputs)}`,
+    `## Outputs\n\n${table(res.properties)}`,
+  ];
+}
+
+/**
+ * Each reference page's tables (what goes between its `schema-reference`
+ * markers), from the schema: a resource's inputs and outputs and the types
+ * only it uses; the provider's configuration and the types it uses. A type
+ * both resources use is described on the KvmProxy page.
+ */
+export function referencePages(
   schema: PackageSpec,
   dynamicOnly: Record<string, PropertySpec> = {},
-): string {
-  const parts: string[] = [];
-  for (const [token, res] of Object.entries(schema.resources)) {
-    const name = token.replace(/^.*:/, "");
-    parts.push(`#### \`${name}\` inputs\n\n${table(res.inputProperties, res.requiredInputs)}`);
-    parts.push(`#### \`${name}\` outputs\n\n${table(res.properties)}`);
-    if (token === KVM_PROXY_TOKEN && Object.keys(dynamicOnly).length > 0) {
-      parts.push(
-        `#### The dynamic \`KvmProxy\` class's own outputs\n\nComputed from a secret; the provider plugin keeps them in the state's inputs and returns none of them to a program.\n\n${table(dynamicOnly)}`,
-      );
-    }
+): Record<ReferencePage, string> {
+  const proxy = schema.resources[KVM_PROXY_TOKEN] as ResourceSpec;
+  const fleet = schema.resources[PROXY_FLEET_TOKEN] as ResourceSpec;
+  const proxyTypes = reachable(schema, [proxy.inputProperties, proxy.properties]);
+  const fleetTypes = reachable(schema, [fleet.inputProperties, fleet.properties]);
+  const configTypes = reachable(schema, [schema.provider.inputProperties]);
+  const page: Record<ReferencePage, string[]> = { "kvm-proxy": [], "proxy-fleet": [], "provider-config": [] };
+  for (const token of Object.keys(schema.types)) {
+    const where: ReferencePage = proxyTypes.has(token)
+      ? "kvm-proxy"
+      : fleetTypes.has(token)
+        ? "proxy-fleet"
+        : configTypes.has(token)
+          ? "provider-config"
+          : "kvm-proxy";
+    page[where].push(typeSection(schema, token));
   }
-  for (const [token, type] of Object.entries(schema.types)) {
-    parts.push(
-      `#### \`${token.replace(/^.*:/, "")}\`\n\n${cell(type.description)}\n\n${table(type.properties, type.required)}`,
-    );
-  }
-  return `${parts.join("\n\n")}\n`;
+  const own =
+    Object.keys(dynamicOnly).length > 0
+      ? [
+          `## The dynamic \`KvmProxy\` class's own outputs\n\nComputed from a secret; the provider plugin keeps them in the state's inputs and returns none of them to a program.\n\n${table(dynamicOnly)}`,
+        ]
+      : [];
+  const body = (sections: string[], types: string[]) =>
+    `${[...sections, ...(types.length > 0 ? ["## Types", ...types] : [])].join("\n\n")}\n`;
+  return {
+    "kvm-proxy": body([...resourceSections(proxy), ...own], page["kvm-proxy"]),
+    "proxy-fleet": body(resourceSections(fleet), page["proxy-fleet"]),
+    "provider-config": body(
+      [`## Provider arguments and configuration keys\n\n${table(schema.provider.inputProperties)}`],
+      page["provider-config"],
+    ),
+  };
 }

@@ -1,10 +1,10 @@
 /**
  * The Pulumi package schema of `kvmproxy` (the shapes a provider plugin
- * serves, SDKs are generated from and the README's reference tables show),
+ * serves, SDKs are generated from and the reference pages' tables show),
  * built from the property tables of ./properties.ts. Pure: the descriptions
  * come in as a lookup, which tools/schema/tsdoc.ts fills from the TSDoc of
  * the interfaces the tables are tied to (provider/resource/args.ts), so a
- * tooltip, the schema and the README say the same words.
+ * tooltip, the schema and docs/reference/ say the same words.
  *
  * The subset of the schema format used here follows pkg/codegen/schema's
  * PackageSpec (pulumi.json, the metaschema), which the pulumi test group

@@ -101,7 +101,7 @@ export function buildMirror(suite: string, image: string): string {
 
 /**
  * A stock image's user-data with the mirror at `hostPort` as its only package
- * source (what it takes, written out in the README), `bootcmd` lines after
+ * source (what it takes, written out in docs/guides/images.md), `bootcmd` lines after
  * the first.
  */
 export function mirrorUserData(hostPort: string, bootcmd: readonly string[] = []): string {

@@ -178,7 +178,7 @@ exports.urlWithCredentials = authed.proxyUrlWithCredentials;
     // The password itself: the Node.js SDK prints each RegisterResource reply with --debug, secret
     // outputs in the clear, so proxyUrlWithCredentials (URL-encoded: no config secret the engine
     // masks) is in the SDK's line for `authed`, whether or not the program exports it, and in no
-    // other line. That is why Node.js programs use the dynamic KvmProxy class (README).
+    // other line. That is why Node.js programs use the dynamic KvmProxy class (docs/guides/languages.md).
     const forms = [PASSWORD, encodeURIComponent(PASSWORD)];
     const carrying = (text: string, of: unknown[]) =>
       text.split("\n").filter((l) => of.some((f) => l.includes(f as string)));

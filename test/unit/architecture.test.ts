@@ -1,5 +1,5 @@
 /**
- * The layout docs/architecture.md describes, held against the code: which
+ * The layout docs/contributing/architecture.md describes, held against the code: which
  * files are pure, which layer may import which (and none skips one), that no
  * modules import each other in a circle, that the KVM core's pure modules
  * live in folders named by concept, where retry lives, and the size of
@@ -235,7 +235,7 @@ describe("architecture", () => {
   });
 
   // A smell detector, not a rule to split by: past this size a module here has so far always held
-  // two concepts (docs/decisions.md, "Module size: outliers, not a cap").
+  // two concepts (docs/contributing/decisions.md, "Module size: outliers, not a cap").
   it.each(sources.map((s) => [s.file, s.text.split("\n").length] as const))(
     "%s is no outlier (at most 700 lines)",
     (_file, lines) => {

@@ -1,5 +1,5 @@
 // Build recipe for the Pulumi CLI used by this project's tests (see
-// scripts/pulumi-cli and docs/pulumi-cli.md). Not part of the provider.
+// scripts/pulumi-cli and docs/contributing/pulumi-cli.md). Not part of the provider.
 module pulumi-kvm-proxy/tools/pulumi
 
 go 1.25.11

@@ -11,7 +11,7 @@
  * A limit applied live runs tc in libvirtd's namespace: htb, sfq and a
  * police action, which the test machine's kernel lacks in part; the test
  * host gives libvirtd a tc that maps those onto what the kernel has
- * (scripts/test-host.d/tc-shim, docs/decisions.md), so the live change is
+ * (scripts/test-host.d/tc-shim, docs/contributing/decisions.md), so the live change is
  * real here as on a production host.
  */
 import { execFileSync } from "node:child_process";

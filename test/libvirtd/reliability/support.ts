@@ -1,7 +1,7 @@
 /**
  * Shared by the reliability tests: KvmOperations wired through the wire
  * relay, leak counting with libvirt's own client (virsh) and the pool
- * folder, and the JSON results docs/reliability.md is rendered from.
+ * folder, and the JSON results docs/contributing/reliability.md is rendered from.
  */
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";

@@ -1,6 +1,7 @@
 /**
  * The package schema (provider/schema): the checked-in schema.json and the
- * README's reference tables are what the tables and the sources' TSDoc make
+ * reference pages' tables (docs/reference/*.md, between their
+ * `schema-reference` markers) are what the tables and the sources' TSDoc make
  * now (regenerate both with `KVMP_UPDATE_REFERENCE=1 npx vitest run
  * --project unit test/unit/schema/schema.test.ts -u`), and the schema says
  * what the resource does: the inputs that replace, the secrets, the defaults.
@@ -18,7 +19,8 @@ import { PROXY_FLEET_TYPE } from "../../../provider/resource/proxy-fleet";
 import {
   buildPackageSchema,
   dynamicOnlyOutputs,
-  referenceMarkdown,
+  type ReferencePage,
+  referencePages,
 } from "../../../provider/schema/kvmproxy-schema";
 import { type DocLookup, SchemaSourceError } from "../../../provider/schema/package-schema";
 import { KVM_PROXY_TOKEN, PROXY_FLEET_TOKEN } from "../../../provider/schema/properties";
@@ -35,8 +37,9 @@ const schema = buildPackageSchema(docs);
 const kvmProxy = schema.resources[KVM_PROXY_TOKEN];
 if (kvmProxy === undefined) throw new Error("no KvmProxy in the schema");
 
-const README_START = "<!-- schema-reference: generated from provider/schema/schema.json; edit the TSDoc -->";
-const README_END = "<!-- schema-reference end -->";
+const MARK_START = "<!-- schema-reference: generated from provider/schema/schema.json; edit the TSDoc -->";
+const MARK_END = "<!-- schema-reference end -->";
+const pages = referencePages(schema, dynamicOnlyOutputs(docs));
 
 describe("the checked-in files are what the sources make", () => {
   it("provider/schema/schema.json", async () => {
@@ -45,19 +48,22 @@ describe("the checked-in files are what the sources make", () => {
     );
   });
 
-  it("the README's reference tables", () => {
-    const readme = readFileSync(path.join(ROOT, "README.md"), "utf8");
-    const start = readme.indexOf(README_START);
-    const end = readme.indexOf(README_END);
-    expect(start, "README.md lacks the schema-reference markers").toBeGreaterThan(0);
+  it.each(Object.keys(pages) as ReferencePage[])("the reference tables of docs/reference/%s.md", (page) => {
+    const file = path.join(ROOT, "docs/reference", `${page}.md`);
+    const text = readFileSync(file, "utf8");
+    const start = text.indexOf(MARK_START);
+    const end = text.indexOf(MARK_END);
+    expect(start, `${file} lacks the schema-reference markers`).toBeGreaterThan(0);
+    expect(end, `${file} lacks the schema-reference end marker`).toBeGreaterThan(start);
     if (process.env.KVMP_UPDATE_REFERENCE === "1") {
-      const body = `${README_START}\n\n${referenceMarkdown(schema, dynamicOnlyOutputs(docs))}\n`;
-      writeFileSync(path.join(ROOT, "README.md"), readme.slice(0, start) + body + readme.slice(end));
+      writeFileSync(file, `${text.slice(0, start)}${MARK_START}\n\n${pages[page]}\n${text.slice(end)}`);
       return;
     }
-    expect(readme.slice(start + README_START.length, end).trim()).toBe(
-      referenceMarkdown(schema, dynamicOnlyOutputs(docs)).trim(),
-    );
+    expect(text.slice(start + MARK_START.length, end).trim()).toBe(pages[page].trim());
+  });
+
+  it("the README holds no reference tables", () => {
+    expect(readFileSync(path.join(ROOT, "README.md"), "utf8")).not.toContain(MARK_START);
   });
 });
 

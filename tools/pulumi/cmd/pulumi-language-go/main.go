@@ -4,7 +4,7 @@
 // main package with `go build` (the module's own go.mod decides the SDK and
 // any replaces) and runs the binary with the settings the Go SDK reads from
 // PULUMI_* environment variables. Prebuilt binaries (`runtime.options.binary`)
-// and everything but running a program are not offered. See docs/pulumi-cli.md.
+// and everything but running a program are not offered. See docs/contributing/pulumi-cli.md.
 package main
 
 import (

@@ -18,7 +18,7 @@
 //
 // Everything else (pulumi new/install/convert/package, policy packs, plugins
 // written in Node.js, synchronous invokes, debugger attach, the bun runtime)
-// answers Unimplemented. See docs/pulumi-cli.md.
+// answers Unimplemented. See docs/contributing/pulumi-cli.md.
 package main
 
 import (

@@ -9,7 +9,7 @@
 // (relative to the project folder) whose python runs the program; without
 // it, python3 from the PATH. Other options (toolchain, typechecker), plugin
 // discovery from installed packages, and everything but running a program
-// answer Unimplemented or are ignored. See docs/pulumi-cli.md.
+// answer Unimplemented or are ignored. See docs/contributing/pulumi-cli.md.
 package main
 
 import (

@@ -3,7 +3,7 @@
 // from stdout, the handshake, Cancel, the stack configuration a program gets
 // in its environment, and running the program as a child process that an
 // engine Cancel or a dropped Run interrupts. Each host (Node.js, Python, Go)
-// adds only how its program is started. See docs/pulumi-cli.md.
+// adds only how its program is started. See docs/contributing/pulumi-cli.md.
 package langhost
 
 import (

@@ -7,11 +7,14 @@
  * there, is the site: after step 1 the variables name the test host, its pool
  * and network, the test image and a target inside the namespace; and the
  * guide's `npm install pulumi-kvm-proxy` takes the tarball `npm pack` makes
- * of this checkout instead of the registry's. It must end as the guide's
+ * of this checkout instead of the registry's; the namespace has no route to
+ * the registry, so the same install runs first outside it, filling the
+ * machine's npm cache, and the reader's npm runs offline from that cache. It
+ * must end as the guide's
  * expected output shows: each proxy refuses a request without the
  * credentials and forwards one with them; then its clean-up leaves no VM.
  */
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import {
   chmodSync,
   copyFileSync,
@@ -91,8 +94,9 @@ function runAsReader(script: string, name: string): Promise<{ code: number; outp
         PATH: pulumiEnv().PATH,
         HOME: home,
         LANG: "C.UTF-8",
-        // The machine's npm cache: the registry's packages are fetched once per machine, not per run.
-        npm_config_cache: path.join(os.homedir(), ".npm"),
+        // The machine's npm cache, filled outside the namespace (beforeAll): no registry in here.
+        npm_config_cache: NPM_CACHE,
+        npm_config_offline: "true",
         PULUMI_SKIP_UPDATE_CHECK: "true",
         PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true",
       },
@@ -108,6 +112,16 @@ function runAsReader(script: string, name: string): Promise<{ code: number; outp
     child.once("error", reject);
     child.once("close", (code) => resolve({ code: code ?? -1, output }));
   });
+}
+
+/** The npm cache the reader's install reads from. */
+const NPM_CACHE = path.join(os.homedir(), ".npm");
+
+/** The guide's install line, as the test runs it (the package from the tarball). */
+function installLine(): string {
+  const line = steps.flatMap((b) => b.body.split("\n")).find((l) => l.startsWith(INSTALL));
+  expect(line, `the guide installs with "${INSTALL.trim()}"`).toBeDefined();
+  return (line ?? "").replace(INSTALL, `npm install ${tarball} `);
 }
 
 /** The script of the guide's steps: step 1, the site, then the rest, with the package from the tarball. */
@@ -134,6 +148,16 @@ beforeAll(async () => {
   copyFileSync(host.sshKeyPath, path.join(home, ".ssh/id_ed25519"));
   chmodSync(path.join(home, ".ssh/id_ed25519"), 0o600);
   tarball = pack(path.join(dir, "pack"));
+  // The guide's install in a scratch project outside the namespace: the registry's packages into the cache.
+  const scratch = path.join(dir, "npm-warm");
+  mkdirSync(scratch);
+  writeFileSync(path.join(scratch, "package.json"), '{ "name": "warm", "private": true }');
+  execFileSync("bash", ["-euo", "pipefail", "-c", installLine()], {
+    cwd: scratch,
+    env: { ...process.env, npm_config_cache: NPM_CACHE },
+    stdio: ["ignore", "pipe", "pipe"],
+    timeout: 600_000,
+  });
   site = [
     "# The site: the test host and what it serves inside its namespace.",
     `export KVM_URI=ssh://${host.sshUser}@${host.address}:${host.sshPort}`,

@@ -119,7 +119,7 @@ afterAll(() => {
 });
 
 describe("the package as npm pack makes it", () => {
-  it("holds the compiled code, its types and source maps, the plugin and its schema, the docs and the license, and nothing else", () => {
+  it("holds the compiled code, its types and source maps, the plugin and its schema, the user docs and the license, and nothing else", () => {
     const listing = execFileSync("tar", ["-tzf", tarballs.current], { encoding: "utf8" }).split("\n");
     const files = listing.filter((f) => f !== "").map((f) => f.replace(/^package\//, ""));
     for (const f of [
@@ -134,12 +134,16 @@ describe("the package as npm pack makes it", () => {
       "CHANGELOG.md",
       "LICENSE",
       "package.json",
+      "docs/getting-started.md",
+      "docs/troubleshooting.md",
+      "docs/reference/kvm-proxy.md",
     ]) {
       expect(files, f).toContain(f);
     }
     const strays = files.filter(
       (f) =>
         !/^dist\/provider\/.*\.(js|d\.ts|js\.map)$/.test(f) &&
+        !/^docs\/((README|getting-started|troubleshooting)\.md|(guides|reference)\/[a-z-]+\.md)$/.test(f) &&
         ![
           "README.md",
           "CHANGELOG.md",
@@ -150,7 +154,14 @@ describe("the package as npm pack makes it", () => {
         ].includes(f),
     );
     expect(strays).toEqual([]);
-    expect(files.filter((f) => /^(test|bench|scripts|tools)\//.test(f))).toEqual([]);
+    expect(files.filter((f) => /^(test|bench|scripts|tools|docs\/contributing)\//.test(f))).toEqual([]);
+    // The README's links into the docs resolve in the installed package too.
+    const readme = execFileSync("tar", ["-xzOf", tarballs.current, "package/README.md"], {
+      encoding: "utf8",
+    });
+    const linked = [...readme.matchAll(/\]\((docs\/[^)#\s]+)/g)].map((m) => m[1] as string);
+    expect(linked.length).toBeGreaterThan(0);
+    for (const target of new Set(linked)) expect(files, `README links ${target}`).toContain(target);
     const pkg = JSON.parse(
       execFileSync("tar", ["-xzOf", tarballs.current, "package/package.json"], { encoding: "utf8" }),
     ) as Record<string, unknown>;

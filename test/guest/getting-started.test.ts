@@ -2,7 +2,10 @@
  * docs/getting-started.md followed literally. Its shell blocks run in order,
  * in one bash, as a new reader's shell would: in an empty home of their own
  * (the hypervisor's known_hosts line and the SSH key in `~/.ssh`, nothing
- * else), inside the test host's network namespace, that is on the hypervisor,
+ * else), mounted over root's home in a mount namespace of the run's own (the
+ * tools that find home by the user database, not $HOME, as Pulumi's local
+ * backend does, find it there too, and nothing reaches the machine's),
+ * inside the test host's network namespace, that is on the hypervisor,
  * where the guide says to run a first try. What the test adds, and only
  * there, is the site: after step 1 the variables name the test host, its pool
  * and network, the test image and a target inside the namespace; and the
@@ -88,20 +91,31 @@ function runAsReader(script: string, name: string): Promise<{ code: number; outp
   const file = path.join(dir, `${name}.sh`);
   writeFileSync(file, script);
   return new Promise((resolve, reject) => {
-    const child = spawn("ip", ["netns", "exec", env.netns, "bash", file], {
-      cwd: path.join(dir, "work"),
-      env: {
-        PATH: pulumiEnv().PATH,
-        HOME: home,
-        LANG: "C.UTF-8",
-        // The machine's npm cache, filled outside the namespace (beforeAll): no registry in here.
-        npm_config_cache: NPM_CACHE,
-        npm_config_offline: "true",
-        PULUMI_SKIP_UPDATE_CHECK: "true",
-        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true",
+    // The machine's npm cache stays visible under the reader's home (the bind before the home's own).
+    const mounts = [
+      `mount --bind ${NPM_CACHE} ${home}/.npm`,
+      `mount --rbind ${home} ${os.homedir()}`,
+      `cd ${path.join(dir, "work")}`,
+      `exec bash ${file}`,
+    ].join(" && ");
+    const child = spawn(
+      "ip",
+      ["netns", "exec", env.netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", mounts],
+      {
+        cwd: path.join(dir, "work"),
+        env: {
+          PATH: pulumiEnv().PATH,
+          HOME: os.homedir(),
+          LANG: "C.UTF-8",
+          // The machine's npm cache, filled outside the namespace (beforeAll): no registry in here.
+          npm_config_cache: path.join(os.homedir(), ".npm"),
+          npm_config_offline: "true",
+          PULUMI_SKIP_UPDATE_CHECK: "true",
+          PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true",
+        },
+        stdio: ["ignore", "pipe", "pipe"],
       },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    );
     let output = "";
     child.stdout.on("data", (d: Buffer) => {
       output += d.toString();
@@ -138,11 +152,17 @@ function stepsScript(): string {
 }
 
 beforeAll(async () => {
+  // The reader's home is mounted over this user's: the checkout must not be under it.
+  expect(path.relative(os.homedir(), repoRoot).startsWith(".."), `${repoRoot} is under ${os.homedir()}`).toBe(
+    true,
+  );
   await testImage(env);
   host = testHost();
   dir = mkdtempSync(path.join(os.tmpdir(), "kvmpt-getting-started-"));
   home = path.join(dir, "home");
   mkdirSync(path.join(home, ".ssh"), { recursive: true, mode: 0o700 });
+  mkdirSync(path.join(home, ".npm"));
+  mkdirSync(NPM_CACHE, { recursive: true });
   mkdirSync(path.join(dir, "work"));
   copyFileSync(host.knownHostsPath, path.join(home, ".ssh/known_hosts"));
   copyFileSync(host.sshKeyPath, path.join(home, ".ssh/id_ed25519"));

@@ -1,17 +1,19 @@
 #!/usr/bin/env node
 /**
- * The `pulumi-kvm-proxy` command (package.json "bin"). One subcommand so
- * far: `gc`, the orphan sweep. Exit codes: 0 done, 1 something could not be
- * read or done, 2 bad usage.
+ * The `pulumi-kvm-proxy` command (package.json "bin"): `gc`, the orphan
+ * sweep, and `console`, a VM's boot output. Exit codes: 0 done, 1 something
+ * could not be read or done, 2 bad usage.
  */
 import { GC_USAGE, parseGcArgs, UsageError } from "../gc/command-line";
 import { formatJson, formatProblems, formatText } from "../gc/report";
 import { exitCodeOf, runGc } from "../gc/sweep";
+import { CONSOLE_USAGE, parseConsoleArgs, runConsole } from "./console-command";
 
 const USAGE = `Usage: pulumi-kvm-proxy <command> [options]
 
 Commands:
   gc        list (and with --delete, delete) VMs whose owning stack no longer holds them
+  console   print a VM's boot output (cloud-init's log, or its serial console), secrets masked
 
 Run \`pulumi-kvm-proxy <command> --help\` for a command's options.`;
 
@@ -26,6 +28,7 @@ export async function main(
     out(`${USAGE}\n`);
     return command === undefined ? 2 : 0;
   }
+  if (command === "console") return consoleCommand(rest, out, err);
   if (command !== "gc") {
     err(`error: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
     return 2;
@@ -44,6 +47,36 @@ export async function main(
     const msg = e instanceof Error ? e.message : String(e);
     if (e instanceof UsageError) {
       err(`error: ${msg}\n\n${GC_USAGE}\n`);
+      return 2;
+    }
+    err(`error: ${msg}\n`);
+    return 1;
+  }
+}
+
+/** `console <host> <domain>`: the lines on stdout (exit 0), or why there are none on stderr (exit 1). */
+async function consoleCommand(
+  argv: readonly string[],
+  out: (s: string) => void,
+  err: (s: string) => void,
+): Promise<number> {
+  try {
+    const options = parseConsoleArgs(argv, process.cwd());
+    if (options.help) {
+      out(`${CONSOLE_USAGE}\n`);
+      return 0;
+    }
+    const r = await runConsole(options);
+    if (!r.ok) {
+      err(`error: ${r.reason}\n`);
+      return 1;
+    }
+    out(`${r.lines.join("\n")}\n`);
+    return 0;
+  } catch (e) {
+    const msg = e instanceof Error ? e.message : String(e);
+    if (e instanceof UsageError) {
+      err(`error: ${msg}\n\n${CONSOLE_USAGE}\n`);
       return 2;
     }
     err(`error: ${msg}\n`);

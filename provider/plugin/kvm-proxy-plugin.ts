@@ -29,7 +29,7 @@
 import { ownerUrnOf, SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../resource/args";
 import { asChecked, engineTimeout } from "../resource/check";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
-import type { KvmProxyRuntime } from "../resource/provider";
+import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "../resource/proxy-auth";
 import { secretKeysOf } from "../resource/secret-inputs";
 import { conceal, ownerOfUrn, type Props, reveal } from "./property-values";
@@ -177,12 +177,21 @@ export class KvmProxyPlugin {
   async create(propsIn: Props, timeout?: number): Promise<{ id: string; outs: Props }> {
     const given = reveal(propsIn);
     const { inputs, password } = withoutPassword(given.props);
-    const { id, outs } = await this.runtime.create(
-      withTimeout(this.runtime, inputs, "create", timeout),
-      deadlineOf(timeout),
-    );
-    const full = withCredentialUrls(published(outs), password);
-    return { id, outs: conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS)) };
+    const outsOf = (outs: Props): Props => {
+      const full = withCredentialUrls(published(outs), password);
+      return conceal(full, secretsFor(full, given.secretKeys, CREDENTIAL_URLS));
+    };
+    try {
+      const { id, outs } = await this.runtime.create(
+        withTimeout(this.runtime, inputs, "create", timeout),
+        deadlineOf(timeout),
+      );
+      return { id, outs: outsOf(outs) };
+    } catch (err) {
+      // A VM recorded after all (kept, or left by a failed rollback): its outputs as a create's.
+      if (!(err instanceof PartialCreateError)) throw err;
+      throw new PartialCreateError(err.message, err.id, outsOf(err.properties), err.reasons);
+    }
   }
 
   async read(

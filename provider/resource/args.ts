@@ -317,6 +317,14 @@ export interface KvmProxyArgs {
   waitForIp?: pulumi.Input<boolean | "ipv4" | "ipv6" | "any">;
   /** Deadlines the provider enforces itself (Pulumi's `customTimeouts` never reach a dynamic provider). */
   timeouts?: pulumi.Input<Timeouts>;
+  /**
+   * Keep the VM when its create fails once it runs (first boot, address,
+   * health check, deadline) instead of deleting it: it stays on its host for
+   * inspection (`pulumi-kvm-proxy console <host> <domain>` prints its log),
+   * recorded in the state with `keptAfterFailure`; the next `up` replaces it
+   * (deleting it first), `destroy` deletes it. Changing it rebuilds nothing.
+   */
+  keepOnFailure?: pulumi.Input<boolean>;
   /** Free-form labels, stored in the VM's libvirt metadata too. Changing them updates in place. */
   tags?: pulumi.Input<Record<string, pulumi.Input<string>>>;
   /**
@@ -497,6 +505,8 @@ export interface CheckedInputs {
   waitForIp: WaitForIp;
   /** In seconds. */
   timeouts: { create: number; delete: number };
+  /** Present only when set: false and absent are one value, so neither is a change. */
+  keepOnFailure?: true;
   tags: Record<string, string>;
   rotation?: { maxAge: number; batch: number; group?: string; size?: number };
   /** Who owns the VM (project, stack, URN), as its metadata records it. */
@@ -579,6 +589,16 @@ export interface KvmProxyOutputs
   egressAddress?: string;
   /** provisioning, running, degraded (the VM runs but its proxy failed the last probe), stopped or failed. */
   state: KvmProxyState;
+  /** Set when a failed create kept the VM (`keepOnFailure`): the next `up` replaces it, deleting it first. */
+  keptAfterFailure?: KeptAfterFailure;
+}
+
+/** A VM whose create failed, kept on its host for inspection (`keepOnFailure`). */
+export interface KeptAfterFailure {
+  /** ISO 8601 time of the failure. */
+  failedAt: string;
+  /** The failure's first line (the guest's own lines are in the error `up` printed, not here). */
+  reason: string;
 }
 
 /** The addresses of one NIC. */
@@ -608,6 +628,7 @@ export const DEFAULTS = {
   expectStatus: 200,
   createSeconds: 600,
   deleteSeconds: 300,
+  keepOnFailure: false,
 } as const;
 
 /** Largest root disk accepted, GiB (64 TiB). */
@@ -651,6 +672,7 @@ export const UPDATE_PROPERTIES = [
   "waitForIp",
   "timeouts",
   "rotation",
+  "keepOnFailure",
 ] as const;
 
 /**

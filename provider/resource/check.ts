@@ -566,6 +566,7 @@ export function checkInputs(
     checkEgress(f, news.egressCheck, waitForIp !== false),
   );
   const timeouts = guard(f, "timeouts", DEFAULT_TIMEOUTS, () => checkTimeouts(f, news.timeouts));
+  const keepOnFailure = optBool(f, "keepOnFailure", news.keepOnFailure, DEFAULTS.keepOnFailure);
   const tags = guard(f, "tags", {}, () => checkTags(f, news.tags));
 
   if (!f.empty) return { inputs: { ...news }, failures: f.list };
@@ -592,6 +593,8 @@ export function checkInputs(
   else out.userData = userData.text ?? defaultUserData();
   if (news.egressCheck === UNKNOWN) out.egressCheck = UNKNOWN;
   else if (egressCheck !== undefined) out.egressCheck = egressCheck;
+  if (news.keepOnFailure === UNKNOWN) out.keepOnFailure = UNKNOWN;
+  else if (keepOnFailure) out.keepOnFailure = true;
   if (news.rotation === UNKNOWN) out.rotation = UNKNOWN;
   else if (rotation !== undefined) out.rotation = rotation;
   if (news.proxy === UNKNOWN) out.proxy = UNKNOWN;

@@ -157,8 +157,11 @@ function connectionChanged(olds: Props, news: Props): boolean {
  *   vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB, network,
  *   bridge, macAddress (only when fixed: a libvirt-generated MAC is not a
  *   change), name, proxyPort.
- * - Update in place: tags, healthCheck, waitForIp, timeouts; also a VM found
- *   stopped by a refresh (update starts it again).
+ * - Update in place: tags, healthCheck, waitForIp, timeouts, keepOnFailure
+ *   (read only by a create); also a VM found stopped by a refresh (update
+ *   starts it again).
+ * - A VM kept after its create failed (`keptAfterFailure`): replaced,
+ *   deleted first, whatever the inputs ({@link keptDiff}).
  * - deleteBeforeReplace only when the replacement would collide with the old
  *   VM on the same host ({@link collisions}): the same user-fixed name, a
  *   fixed MAC or a static address kept. Otherwise (an autoname, derived
@@ -171,6 +174,8 @@ function connectionChanged(olds: Props, news: Props): boolean {
  *   (healthCheck, waitForIp, timeouts) are taken as the program gives them.
  */
 export function diffProxy(olds: Props, news: Props): DiffOutcome {
+  const kept = keptDiff(olds, news);
+  if (kept !== undefined) return kept;
   const adopted = adoptedDiff(olds, news);
   if (adopted !== undefined) return adopted;
   const replaces: string[] = [];
@@ -229,6 +234,29 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
     updates,
     deleteBeforeReplace: replacing && collisions(olds, news).length > 0,
   };
+}
+
+/** The output that marks a VM kept after its create failed (`keepOnFailure`). */
+export const KEPT_MARK = "keptAfterFailure";
+
+/**
+ * The diff of a VM kept after its create failed: whatever the new inputs,
+ * it is replaced, and deleted first. It serves nothing, so nothing is lost
+ * meanwhile, and it frees what a replacement may need: a fixed name, a
+ * static address, room on the host. Undefined for any other VM.
+ */
+function keptDiff(olds: Props, news: Props): DiffOutcome | undefined {
+  if (olds[KEPT_MARK] === undefined) return undefined;
+  const updates = UPDATE_PROPERTIES.filter((key) => !same(oldValue(olds, key), news[key]));
+  return { changes: true, replaces: [KEPT_MARK], updates, deleteBeforeReplace: true };
+}
+
+/** What preview says of a kept VM's replacement, or undefined when `olds` is no kept VM. */
+export function keptReplaceNote(olds: Props): string | undefined {
+  const mark = olds[KEPT_MARK] as { failedAt?: unknown } | undefined;
+  if (mark === undefined) return undefined;
+  const when = typeof mark?.failedAt === "string" ? ` at ${mark.failedAt}` : "";
+  return `replace (delete first): the VM was kept for inspection after its create failed${when} (keepOnFailure)`;
 }
 
 /** The diff of an imported VM whose spec the new inputs build again; undefined otherwise. */

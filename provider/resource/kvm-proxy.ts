@@ -43,7 +43,9 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
  * Changing host, image (or the `kvm:images` entry behind its key),
  * userData, vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB,
  * network, bridge, macAddress, name or proxyPort rebuilds the VM; tags,
- * healthCheck, egressCheck, waitForIp and timeouts update in place.
+ * healthCheck, egressCheck, waitForIp, timeouts and keepOnFailure update in
+ * place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the
+ * next `up`.
  */
 export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly domainName: pulumi.Output<string>;
@@ -82,6 +84,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly health: pulumi.Output<{ ok: boolean; checkedAt: string; reason?: string } | undefined>;
   /** provisioning | running | degraded (the VM runs, its proxy failed the last probe) | stopped | failed. */
   declare readonly state: pulumi.Output<string>;
+  /** Set when a failed create kept the VM for inspection (`keepOnFailure`): `{failedAt, reason}`. */
+  declare readonly keptAfterFailure: pulumi.Output<{ failedAt: string; reason: string } | undefined>;
   declare readonly name: pulumi.Output<string>;
   declare readonly proxyPort: pulumi.Output<number>;
   declare readonly memoryMiB: pulumi.Output<number>;
@@ -123,6 +127,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       "egressAddress",
       "health",
       "state",
+      "keptAfterFailure",
       "host",
       "hostPool",
       "createdAt",

@@ -13,8 +13,6 @@
 import { randomBytes } from "node:crypto";
 import { CancelledError, ProviderError } from "../errors";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
-import { guestLinesText } from "../kvm/guest/cloud-init-result";
-import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageBaker } from "../kvm/host/image-bake";
 import { ImageCache } from "../kvm/host/image-cache";
@@ -24,11 +22,18 @@ import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import { DEFAULTS, ownerUrnOf, type ProxyHealth, placementOf } from "./args";
+import {
+  type CheckedInputs,
+  DEFAULTS,
+  type KeptAfterFailure,
+  ownerUrnOf,
+  type ProxyHealth,
+  placementOf,
+} from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
-import { bandwidthChanges, collisions, diffProxy, same } from "./diff";
+import { bandwidthChanges, collisions, diffProxy, keptReplaceNote, same } from "./diff";
 import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { isSealed } from "./host-connection";
@@ -285,6 +290,12 @@ export class KvmProxyRuntime {
     const olds = this.hostsInFull.openedOlds(oldsIn);
     const d = diffProxy(olds, news);
     const urn = (news.owner as { urn?: string } | undefined)?.urn;
+    const kept = keptReplaceNote(olds);
+    if (kept !== undefined) {
+      this.engineLog().info(urn, kept);
+      await this.engineLog().flush();
+      return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
+    }
     const rotation = news.rotation as RotationSettings | undefined;
     if (d.replaces.length === 0 && typeof rotation === "object" && rotation !== null) {
       // Due for rotation and this member's turn in this up: replaced (created first, then its predecessor deleted).
@@ -354,6 +365,7 @@ export class KvmProxyRuntime {
         signal: this.cancelled.signal,
         waitForIp: c.waitForIp !== false,
         ...waitOptionsOf(c),
+        ...(c.keepOnFailure === true ? { keepOnFailure: true } : {}),
         pollMs: this.pollMs,
         ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal) => {
           health = await this.readiness().gate(
@@ -364,11 +376,8 @@ export class KvmProxyRuntime {
           );
         },
         // The guest's cloud-init log through its agent; without an agent, what its serial console printed.
-        explain: async (status: VmStatus, consoleText: string | undefined) => {
-          const tail = await this.ops().guestOutputTail(status.host, status.name, this.secrets);
-          if (tail !== undefined && tail.length > 0) return guestLinesText(tail);
-          return consoleLinesText(consoleLines(consoleText ?? "", this.secrets));
-        },
+        explain: (status: VmStatus, consoleText: string | undefined) =>
+          this.ops().guestOutput(status.host, status.name, this.secrets, consoleText),
       });
       // The state records a pool NIC's address as the VM has it (diff compares pool NICs without it).
       const made = withPoolAddresses(c, status.createdNics);
@@ -381,6 +390,7 @@ export class KvmProxyRuntime {
       return { id: formatProviderId(status.host, c.name), outs: this.hostsInFull.sealed(outs) };
     } catch (err) {
       if (!(err instanceof ProvisionError) || err.rolledBack) throw err;
+      if (err.kept) throw this.keptError(err, c, inputs.__provider);
       const id = err.providerId;
       const props: Props = {
         ...this.hostsInFull.sealed(
@@ -406,6 +416,45 @@ export class KvmProxyRuntime {
     } finally {
       await this.engineLog().flush();
     }
+  }
+
+  /**
+   * The error of a create whose VM `keepOnFailure` kept: a partial failure,
+   * so the engine records it, marked `keptAfterFailure` (diff replaces it at
+   * the next `up`), its health failed; the message and reasons say how to
+   * look at it and what removes it.
+   */
+  private keptError(err: ProvisionError, c: CheckedInputs, provider: unknown): PartialCreateError {
+    const id = err.providerId;
+    const { host, name } = parseProviderId(id);
+    const status = err.status ?? { host, name, state: "failed" as const };
+    const cause = message(err.cause);
+    const reason = this.redact(cause.split("\n", 1)[0] ?? "");
+    const failedAt = new Date().toISOString();
+    const outs = outputsFrom(withPoolAddresses(c, status.createdNics), status, {
+      ok: false,
+      checkedAt: failedAt,
+      reason,
+    });
+    const mark: KeptAfterFailure = { failedAt, reason };
+    const props: Props = {
+      ...this.hostsInFull.sealed({ ...outs, keptAfterFailure: mark }),
+      __provider: provider,
+    };
+    const how = this.ops().inspectCommands(host, name);
+    const look = `its log: \`${how.log}\`; its console: \`${how.console}\``;
+    const cleanUp = "the next `pulumi up` replaces it (deleting it first), `pulumi destroy` deletes it";
+    return new PartialCreateError(
+      `${err.message}\nthe VM ${name} on host ${host} was kept for inspection (keepOnFailure): ${look}; ${cleanUp}`,
+      id,
+      props,
+      // The engine shows only these lines, so each says what it is about.
+      [
+        `create of ${id} failed: ${cause}`,
+        `the VM ${name} on host ${host} was kept for inspection (keepOnFailure): ${look}`,
+        `${cleanUp}: it is recorded in the state, marked keptAfterFailure`,
+      ],
+    );
   }
 
   async read(id: string, props: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {

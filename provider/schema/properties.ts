@@ -13,6 +13,7 @@ import type {
   HostInput,
   HostPoolInput,
   InlineImage,
+  KeptAfterFailure,
   KvmProxyArgs,
   KvmProxyCredentialUrls,
   KvmProxyOutputs,
@@ -148,6 +149,7 @@ const nic: Table<NicInput> = {
 const health: Table<ProxyHealth> = { ok: p(BOOLEAN), checkedAt: p(STRING), reason: p(STRING) };
 const nicAddresses: Table<NicAddresses> = { mac: p(STRING), addresses: p(strings) };
 const memberPasswords: Table<MemberPasswords> = { secret: p(STRING, { secret: true }) };
+const keptAfterFailure: Table<KeptAfterFailure> = { failedAt: p(STRING), reason: p(STRING) };
 
 /** The object types of the package, by name, each with the interface its TSDoc comes from. */
 export const TYPES: Readonly<Record<string, ObjectTable>> = {
@@ -176,6 +178,7 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   ProxyHealth: { source: "ProxyHealth", properties: health },
   NicAddresses: { source: "NicAddresses", properties: nicAddresses },
   MemberPasswords: { source: "MemberPasswords", properties: memberPasswords },
+  KeptAfterFailure: { source: "KeptAfterFailure", properties: keptAfterFailure },
 };
 
 const waitForIp: TypeSpec = { oneOf: [BOOLEAN, STRING] };
@@ -204,6 +207,7 @@ export const KVM_PROXY_INPUTS: Table<KvmProxyArgs> = {
   egressCheck: p(t("EgressCheck")),
   waitForIp: p(waitForIp),
   timeouts: p(t("Timeouts")),
+  keepOnFailure: p(BOOLEAN, { default: DEFAULTS.keepOnFailure }),
   tags: p(stringMap),
   rotation: p(t("Rotation")),
 };
@@ -236,6 +240,7 @@ export const KVM_PROXY_OUTPUTS: Table<KvmProxyOutputs & KvmProxyCredentialUrls> 
   egressCheck: p(t("EgressCheck")),
   waitForIp: p(waitForIp),
   timeouts: p({ type: "object", additionalProperties: NUMBER }),
+  keepOnFailure: p(BOOLEAN),
   tags: p(stringMap),
   rotation: p(ANY),
   owner: p(ANY),
@@ -256,6 +261,7 @@ export const KVM_PROXY_OUTPUTS: Table<KvmProxyOutputs & KvmProxyCredentialUrls> 
   socksUrl: p(STRING),
   egressAddress: p(STRING),
   state: p(STRING),
+  keptAfterFailure: p(t("KeptAfterFailure")),
   proxyUrlWithCredentials: p(STRING, { secret: true }),
   socksUrlWithCredentials: p(STRING, { secret: true }),
 };

@@ -16,16 +16,21 @@
  *   unattended-upgrades do on a stock image): the installs wait for it;
  * - a user-data that fails (a runcmd that exits 1, a package that does not
  *   exist), on the test image: the create fails naming the modules, with the
- *   guest's own lines, and leaves nothing behind.
+ *   guest's own lines; with keepOnFailure its VM stays for inspection,
+ *   recorded and marked: `pulumi-kvm-proxy console` prints its cloud-init
+ *   log (masked), preview replaces it, deleting it first, and destroy
+ *   removes it;
+ * - a guest without an agent that never gets ready (no keepOnFailure): the
+ *   create fails with its serial console's last lines and leaves nothing.
  */
 
-import { type ChildProcess, execFileSync } from "node:child_process";
+import { type ChildProcess, execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
-import { allDomains, poolVolumes, removeByHand, Workspace } from "../pulumi/harness";
+import { allDomains, poolVolumes, pulumiEnv, removeByHand, Workspace } from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";
 import { sha256File } from "../support/sha256-file";
 import {
@@ -218,10 +223,11 @@ beforeAll(async () => {
           "#cloud-config",
           "packages: [kvmp-no-such-package]",
           "runcmd:",
-          '  - [sh, -c, "echo kvmp-runcmd-about-to-fail; exit 1"]',
+          '  - [sh, -c, "echo password: kvmp-hunter3; echo kvmp-runcmd-about-to-fail; exit 1"]',
           "",
         ].join("\n"),
         timeouts: { create: "20m" },
+        keepOnFailure: true,
       },
       silent: {
         host: "local",
@@ -273,25 +279,59 @@ async function through(proxy: string, credentials?: string): Promise<string> {
 /** What 50 requests through Debian 12's proxy got, sent the moment its up returned. */
 let atOnce: string[] = [];
 
+/** The failing workspace's up, started once: beside the stock proxies' up, or alone when only its tests run. */
+let failingUp: Promise<void> | undefined;
+function upFailing(): Promise<void> {
+  failingUp ??= failingCli.run("up", "--yes", "--skip-preview").then((r) => {
+    failed = { code: r.code, output: r.output };
+  });
+  return failingUp;
+}
+
+/** `pulumi-kvm-proxy console <args>` of the built package, inside the namespace, on the failing workspace's stack. */
+function consoleCommand(...args: string[]): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(
+    "ip",
+    [
+      ...["netns", "exec", env.netns, process.execPath, path.join(repoRoot, "dist/provider/cli/main.js")],
+      ...["console", ...args, "--cwd", failing.dir, "--stack", failing.stack],
+    ],
+    {
+      cwd: repoRoot,
+      env: { ...pulumiEnv(), PWD: failing.dir, PULUMI_BACKEND_URL: `file://${failing.backend}` },
+      encoding: "utf8",
+      timeout: 120_000,
+    },
+  );
+  if (r.error) throw r.error;
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
 describe("the first boot of stock images, and of user-data that fails", () => {
   it(
-    "pulumi up of the stock Debian 12 and 13 proxies succeeds while the failing one's up fails",
+    "pulumi up of the stock Debian 12 and 13 proxies succeeds",
     async () => {
       const t0 = performance.now();
-      const [okRun, badRun] = await Promise.all([
-        cli.run("up", "--yes", "--skip-preview").then(async (r) => {
-          up = { seconds: since(t0), output: r.output };
-          // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
-          atOnce = await Promise.all(
-            Array.from({ length: 50 }, () => through("http://192.0.2.31:3128", CREDENTIALS)),
-          );
-          return r;
-        }),
-        failingCli.run("up", "--yes", "--skip-preview"),
-      ]);
-      failed = { code: badRun.code, output: badRun.output };
+      // The failing workspace's up runs meanwhile: its own test below waits for it.
+      void upFailing();
+      const okRun = await cli.run("up", "--yes", "--skip-preview").then(async (r) => {
+        up = { seconds: since(t0), output: r.output };
+        // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
+        atOnce = await Promise.all(
+          Array.from({ length: 50 }, () => through("http://192.0.2.31:3128", CREDENTIALS)),
+        );
+        return r;
+      });
       expect(okRun.code, okRun.output.slice(-6000)).toBe(0);
-      expect(badRun.code).not.toBe(0);
+    },
+    45 * 60_000,
+  );
+
+  it(
+    "the failing workspace's up fails",
+    async () => {
+      await upFailing();
+      expect(failed?.code).not.toBe(0);
     },
     45 * 60_000,
   );
@@ -376,14 +416,50 @@ describe("the first boot of stock images, and of user-data that fails", () => {
     expect(log).toMatch(/kvm-proxy-squid: squid is listening on port 3128/);
   });
 
-  it("the failing user-data failed the create naming the modules, with the guest's own lines, and left nothing", async () => {
+  it("the failing user-data failed the create naming the modules, with the guest's own lines, and, with keepOnFailure, kept its VM, saying how to look at it and what removes it", async () => {
     expect(failed).toBeDefined();
     const out = failed?.output ?? "";
     expect(out).toMatch(/cloud-init finished the guest's first boot with errors in [^\n]*scripts_user/);
     expect(out).toMatch(/package_update_upgrade_install/);
     expect(out).toMatch(/last lines of \/var\/log\/cloud-init-output\.log in the guest:/);
     expect(out).toContain("kvmp-runcmd-about-to-fail");
-    expect(out).toMatch(/rolled back/);
+    expect(out).not.toContain("kvmp-hunter3");
+    expect(out).toContain(`the VM ${FAILING} on host local was kept for inspection (keepOnFailure)`);
+    expect(out).toContain(`\`pulumi-kvm-proxy console local ${FAILING}\``);
+    expect(out).toContain(`console ${FAILING}\``);
+    expect(out).toContain(
+      "the next `pulumi up` replaces it (deleting it first), `pulumi destroy` deletes it",
+    );
+    expect(allDomains(host)).toContain(FAILING);
+    const kept = failing.proxies().find((p) => p.outputs?.name === FAILING)?.outputs;
+    expect(kept?.keptAfterFailure).toMatchObject({
+      reason: expect.stringMatching(/cloud-init finished the guest's first boot with errors in /),
+    });
+    expect(kept?.uuid).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it("pulumi-kvm-proxy console prints the kept VM's cloud-init log, masked", () => {
+    const r = consoleCommand("local", FAILING);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(new RegExp(`^${FAILING} on host local: (running|degraded|provisioning)\n`));
+    expect(r.stdout).toContain("last lines of /var/log/cloud-init-output.log in the guest:");
+    expect(r.stdout).toContain("kvmp-runcmd-about-to-fail");
+    expect(r.stdout).toContain("password: ***");
+    expect(`${r.stdout}${r.stderr}`).not.toContain("kvmp-hunter3");
+  });
+
+  it("the kept VM is replaced by the next up, deleted first, and preview says why", async () => {
+    const preview = await failingCli.run("preview");
+    expect(preview.code, preview.output.slice(-4000)).toBe(0);
+    expect(preview.output).toMatch(
+      /replace \(delete first\): the VM was kept for inspection after its create failed at \S+ \(keepOnFailure\)/,
+    );
+    expect(preview.output).toMatch(/\+-1 to replace/);
+  });
+
+  it("pulumi destroy removes the kept VM and its volumes", async () => {
+    const r = await failingCli.run("destroy", "--yes", "--skip-preview");
+    expect(r.code, r.output.slice(-4000)).toBe(0);
     expect(allDomains(host)).not.toContain(FAILING);
     await refreshPoolByHand(host);
     expect(poolVolumes(host).filter((v) => v.startsWith(`${FAILING}-`))).toEqual([]);

@@ -419,6 +419,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     /does not decompress/,
   ],
   ["installGuestAgent not boolean", { installGuestAgent: "yes" }, "installGuestAgent", /true or false/],
+  ["keepOnFailure not boolean", { keepOnFailure: "yes" }, "keepOnFailure", /true or false/],
   ["negative memory", { memoryMiB: -1 }, "memoryMiB", /from 128 to/],
   ["absurd memory", { memoryMiB: 1e9 }, "memoryMiB", /from 128 to/],
   ["fractional memory", { memoryMiB: 512.5 }, "memoryMiB", /integer/],

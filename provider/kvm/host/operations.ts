@@ -53,6 +53,7 @@ import { runInGuest } from "./guest-agent";
 import type { HostPool } from "./hosts";
 import { ImageBaker } from "./image-bake";
 import { ImageCache } from "./image-cache";
+import { guestOutputText, inspectCommands } from "./inspect";
 import { setInterfaceBandwidth } from "./interfaces";
 import { Placer } from "./placer";
 import { type ProvisionOptions, provision } from "./provision";
@@ -435,6 +436,25 @@ export class KvmOperations {
     } catch {
       return undefined;
     }
+  }
+
+  /**
+   * What VM `name` says about itself, masked (inspect.ts): cloud-init's
+   * output through its agent, else `consoleText`, what its serial console
+   * printed. The lines a create's error and the `console` command show.
+   */
+  guestOutput(
+    hostKey: string,
+    name: string,
+    secrets: readonly string[],
+    consoleText: string | undefined,
+  ): Promise<string[]> {
+    return guestOutputText(this, hostKey, name, secrets, consoleText);
+  }
+
+  /** The commands an operator looks at VM `name` with (inspect.ts), the host's URI filled in when configured. */
+  inspectCommands(hostKey: string, name: string): { log: string; console: string } {
+    return inspectCommands(hostKey, name, this.hosts.has(hostKey) ? this.hosts.config(hostKey) : undefined);
   }
 
   /**

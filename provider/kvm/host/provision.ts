@@ -76,6 +76,14 @@ export interface ProvisionOptions
    */
   rollback?: boolean;
   /**
+   * Once the VM runs (its status read), a failure leaves it as it is for
+   * inspection instead of deleting it: the {@link ProvisionError} says
+   * `kept`. Before that (placement, upload, define, start: nothing of the
+   * guest to look at yet), and on a cancel, what was made is rolled back
+   * as without it.
+   */
+  keepOnFailure?: boolean;
+  /**
    * Host keys to place the VM on (placer.ts): the one with the most room is
    * chosen (and reserved) before anything is made, and `spec.host` is
    * ignored. The status names the host chosen.
@@ -86,45 +94,51 @@ export interface ProvisionOptions
 /**
  * A provision failed after it may have made something. `rolledBack` true:
  * what it made was deleted again (or, of another owner, left alone, as
- * `rollback` says); false: the rollback failed too (`rollbackError`), so the
- * VM may still exist and the caller must keep it on record.
+ * `rollback` says); false: the VM was kept for inspection (`kept`,
+ * {@link ProvisionOptions.keepOnFailure}) or the rollback failed too
+ * (`rollbackError`), so the VM may still exist and the caller must keep it
+ * on record.
  */
 export class ProvisionError extends ProviderError {
   readonly providerId: string;
   readonly rolledBack: boolean;
   readonly rollback: DeleteResult | undefined;
   readonly rollbackError: unknown;
+  /** The VM was left on its host for inspection (keepOnFailure). */
+  readonly kept: boolean;
   /** The VM's last known status, when it got that far. */
   readonly status: VmStatus | undefined;
 
   constructor(
     providerId: string,
     err: unknown,
-    outcome: { rollback: DeleteResult } | { rollbackError: unknown },
+    outcome: { rollback: DeleteResult } | { rollbackError: unknown } | { kept: true },
     status: VmStatus | undefined,
   ) {
     const rolledBack = "rollback" in outcome;
-    const message = rolledBack
-      ? `create of ${providerId} failed and was rolled back (${
-          outcome.rollback.noop !== "not-ours"
-            ? "the VM and its volumes were deleted"
-            : outcome.rollback.foreignOwner === "unmanaged"
-              ? "a domain of that name not managed by pulumi-kvm-proxy was left alone"
-              : `a domain of that name that belongs to ${outcome.rollback.foreignOwner} was left alone`
-        }): ${messageOf(err)}`
-      : `create of ${providerId} failed (${messageOf(err)}) and deleting it again failed too (${messageOf(outcome.rollbackError)})`;
-    // Rolled back, the create's own kind decides whether a rerun may help; not rolled back, it always may.
-    super(
-      rolledBack && err instanceof ProviderError ? err.kind : rolledBack ? "permanent" : "transient",
-      message,
-      {
-        cause: err,
-      },
-    );
+    const kept = "kept" in outcome;
+    const message = kept
+      ? `create of ${providerId} failed and the VM was kept for inspection: ${messageOf(err)}`
+      : rolledBack
+        ? `create of ${providerId} failed and was rolled back (${
+            outcome.rollback.noop !== "not-ours"
+              ? "the VM and its volumes were deleted"
+              : outcome.rollback.foreignOwner === "unmanaged"
+                ? "a domain of that name not managed by pulumi-kvm-proxy was left alone"
+                : `a domain of that name that belongs to ${outcome.rollback.foreignOwner} was left alone`
+          }): ${messageOf(err)}`
+        : `create of ${providerId} failed (${messageOf(err)}) and deleting it again failed too (${messageOf("rollbackError" in outcome ? outcome.rollbackError : undefined)})`;
+    // Rolled back or kept, the create's own kind decides whether a rerun may help; left by a failed
+    // rollback, it always may.
+    const ownKind = err instanceof ProviderError ? err.kind : "permanent";
+    super(rolledBack || kept ? ownKind : "transient", message, {
+      cause: err,
+    });
     this.providerId = providerId;
     this.rolledBack = rolledBack;
     this.rollback = rolledBack ? outcome.rollback : undefined;
-    this.rollbackError = rolledBack ? undefined : outcome.rollbackError;
+    this.rollbackError = "rollbackError" in outcome ? outcome.rollbackError : undefined;
+    this.kept = kept;
     this.status = status;
   }
 }
@@ -330,6 +344,10 @@ async function provisionNow(
   } catch (caught) {
     const err = await explained(caught, status, options, consoleTail?.text());
     if (options.rollback === false) throw err;
+    // Kept: the VM ran, so its console and log say something; a cancel is no failure to look at.
+    if (options.keepOnFailure === true && status !== undefined && options.signal?.aborted !== true) {
+      throw new ProvisionError(id, err, { kept: true }, status);
+    }
     if (allocation !== undefined) await ops.addresses.release(allocation).catch(() => undefined);
     // Only what is ours: a domain of another owner (taken before us, or winning the define) stays with
     // its volumes; this create's own volumes carry its owner's tag and go (names.ts).

@@ -353,6 +353,47 @@ describe("create", () => {
     expect(volumesOf(name)).toEqual([]);
   });
 
+  it("with keepOnFailure, leaves a VM whose readiness gate failed as it is, saying so; a cancel still rolls back", async () => {
+    const o = ops();
+    const kept = track(uniqueName("kept"));
+    const err = await o
+      .provision(baseSpec("local", kept, sharedImage), {
+        waitForIp: false,
+        keepOnFailure: true,
+        ready: () => Promise.reject(new ProviderError("permanent", "the health check never passed")),
+      })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ProvisionError);
+    expect(err).toMatchObject({ kept: true, rolledBack: false, status: { name: kept } });
+    expect((err as Error).message).toBe(
+      `create of kvm://local/${kept} failed and the VM was kept for inspection: the health check never passed`,
+    );
+    expect(domainState(kept)).toBe("running");
+    expect(volumesOf(kept).length).toBeGreaterThan(0);
+    await o.delete("local", kept, ownedBy(kept));
+    expect(domainsNamed(kept)).toEqual([]);
+
+    const cancelled = track(uniqueName("kept-cancel"));
+    const cancel = new AbortController();
+    const cut = await o
+      .provision(baseSpec("local", cancelled, sharedImage), {
+        waitForIp: false,
+        keepOnFailure: true,
+        signal: cancel.signal,
+        ready: (_status, _left, signal) => {
+          const ended = new Promise<void>((_resolve, reject) =>
+            signal.addEventListener("abort", () => reject(signal.reason), { once: true }),
+          );
+          cancel.abort(new Error("cancelled by the engine"));
+          return ended;
+        },
+      })
+      .catch((e: unknown) => e);
+    expect(cut).toMatchObject({ kept: false, rolledBack: true });
+    expect(domainsNamed(cancelled)).toEqual([]);
+    expect(volumesOf(cancelled)).toEqual([]);
+  });
+
   it("stops where it is when its signal aborts: waiting for the image, no later step runs and nothing of the VM is made", async () => {
     const log = new TraceLog();
     const o = ops({ pool: hostPool(host, { tracer: log.tracer }) });

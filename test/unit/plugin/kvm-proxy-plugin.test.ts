@@ -9,6 +9,8 @@
  * the rest: test/pulumi/plugin.test.ts, through the real CLI.
  */
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import type { KvmOperations } from "../../../provider/kvm/host/operations";
+import { ProvisionError } from "../../../provider/kvm/host/provision";
 import { isPasswordHash } from "../../../provider/kvm/squid/password-hash";
 import {
   hashedForCheck,
@@ -22,7 +24,7 @@ import { isSecret, reveal, SECRET_SIG, SECRET_VALUE } from "../../../provider/pl
 import { SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../../../provider/resource/args";
 import { asChecked } from "../../../provider/resource/check";
 import { outputsFrom, specHashOf } from "../../../provider/resource/mapping";
-import { KvmProxyRuntime } from "../../../provider/resource/provider";
+import { KvmProxyRuntime, PartialCreateError } from "../../../provider/resource/provider";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 
 const URN = "urn:pulumi:dev::proj::kvmproxy:index:KvmProxy::edge";
@@ -289,5 +291,46 @@ describe("the engine's customTimeouts", () => {
         "customTimeouts.create of 2592000 s is above the provider's maximum of 86400 s (24h): the provider waits 24h",
       ],
     ]);
+  });
+});
+
+describe("a create whose VM is recorded after all (kept by keepOnFailure)", () => {
+  it("records the outputs a create would return: nothing computed from a secret, the mark kept", async () => {
+    const runtime = new KvmProxyRuntime();
+    runtime.log = { status() {}, info() {}, warn() {}, flush: async () => {}, close() {} };
+    const config: Record<string, unknown> = {
+      "kvm:hosts": { lab: { uri: "unix:///nonexistent/libvirt-sock" } },
+      "kvm:images": { tiny: { url: "/nonexistent/tiny.qcow2", firmware: "bios" } },
+    };
+    await runtime.configure({ config: { get: (k) => config[k] } });
+    const real = runtime.ops();
+    const failing = Object.assign(Object.create(real) as KvmOperations, {
+      provision: async (spec: { name: string }) => {
+        const status = { host: "lab", name: spec.name, state: "running" as const, uuid: "u-1" };
+        throw new ProvisionError(
+          `kvm://lab/${spec.name}`,
+          new Error("health check timed out"),
+          { kept: true },
+          status,
+        );
+      },
+    });
+    runtime.ops = () => failing;
+    const kept = new KvmProxyPlugin(runtime);
+    const checked = await kept.check(
+      URN,
+      {},
+      {
+        ...news({ auth: { username: "crawler", password: wrapped(PASSWORD) } }),
+        keepOnFailure: true,
+      },
+    );
+    expect(checked.failures).toEqual([]);
+    const err = await kept.create(checked.inputs).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(PartialCreateError);
+    const recorded = reveal((err as PartialCreateError).properties).props;
+    expect(recorded).toMatchObject({ keptAfterFailure: { reason: "health check timed out" }, uuid: "u-1" });
+    for (const k of SECRET_DERIVED_OUTPUTS) expect(recorded, k).not.toHaveProperty(k);
+    expect(JSON.stringify((err as PartialCreateError).properties)).not.toContain(PASSWORD);
   });
 });

@@ -163,6 +163,8 @@ const ROWS: [string, Record<string, unknown>, Record<string, unknown>, "replace"
   ["waitForIp", {}, { waitForIp: false, healthCheck: false }, "update", "waitForIp"],
   ["timeouts", {}, { timeouts: { create: "20m" } }, "update", "timeouts"],
   ["rotation", {}, { rotation: { maxAge: "7d", batch: 2 } }, "update", "rotation"],
+  ["keepOnFailure set", {}, { keepOnFailure: true }, "update", "keepOnFailure"],
+  ["keepOnFailure cleared", { keepOnFailure: true }, { keepOnFailure: false }, "update", "keepOnFailure"],
   ["waitForIp family", {}, { waitForIp: "any" }, "update", "waitForIp"],
   ["nics instead of the host's network", {}, { nics: [{ network: "default" }] }, "replace", "nics"],
   [

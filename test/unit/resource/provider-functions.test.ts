@@ -235,6 +235,7 @@ describe("specHashOf", () => {
     ["waitForIp", { waitForIp: false, healthCheck: false }],
     ["timeouts", { timeouts: { create: 60, delete: 30 } }],
     ["rotation", { rotation: { maxAge: 604_800, batch: 2 } }],
+    ["keepOnFailure", { keepOnFailure: true }],
   ];
 
   it("has a row for every property that rebuilds the VM and every one changed in place", () => {

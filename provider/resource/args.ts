@@ -25,15 +25,12 @@ export interface InlineImage {
 }
 
 /**
- * What create waits for once the VM has an IP (after cloud-init has finished
- * the first boot, when the guest agent can tell). Without `url`: `GET /` to
- * the proxy port, which must be answered by this proxy's own squid (by the
- * name its configuration gives it; a TCP connect, or the image's own squid,
- * does not pass). With `url`: a request for it through the proxy must return
- * `expectStatus` (for http://, through this proxy's squid); for a proxy with
- * auth the `GET /` probe runs, then `url` is requested inside the guest
- * through its agent (the provider has no password). Probes go from where
- * Pulumi runs, or through the VM's host (`via`). Refresh probes once,
+ * What create waits for once the VM has an IP and cloud-init is done. Without
+ * `url`: `GET /` to the proxy port, answered by this proxy's own squid (not a
+ * mere TCP connect). With `url`: a request for it through the proxy must
+ * return `expectStatus`; with auth, after `GET /`, `url` is requested inside
+ * the guest through its agent (the provider has no password). Probes go from
+ * where Pulumi runs, or through the VM's host (`via`); refresh probes once,
  * without the in-guest request.
  */
 export interface HealthCheck {

@@ -315,11 +315,10 @@ export interface KvmProxyArgs {
   /** Deadlines the provider enforces itself (Pulumi's `customTimeouts` never reach a dynamic provider). */
   timeouts?: pulumi.Input<Timeouts>;
   /**
-   * Keep the VM when its create fails once it runs (first boot, address,
-   * health check, deadline) instead of deleting it: it stays on its host for
-   * inspection (`pulumi-kvm-proxy console <host> <domain>` prints its log),
-   * recorded in the state with `keptAfterFailure`; the next `up` replaces it
-   * (deleting it first), `destroy` deletes it. Changing it rebuilds nothing.
+   * Keep the VM when its create fails once it runs (first boot, address, health
+   * check, deadline), for inspection (`pulumi-kvm-proxy console <host> <domain>`),
+   * recorded with `keptAfterFailure`: the next `up` replaces it (deleting it
+   * first), `destroy` deletes it. Changing it rebuilds nothing.
    */
   keepOnFailure?: pulumi.Input<boolean>;
   /** Free-form labels, stored in the VM's libvirt metadata too. Changing them updates in place. */

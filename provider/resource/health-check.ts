@@ -304,7 +304,13 @@ export interface HealthEnv {
 export async function waitHealthy(
   t: ProbeTarget,
   deadlineMs: number,
-  options: HealthEnv & { pollMs?: number; probeTimeoutMs?: number; signal?: AbortSignal } = {},
+  options: HealthEnv & {
+    pollMs?: number;
+    probeTimeoutMs?: number;
+    signal?: AbortSignal;
+    /** The setting the deadline comes from, named in the timeout message (e.g. `timeouts.create`). */
+    deadlineName?: string;
+  } = {},
 ): Promise<ProbeResult> {
   const { signal } = options;
   const now = options.now ?? (() => performance.now());
@@ -320,7 +326,11 @@ export async function waitHealthy(
     signal?.throwIfAborted();
     last = r.reason;
     if (now() - start + pollMs > deadlineMs) {
-      throw new TimeoutError(`a healthy proxy (${probeName(t)}); last failure: ${last}`, deadlineMs);
+      throw new TimeoutError(
+        `a healthy proxy (${probeName(t)}); last failure: ${last}`,
+        deadlineMs,
+        options.deadlineName,
+      );
     }
     await sleep(pollMs);
   }

@@ -355,12 +355,13 @@ export class KvmProxyRuntime {
         waitForIp: c.waitForIp !== false,
         ...waitOptionsOf(c),
         pollMs: this.pollMs,
-        ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal) => {
+        ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal, deadlineName?: string) => {
           health = await this.readiness().gate(
             withPoolAddresses(c, status.createdNics),
             status,
             remainingMs,
             signal,
+            deadlineName,
           );
         },
         // The guest's cloud-init log through its agent; without an agent, what its serial console printed.
@@ -515,6 +516,7 @@ export class KvmProxyRuntime {
       status = await o.waitForIp(host, name, {
         ...waitOptionsOf(c),
         deadlineMs: deadline.deadlineMs,
+        deadlineName: deadline.deadlineName,
         signal: deadline.signal,
         pollMs: this.pollMs,
         onProgress: this.progressTo(c.owner?.urn),

@@ -68,6 +68,7 @@ export class Readiness {
     status: VmStatus,
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName = "timeouts.create",
   ): Promise<ProxyHealth | undefined> {
     const since = performance.now();
     if (c.installGuestAgent && c.waitForIp !== false) {
@@ -78,7 +79,7 @@ export class Readiness {
       });
     }
     if (c.healthCheck === false) return undefined;
-    return this.healthGate(c, status, remainingMs - (performance.now() - since), signal);
+    return this.healthGate(c, status, remainingMs - (performance.now() - since), signal, deadlineName);
   }
 
   /** The health check: waits until it passes (or throws), and says what it saw. */
@@ -87,12 +88,17 @@ export class Readiness {
     status: VmStatus,
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName: string,
   ): Promise<ProxyHealth> {
     const ip = proxyAddressOf(c.nics, status);
     const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, status.host, ip));
     if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
     const since = performance.now();
-    let r: ProbeResult = await waitHealthy(target, remainingMs, { pollMs: this.o.pollMs, signal });
+    let r: ProbeResult = await waitHealthy(target, remainingMs, {
+      pollMs: this.o.pollMs,
+      signal,
+      deadlineName,
+    });
     const inGuest = guestProbeOf(c);
     if (inGuest !== undefined) {
       r = await this.waitGuestProbe(
@@ -101,12 +107,13 @@ export class Readiness {
         inGuest,
         remainingMs - (performance.now() - since),
         signal,
+        deadlineName,
       );
     }
     const socksPort = c.proxy?.socks?.port;
     if (socksPort !== undefined) {
       const left = remainingMs - (performance.now() - since);
-      const socks = await this.waitSocks(c, status, ip as string, socksPort, left, signal);
+      const socks = await this.waitSocks(c, status, ip as string, socksPort, left, signal, deadlineName);
       if (socks.ok && socks.note !== undefined) this.o.warn(c.owner?.urn, socks.note);
     }
     if (r.ok && r.note !== undefined) this.o.warn(c.owner?.urn, r.note);
@@ -156,6 +163,7 @@ export class Readiness {
     port: number,
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName: string,
   ): Promise<ProbeResult> {
     const until = performance.now() + remainingMs;
     for (;;) {
@@ -165,6 +173,7 @@ export class Readiness {
         throw new TimeoutError(
           `a healthy proxy (its SOCKS5 listener); last failure: ${r.reason}`,
           remainingMs,
+          deadlineName,
         );
       }
       await sleep(this.o.pollMs);
@@ -212,6 +221,7 @@ export class Readiness {
     probe: { url: string; expectStatus?: number },
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName: string,
   ): Promise<ProbeResult> {
     const until = performance.now() + remainingMs;
     for (;;) {
@@ -221,6 +231,7 @@ export class Readiness {
         throw new TimeoutError(
           `a healthy proxy (${probe.url} through the proxy, inside the guest); last failure: ${r.reason}`,
           remainingMs,
+          deadlineName,
         );
       }
       await sleep(this.o.pollMs);

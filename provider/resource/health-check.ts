@@ -26,6 +26,7 @@ import { TimeoutError } from "../errors";
 import { hostPort } from "../kvm/network/ip";
 import { peerProblem, type TlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep as sleepFor } from "../timers";
+import { withProbeHint } from "./failure-hints";
 import { bounded, failureText, type ProbeBounds, type ProbeExchange } from "./probe-reader";
 
 /** One probe's outcome. */
@@ -326,8 +327,9 @@ export async function waitHealthy(
     signal?.throwIfAborted();
     last = r.reason;
     if (now() - start + pollMs > deadlineMs) {
+      const why = withProbeHint(last, { check: "healthCheck", viaHost: t.connect !== undefined });
       throw new TimeoutError(
-        `a healthy proxy (${probeName(t)}); last failure: ${last}`,
+        `a healthy proxy (${probeName(t)}); last failure: ${why}`,
         deadlineMs,
         options.deadlineName,
       );

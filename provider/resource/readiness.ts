@@ -15,6 +15,7 @@ import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
+import { withProbeHint } from "./failure-hints";
 import {
   fetchThrough,
   GATE_PROBE_MS,
@@ -229,7 +230,10 @@ export class Readiness {
       if (r.ok) return r;
       if (performance.now() + this.o.pollMs > until) {
         throw new TimeoutError(
-          `a healthy proxy (${probe.url} through the proxy, inside the guest); last failure: ${r.reason}`,
+          `a healthy proxy (${probe.url} through the proxy, inside the guest); last failure: ${withProbeHint(
+            r.reason,
+            { check: "healthCheck", viaHost: false, inGuest: true },
+          )}`,
           remainingMs,
           deadlineName,
         );
@@ -259,7 +263,14 @@ export class Readiness {
       last = await this.egressOnce(c, vm, ip, probe);
       if (last.ok) return last;
     }
-    return last;
+    return {
+      ok: false,
+      reason: withProbeHint(last.reason, {
+        check: "egressCheck",
+        viaHost: !probe.inGuest && this.connector(c, vm.host, ip) !== undefined,
+        inGuest: probe.inGuest,
+      }),
+    };
   }
 
   private async egressOnce(

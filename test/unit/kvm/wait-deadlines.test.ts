@@ -98,6 +98,7 @@ describe("health check deadline", () => {
     }).catch((e: unknown) => e);
     const message = (err as TimeoutError).message;
     expect(message).toMatch(/^timed out after 9 min 47 s \(timeouts\.create\) waiting for a healthy proxy/);
+    expect(message).toMatch(/ECONNREFUSED\. Likely: nothing listens on the proxy port yet.*timeouts\.create/);
   });
 
   it("a signal that aborts between probes ends the wait with its reason, without waiting for the deadline", async () => {

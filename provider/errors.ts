@@ -9,6 +9,19 @@
  */
 export type ErrorKind = "transient" | "permanent";
 
+/** Where a bug in the provider is reported (package.json `bugs`; a unit test holds them equal). */
+export const REPORT_URL = "https://github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/issues";
+
+/**
+ * What to do when a VM or the state was written by another version of this
+ * package: one version for the program and the provider, the newest. The
+ * provider plugin is the package's bin/pulumi-resource-kvmproxy, so the one
+ * install upgrades both.
+ */
+export const UPGRADE_ACTION =
+  "upgrade pulumi-kvm-proxy where the program installs it (npm install pulumi-kvm-proxy@latest; " +
+  "the provider plugin is its bin/pulumi-resource-kvmproxy, upgraded with it), then run the command again";
+
 export class ProviderError extends Error {
   readonly kind: ErrorKind;
 

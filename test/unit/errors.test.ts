@@ -1,5 +1,15 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { durationText, isTransient, ProviderError, TimeoutError } from "../../provider/errors";
+import {
+  durationText,
+  isTransient,
+  ProviderError,
+  REPORT_URL,
+  TimeoutError,
+  UPGRADE_ACTION,
+} from "../../provider/errors";
+import { internalFailure } from "../../provider/kvm/validation";
 
 describe("error classes", () => {
   it.each([
@@ -65,5 +75,25 @@ describe("durationText", () => {
       expect(durationText(ms)).not.toMatch(/\bms\b/);
       expect(durationText(ms)).toMatch(/^\d+(\.\d)? (s|min|h|d)( \d+ (s|min|h))?$/);
     }
+  });
+});
+
+describe("where to report, what to upgrade", () => {
+  const pkg = JSON.parse(readFileSync(path.join(__dirname, "../../package.json"), "utf8")) as {
+    name: string;
+    bugs?: { url?: string };
+    bin: Record<string, string>;
+  };
+
+  it("reports to the package's bugs URL, and an internal error names it", () => {
+    expect(pkg.bugs?.url).toBe(REPORT_URL);
+    expect(internalFailure(new RangeError("x"))).toBe(
+      `could not be checked (internal error: RangeError); please report this at ${REPORT_URL}`,
+    );
+  });
+
+  it("names the package, its plugin and the command that upgrades both", () => {
+    expect(UPGRADE_ACTION).toContain(`npm install ${pkg.name}@latest`);
+    expect(UPGRADE_ACTION).toContain(pkg.bin["pulumi-resource-kvmproxy"] as string);
   });
 });

@@ -37,8 +37,9 @@ export class ProviderError extends Error {
 }
 
 /**
- * A duration for a message, in the two largest units that apply:
- * "9 min 47 s", "2 h 5 min", "1 d 3 h", "45 s", "1.5 s", "250 ms".
+ * A duration for a message, in its largest unit and the next one below
+ * that is not zero: "9 min 47 s", "2 h 5 min", "1 d 3 h", "1 d 1 s",
+ * "45 s", "1.5 s", "250 ms".
  * Pure; negative or non-finite values read as given ("-2 s", "?").
  */
 export function durationText(ms: number): string {
@@ -56,8 +57,8 @@ export function durationText(ms: number): string {
   const first = units.findIndex(([n]) => n > 0);
   if (first === -1) return "0 s";
   const [a, ua] = units[first] as [number, string];
-  const next = units[first + 1];
-  return next !== undefined && next[0] > 0 ? `${a} ${ua} ${next[0]} ${next[1]}` : `${a} ${ua}`;
+  const next = units.slice(first + 1).find(([n]) => n > 0);
+  return next !== undefined ? `${a} ${ua} ${next[0]} ${next[1]}` : `${a} ${ua}`;
 }
 
 /** Raised when a wait (RPC, IP, health check, upload) runs past its deadline. */

@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { CancelledError, ProviderError } from "../errors";
+import { CancelledError, durationText, ProviderError } from "../errors";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { guestLinesText } from "../kvm/guest/cloud-init-result";
 import { consoleLines, consoleLinesText } from "../kvm/guest/console-text";
@@ -44,7 +44,7 @@ import {
 import { type ProbeInputs, probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
-import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
+import { ageSeconds, type Member, RotationRounds, type RotationSettings } from "./rotation";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
 
 type Props = Record<string, unknown>;
@@ -296,7 +296,7 @@ export class KvmProxyRuntime {
         const age = ageSeconds(olds.createdAt) ?? 0;
         this.engineLog().info(
           urn,
-          `rotating: ${formatAge(age)} old, over its maxAge of ${formatAge(rotation.maxAge)} (at most ${rotation.batch} per up)`,
+          `rotating: ${durationText(age * 1000)} old, over its maxAge of ${durationText(rotation.maxAge * 1000)} (at most ${rotation.batch} per up)`,
         );
         const kept = collisions(olds, news);
         if (kept.length > 0) this.engineLog().info(urn, `replace (delete first: ${kept.join(", ")})`);

@@ -527,8 +527,10 @@ export class KvmProxyRuntime {
       status.state === "running"
         ? await this.readiness().probeNow(c, host, proxyAddressOf(c.nics, status))
         : undefined;
-    if (health !== undefined && !health.ok)
-      this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);
+    if (health !== undefined && !health.ok) {
+      const why = this.readiness().explained(c, host, proxyAddressOf(c.nics, status), health.reason ?? "");
+      this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${why}`);
+    }
     const outs = outputsFrom(c, status, health);
     const ip = proxyAddressOf(c.nics, status);
     if (status.state === "running" && health?.ok !== false) {

@@ -1,4 +1,4 @@
-import { ProviderError } from "../errors";
+import { ProviderError, REPORT_URL } from "../errors";
 
 /** One rejected input: the property path (`hosts.edge.uri`, `memoryMiB`) and why it was rejected. */
 export interface ValidationFailure {
@@ -26,7 +26,7 @@ export function quote(v: unknown, max = 64): string {
  */
 export function internalFailure(err: unknown): string {
   const kind = err instanceof Error ? err.name : typeof err;
-  return `could not be checked (internal error: ${kind}); please report this`;
+  return `could not be checked (internal error: ${kind}); please report this at ${REPORT_URL}`;
 }
 
 /**

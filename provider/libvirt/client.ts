@@ -7,6 +7,9 @@ import { PACKET_HEADER_SIZE, PacketStatus, PacketType } from "./constants";
 import { ConnectionClosedError, ProtocolError } from "./errors";
 import { encodeHeader, encodePacket, type Packet, PacketDecoder, sealPacket } from "./packet";
 
+/** The setting that gives each call its deadline, as a timeout names it (the host config's `callTimeout`). */
+const CALL_TIMEOUT_SETTING = "the host's callTimeout";
+
 /** One call as the RPC layer sees it: numbers, encoded args, and a name for errors. */
 export interface CallRequest {
   program: number;
@@ -233,7 +236,9 @@ export class RpcClient {
       if (e.deadline <= now) {
         // A late reply finds no entry and is dropped.
         this.pending.delete(serial);
-        this.rejectEntry(e, new TimeoutError(`reply to ${e.call}`, e.timeoutMs));
+        // The client's default deadline is the host's `callTimeout` setting; a call's own one is the caller's.
+        const setting = e.timeoutMs === this.defaultTimeoutMs ? CALL_TIMEOUT_SETTING : undefined;
+        this.rejectEntry(e, new TimeoutError(`reply to ${e.call}`, e.timeoutMs, setting));
       } else if (e.deadline < next) next = e.deadline;
     }
     if (next !== Number.POSITIVE_INFINITY) this.schedule(next, now);

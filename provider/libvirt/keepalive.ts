@@ -16,6 +16,7 @@
  * One timer per connection, re-armed only when it fires; nothing per call.
  */
 
+import { durationText } from "../errors";
 import { later } from "../timers";
 import {
   KEEPALIVE_PROGRAM,
@@ -140,8 +141,8 @@ export class Keepalive {
       this.stop();
       this.dead(
         new ConnectionClosedError(
-          `libvirtd at ${this.description} sent nothing for ${silentMs.toFixed(0)} ms ` +
-            `(keepalive: ${this.count} × ${this.intervalMs} ms without a reply); the connection is considered dead`,
+          `libvirtd at ${this.description} sent nothing for ${durationText(silentMs)} ` +
+            `(keepalive: ${this.count} × ${durationText(this.intervalMs)} without a reply); the connection is considered dead`,
         ),
       );
       return;

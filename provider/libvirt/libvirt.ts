@@ -6,6 +6,7 @@ import type {
   DomainInterface,
   DomainStateInfo,
   HostInterface,
+  Network,
   NodeDevice,
   NwFilter,
   StoragePool,
@@ -188,6 +189,16 @@ export class Libvirt {
     return this.rpc.call(Procedures.nwfilterLookupByName, { name }, opts);
   }
 
+  /** A libvirt network by name; fails with VIR_ERR_NO_NETWORK when the host has none of that name. */
+  networkLookupByName(name: string, opts?: CallOptions): Promise<Network> {
+    return this.rpc.call(Procedures.networkLookupByName, { name }, opts);
+  }
+
+  /** Whether network `net` is started (a defined network may be inactive). */
+  networkIsActive(net: Network, opts?: CallOptions): Promise<boolean> {
+    return this.rpc.call(Procedures.networkIsActive, { net }, opts);
+  }
+
   /** A host interface by name (the interface driver); VIR_ERR_NO_INTERFACE when it knows none. */
   interfaceLookupByName(name: string, opts?: CallOptions): Promise<HostInterface> {
     return this.rpc.call(Procedures.interfaceLookupByName, { name }, opts);
@@ -206,6 +217,11 @@ export class Libvirt {
 
   storagePoolLookupByName(name: string, opts?: CallOptions): Promise<StoragePool> {
     return this.rpc.call(Procedures.storagePoolLookupByName, { name }, opts);
+  }
+
+  /** Whether storage pool `pool` is started (a defined pool may be inactive). */
+  storagePoolIsActive(pool: StoragePool, opts?: CallOptions): Promise<boolean> {
+    return this.rpc.call(Procedures.storagePoolIsActive, { pool }, opts);
   }
 
   storagePoolRefresh(pool: StoragePool, flags = 0, opts?: CallOptions): Promise<void> {

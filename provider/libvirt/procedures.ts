@@ -25,6 +25,7 @@ import type {
   DomainInterface,
   DomainStateInfo,
   HostInterface,
+  Network,
   NodeDevice,
   NwFilter,
   StoragePool,
@@ -350,6 +351,21 @@ export const Procedures = {
     (w, a) => w.string(a.name),
     (r) => ({ name: r.string(), uuid: readUuid(r) }),
   ),
+  networkLookupByName: remote<{ name: string }, Network>(
+    "network_lookup_by_name",
+    RemoteProcedure.NETWORK_LOOKUP_BY_NAME,
+    (w, a) => w.string(a.name),
+    (r) => ({ name: r.string(), uuid: readUuid(r) }),
+  ),
+  networkIsActive: remote<{ net: Network }, boolean>(
+    "network_is_active",
+    RemoteProcedure.NETWORK_IS_ACTIVE,
+    (w, a) => {
+      w.string(a.net.name);
+      writeUuid(w, a.net.uuid);
+    },
+    (r) => r.int() !== 0,
+  ),
   interfaceLookupByName: remote<{ name: string }, HostInterface>(
     "interface_lookup_by_name",
     RemoteProcedure.INTERFACE_LOOKUP_BY_NAME,
@@ -383,6 +399,12 @@ export const Procedures = {
     RemoteProcedure.STORAGE_POOL_LOOKUP_BY_NAME,
     (w, a) => w.string(a.name),
     readStoragePool,
+  ),
+  storagePoolIsActive: remote<{ pool: StoragePool }, boolean>(
+    "storage_pool_is_active",
+    RemoteProcedure.STORAGE_POOL_IS_ACTIVE,
+    (w, a) => writeStoragePool(w, a.pool),
+    (r) => r.int() !== 0,
   ),
   storagePoolRefresh: remote<PoolFlagsArg, void>(
     "storage_pool_refresh",

@@ -55,6 +55,12 @@ export interface DomainInterface {
   addrs: DomainIpAddress[];
 }
 
+/** remote_nonnull_network: a libvirt network (virsh net-list --all). */
+export interface Network {
+  name: string;
+  uuid: string;
+}
+
 /** remote_nonnull_nwfilter: a network filter (virsh nwfilter-list). */
 export interface NwFilter {
   name: string;

@@ -10,6 +10,7 @@
  * or `{username, passwordProblem}` when the password breaks a rule, which
  * check reports here (the class cannot fail a preview itself).
  */
+import { UPGRADE_ACTION } from "../errors";
 import { given, isObject } from "../kvm/fields";
 import { ipProblem } from "../kvm/network/ip";
 import { type AddressSpan, addressSpan, vmAddressProblem } from "../kvm/network/vm-address";
@@ -152,7 +153,10 @@ function checkAuth(f: Fail, v: unknown): CheckedProxyAuth | undefined {
   if (!given(passwordHash) && !Object.hasOwn(v, "password")) {
     f.fail(PASSWORD_FIELD, "is required with proxy.auth (set it as a secret)");
   } else if (given(passwordHash) && passwordHash !== UNKNOWN && !isPasswordHash(passwordHash)) {
-    f.fail(PASSWORD_FIELD, "was not hashed by this version of the KvmProxy class");
+    f.fail(
+      PASSWORD_FIELD,
+      `was not hashed by this version of the KvmProxy class (the program's pulumi-kvm-proxy and the provider differ): ${UPGRADE_ACTION}`,
+    );
   }
   return { username: username as string, passwordHash: passwordHash as string };
 }

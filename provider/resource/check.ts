@@ -9,6 +9,7 @@
  * which the caller supplies.
  */
 
+import { durationText } from "../errors";
 import {
   couldBeImageKey,
   FIRMWARES,
@@ -313,7 +314,7 @@ function checkTimeouts(f: Failures, v: unknown): CheckedInputs["timeouts"] {
     } else if (secs < MIN_DEADLINE_SECONDS || secs > MAX_TIMEOUT_SECONDS) {
       f.fail(
         `timeouts.${k}`,
-        `must be at least ${MIN_DEADLINE_SECONDS} s and at most ${MAX_TIMEOUT_SECONDS} seconds (24h)`,
+        `must be at least ${durationText(MIN_DEADLINE_SECONDS * 1000)} and at most ${durationText(MAX_TIMEOUT_SECONDS * 1000)} (24h)`,
       );
     } else out[k] = secs;
   }
@@ -336,7 +337,9 @@ export function engineTimeout(
   if (seconds <= MAX_TIMEOUT_SECONDS) return { seconds };
   return {
     seconds: MAX_TIMEOUT_SECONDS,
-    warning: `${name} of ${seconds} s is above the provider's maximum of ${MAX_TIMEOUT_SECONDS} s (24h): the provider waits 24h`,
+    warning:
+      `${name} of ${Number.isFinite(seconds) ? durationText(seconds * 1000) : "no limit"} is above the provider's ` +
+      `maximum of ${durationText(MAX_TIMEOUT_SECONDS * 1000)} (24h): the provider waits 24h`,
   };
 }
 

@@ -26,6 +26,7 @@ import { TimeoutError } from "../errors";
 import { hostPort } from "../kvm/network/ip";
 import { peerProblem, type TlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep as sleepFor } from "../timers";
+import { withProbeHint } from "./failure-hints";
 import { bounded, failureText, type ProbeBounds, type ProbeExchange } from "./probe-reader";
 
 /** One probe's outcome. */
@@ -304,7 +305,13 @@ export interface HealthEnv {
 export async function waitHealthy(
   t: ProbeTarget,
   deadlineMs: number,
-  options: HealthEnv & { pollMs?: number; probeTimeoutMs?: number; signal?: AbortSignal } = {},
+  options: HealthEnv & {
+    pollMs?: number;
+    probeTimeoutMs?: number;
+    signal?: AbortSignal;
+    /** The setting the deadline comes from, named in the timeout message (e.g. `timeouts.create`). */
+    deadlineName?: string;
+  } = {},
 ): Promise<ProbeResult> {
   const { signal } = options;
   const now = options.now ?? (() => performance.now());
@@ -320,7 +327,12 @@ export async function waitHealthy(
     signal?.throwIfAborted();
     last = r.reason;
     if (now() - start + pollMs > deadlineMs) {
-      throw new TimeoutError(`a healthy proxy (${probeName(t)}); last failure: ${last}`, deadlineMs);
+      const why = withProbeHint(last, { check: "healthCheck", viaHost: t.connect !== undefined });
+      throw new TimeoutError(
+        `a healthy proxy (${probeName(t)}); last failure: ${why}`,
+        deadlineMs,
+        options.deadlineName,
+      );
     }
     await sleep(pollMs);
   }

@@ -15,7 +15,9 @@
  * text, so outputs do not change at every update), the host's key bound as
  * associated data. Pure apart from node:crypto.
  */
+
 import { createCipheriv, createDecipheriv, createHmac } from "node:crypto";
+import { UPGRADE_ACTION } from "../errors";
 import { canonicalJson } from "../kvm/domain/metadata";
 import { isObject } from "../kvm/fields";
 import type { HostEntry } from "./args";
@@ -65,8 +67,9 @@ export function openHostConnection(
   if (stateKey === undefined) return { problem: `${how}, which is not set: set it again as it was` };
   const [version, text] = v.sealed.split(".");
   const raw = Buffer.from(text ?? "", "base64url");
-  if (version !== VERSION || raw.length < NONCE_BYTES + TAG_BYTES)
-    return { problem: `${how}, in a form this version cannot read` };
+  if (version !== VERSION)
+    return { problem: `${how}, in a form this version cannot read: ${UPGRADE_ACTION}` };
+  if (raw.length < NONCE_BYTES + TAG_BYTES) return { problem: `${how}, and the seal is cut short` };
   try {
     const decipher = createDecipheriv("aes-256-gcm", keysOf(stateKey).seal, raw.subarray(0, NONCE_BYTES));
     decipher.setAAD(Buffer.from(v.key, "utf8"));

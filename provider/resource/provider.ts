@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { CancelledError, ProviderError } from "../errors";
+import { CancelledError, durationText, ProviderError } from "../errors";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageBaker } from "../kvm/host/image-bake";
@@ -49,7 +49,7 @@ import {
 import { type ProbeInputs, probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
-import { ageSeconds, formatAge, type Member, RotationRounds, type RotationSettings } from "./rotation";
+import { ageSeconds, type Member, RotationRounds, type RotationSettings } from "./rotation";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
 
 type Props = Record<string, unknown>;
@@ -307,7 +307,7 @@ export class KvmProxyRuntime {
         const age = ageSeconds(olds.createdAt) ?? 0;
         this.engineLog().info(
           urn,
-          `rotating: ${formatAge(age)} old, over its maxAge of ${formatAge(rotation.maxAge)} (at most ${rotation.batch} per up)`,
+          `rotating: ${durationText(age * 1000)} old, over its maxAge of ${durationText(rotation.maxAge * 1000)} (at most ${rotation.batch} per up)`,
         );
         const kept = collisions(olds, news);
         if (kept.length > 0) this.engineLog().info(urn, `replace (delete first: ${kept.join(", ")})`);
@@ -367,12 +367,13 @@ export class KvmProxyRuntime {
         ...waitOptionsOf(c),
         ...(c.keepOnFailure === true ? { keepOnFailure: true } : {}),
         pollMs: this.pollMs,
-        ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal) => {
+        ready: async (status: VmStatus, remainingMs: number, signal: AbortSignal, deadlineName?: string) => {
           health = await this.readiness().gate(
             withPoolAddresses(c, status.createdNics),
             status,
             remainingMs,
             signal,
+            deadlineName,
           );
         },
         // The guest's cloud-init log through its agent; without an agent, what its serial console printed.
@@ -564,6 +565,7 @@ export class KvmProxyRuntime {
       status = await o.waitForIp(host, name, {
         ...waitOptionsOf(c),
         deadlineMs: deadline.deadlineMs,
+        deadlineName: deadline.deadlineName,
         signal: deadline.signal,
         pollMs: this.pollMs,
         onProgress: this.progressTo(c.owner?.urn),
@@ -574,8 +576,10 @@ export class KvmProxyRuntime {
       status.state === "running"
         ? await this.readiness().probeNow(c, host, proxyAddressOf(c.nics, status))
         : undefined;
-    if (health !== undefined && !health.ok)
-      this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${health.reason}`);
+    if (health !== undefined && !health.ok) {
+      const why = this.readiness().explained(c, host, proxyAddressOf(c.nics, status), health.reason ?? "");
+      this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${why}`);
+    }
     const outs = outputsFrom(c, status, health);
     const ip = proxyAddressOf(c.nics, status);
     if (status.state === "running" && health?.ok !== false) {

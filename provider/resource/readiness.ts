@@ -15,6 +15,7 @@ import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs, ProxyHealth } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
+import { withProbeHint } from "./failure-hints";
 import {
   fetchThrough,
   GATE_PROBE_MS,
@@ -68,6 +69,7 @@ export class Readiness {
     status: VmStatus,
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName = "timeouts.create",
   ): Promise<ProxyHealth | undefined> {
     const since = performance.now();
     if (c.installGuestAgent && c.waitForIp !== false) {
@@ -78,7 +80,7 @@ export class Readiness {
       });
     }
     if (c.healthCheck === false) return undefined;
-    return this.healthGate(c, status, remainingMs - (performance.now() - since), signal);
+    return this.healthGate(c, status, remainingMs - (performance.now() - since), signal, deadlineName);
   }
 
   /** The health check: waits until it passes (or throws), and says what it saw. */
@@ -87,12 +89,17 @@ export class Readiness {
     status: VmStatus,
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName: string,
   ): Promise<ProxyHealth> {
     const ip = proxyAddressOf(c.nics, status);
     const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, status.host, ip));
     if (target === undefined) throw new ProviderError("permanent", "no IP to health-check");
     const since = performance.now();
-    let r: ProbeResult = await waitHealthy(target, remainingMs, { pollMs: this.o.pollMs, signal });
+    let r: ProbeResult = await waitHealthy(target, remainingMs, {
+      pollMs: this.o.pollMs,
+      signal,
+      deadlineName,
+    });
     const inGuest = guestProbeOf(c);
     if (inGuest !== undefined) {
       r = await this.waitGuestProbe(
@@ -101,12 +108,13 @@ export class Readiness {
         inGuest,
         remainingMs - (performance.now() - since),
         signal,
+        deadlineName,
       );
     }
     const socksPort = c.proxy?.socks?.port;
     if (socksPort !== undefined) {
       const left = remainingMs - (performance.now() - since);
-      const socks = await this.waitSocks(c, status, ip as string, socksPort, left, signal);
+      const socks = await this.waitSocks(c, status, ip as string, socksPort, left, signal, deadlineName);
       if (socks.ok && socks.note !== undefined) this.o.warn(c.owner?.urn, socks.note);
     }
     if (r.ok && r.note !== undefined) this.o.warn(c.owner?.urn, r.note);
@@ -156,6 +164,7 @@ export class Readiness {
     port: number,
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName: string,
   ): Promise<ProbeResult> {
     const until = performance.now() + remainingMs;
     for (;;) {
@@ -165,6 +174,7 @@ export class Readiness {
         throw new TimeoutError(
           `a healthy proxy (its SOCKS5 listener); last failure: ${r.reason}`,
           remainingMs,
+          deadlineName,
         );
       }
       await sleep(this.o.pollMs);
@@ -212,6 +222,7 @@ export class Readiness {
     probe: { url: string; expectStatus?: number },
     remainingMs: number,
     signal: AbortSignal,
+    deadlineName: string,
   ): Promise<ProbeResult> {
     const until = performance.now() + remainingMs;
     for (;;) {
@@ -219,8 +230,12 @@ export class Readiness {
       if (r.ok) return r;
       if (performance.now() + this.o.pollMs > until) {
         throw new TimeoutError(
-          `a healthy proxy (${probe.url} through the proxy, inside the guest); last failure: ${r.reason}`,
+          `a healthy proxy (${probe.url} through the proxy, inside the guest); last failure: ${withProbeHint(
+            r.reason,
+            { check: "healthCheck", viaHost: false, inGuest: true },
+          )}`,
           remainingMs,
+          deadlineName,
         );
       }
       await sleep(this.o.pollMs);
@@ -248,7 +263,14 @@ export class Readiness {
       last = await this.egressOnce(c, vm, ip, probe);
       if (last.ok) return last;
     }
-    return last;
+    return {
+      ok: false,
+      reason: withProbeHint(last.reason, {
+        check: "egressCheck",
+        viaHost: !probe.inGuest && this.connector(c, vm.host, ip) !== undefined,
+        inGuest: probe.inGuest,
+      }),
+    };
   }
 
   private async egressOnce(
@@ -297,6 +319,16 @@ export class Readiness {
    * One probe with a short deadline (refresh, update): the proxy's health
    * now, no libvirt call (through the host: one SSH channel).
    */
+  /**
+   * `reason`, a failure of {@link probeNow} on the proxy at `ip` on `host`,
+   * with its likely causes and the field to change (failure-hints.ts): for
+   * a warning; the outputs keep the reason alone.
+   */
+  explained(c: ProbeInputs, host: string, ip: string | undefined, reason: string): string {
+    const viaHost = ip !== undefined && this.connector(c, host, ip) !== undefined;
+    return withProbeHint(reason, { check: "healthCheck", viaHost });
+  }
+
   async probeNow(c: ProbeInputs, host: string, ip: string | undefined): Promise<ProxyHealth | undefined> {
     const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, host, ip));
     if (target === undefined) return undefined;

@@ -31,18 +31,6 @@ export function ageSeconds(createdAt: unknown, now: number = Date.now()): number
   return Number.isNaN(t) ? undefined : (now - t) / 1000;
 }
 
-/** "8d 3h", "5h 20m", "42s": an age for a message. */
-export function formatAge(seconds: number): string {
-  const s = Math.floor(seconds);
-  const d = Math.floor(s / 86_400);
-  const h = Math.floor((s % 86_400) / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  if (d > 0) return `${d}d ${h}h`;
-  if (h > 0) return `${h}h ${m}m`;
-  if (m > 0) return `${m}m ${s % 60}s`;
-  return `${s}s`;
-}
-
 /** The IDs of the `batch` oldest members older than `maxAge` (ties by ID). */
 export function oldestDue(members: readonly Member[], settings: RotationSettings, now: number): Set<string> {
   const due = members

@@ -106,11 +106,15 @@ describe("libvirt calls of Pulumi runs, five proxies on one host", () => {
     // The host's storage pool is looked up once for the five (host/pools.ts), not once per proxy.
     expect(lines.filter((l) => l.call === "virStoragePoolLookupByName")).toHaveLength(1);
     // 10 calls per proxy (domain lookup; overlay and seed created; seed upload; define, start, XML,
-    // console, state, addresses) and 11 per host (handshake 2, pool 1; the image cache: lookups of
-    // the volume and its marker 3, the marker's info 1, marker and volume created 2, upload 1, marker
-    // removed 1). Creates after the first ask nothing about the image (remembered), and no volume's
-    // path is asked for: a dir pool's volume key is its path (volumes.ts volumePath).
-    expect(lines.length).toBe(5 * 10 + 11);
+    // console, state, addresses) and 14 per host (handshake 2, pool 1, pool started 1, the NIC's
+    // network found and started 2; the image cache: lookups of the volume and its marker 3, the
+    // marker's info 1, marker and volume created 2, upload 1, marker removed 1). Creates after the
+    // first ask nothing about the image (remembered) nor the pool's and network's state (checked once
+    // per connection, kvm/host/hosts.ts passedOnce), and no volume's path is asked for: a dir pool's
+    // volume key is its path (volumes.ts volumePath).
+    expect(lines.length).toBe(5 * 10 + 14);
+    expect(lines.filter((l) => l.call === "virStoragePoolIsActive")).toHaveLength(1);
+    expect(lines.filter((l) => l.call === "virNetworkIsActive")).toHaveLength(1);
     expect(lines.filter((l) => l.call === "virStorageVolGetPath")).toEqual([]);
     expect(lines.filter((l) => l.call === "virDomainCreate")).toHaveLength(5);
     for (const d of domains) {

@@ -89,12 +89,12 @@ describe("a daemon that stops answering", () => {
     // first timeout, on virDomainCreate, and gives up on a later call).
     expect(up.output).toMatch(
       new RegExp(
-        `create of kvm://local/${name} failed: timed out after 2000 ms waiting for reply to vir[A-Za-z]+`,
+        `create of kvm://local/${name} failed: timed out after 2 s \\(the host's callTimeout\\) waiting for reply to vir[A-Za-z]+`,
       ),
     );
     // The rollback could not reach the daemon either: the VM is recorded, not forgotten.
     expect(up.output).toMatch(
-      /deleting it again failed too: timed out after 2000 ms waiting for reply to vir[A-Za-z]+; the VM is recorded in the state/,
+      /deleting it again failed too: timed out after 2 s \(the host's callTimeout\) waiting for reply to vir[A-Za-z]+; the VM is recorded in the state/,
     );
     expect(allDomains(host)).toContain(name);
     expect(ws.proxies().map((p) => p.id)).toEqual([`kvm://local/${name}`]);
@@ -140,7 +140,7 @@ describe("a daemon that stops answering", () => {
     expect(up.code).not.toBe(0);
     expect(up.output).toMatch(
       new RegExp(
-        `create of kvm://local/${name} failed and was rolled back .*timed out after 5000 ms waiting for the create of kvm://local/${name} to finish \\(timeouts.create\\)`,
+        `create of kvm://local/${name} failed and was rolled back .*timed out after 5 s \\(timeouts.create\\) waiting for the create of kvm://local/${name} to finish`,
       ),
     );
     expect(up.output).not.toMatch(/waiting for reply to virStorageVolUpload/);

@@ -216,9 +216,8 @@ new kvmproxy.KvmProxy(
     const r = ws.run("up", "--yes", "--skip-preview");
     expect(r.code).not.toBe(0);
     // The engine's 1 s, not the 90 s of the inputs (the guest never gets an address here).
-    // Where the deadline lands decides the message: the provision names the deadline, the IP wait what is left of it.
-    const left = /timed out after ([\d.]+) ms waiting for an IPv4/.exec(r.output)?.[1];
-    expect(r.output.includes("(customTimeouts.create)") || Number(left) < 1000).toBe(true);
+    // Where the deadline lands decides what the message waited for; either way it names the engine's deadline.
+    expect(r.output).toMatch(/\(customTimeouts\.create\) waiting for (the create of|an IPv4)/);
     expect(ws.state().resources.filter((x) => x.type === TYPE)).toEqual([]);
     expect(domainsOfStack(host, ws.stack)).toEqual([]);
   });

@@ -743,7 +743,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
   ["bad duration", { timeouts: { create: "10 minutes" } }, "timeouts.create", /duration/],
   ["zero duration", { timeouts: { delete: 0 } }, "timeouts.delete", /at least 1 s/],
   ["a 1 ms create deadline", { timeouts: { create: 0.001 } }, "timeouts.create", /at least 1 s/],
-  ["duration over a day", { timeouts: { create: "25h" } }, "timeouts.create", /at most 86400/],
+  ["duration over a day", { timeouts: { create: "25h" } }, "timeouts.create", /at most 1 d \(24h\)/],
   ["unknown timeout", { timeouts: { read: "1m" } }, "timeouts.read", /unknown/],
   ["tags not an object", { tags: ["a"] }, "tags", /object/],
   ["tag value not a string", { tags: { team: 3 } }, "tags.team", /must be a string/],

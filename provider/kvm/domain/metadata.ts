@@ -23,7 +23,7 @@
  * itself; the host and name from the provider ID.
  */
 import { createHash } from "node:crypto";
-import { ProviderError } from "../../errors";
+import { ProviderError, UPGRADE_ACTION } from "../../errors";
 import { IMAGE_FORMATS, type ImageFormat, type ImageIdentity, isPackageName } from "../config/image";
 import { Failures } from "../validation";
 import { parseCachedImageVolumeName } from "./names";
@@ -328,7 +328,8 @@ function decode(root: XmlNode): ProxyMetadata {
   const version = attribute(root, "version");
   if (version !== METADATA_VERSION) {
     throw new MetadataError(
-      `unsupported version ${JSON.stringify(version ?? null)} (this provider reads ${METADATA_VERSION})`,
+      `unsupported version ${JSON.stringify(version ?? null)} (this provider reads ${METADATA_VERSION}): ` +
+        `another version of pulumi-kvm-proxy made this VM; ${UPGRADE_ACTION}`,
     );
   }
   const managedBy = attribute(root, "managedBy");

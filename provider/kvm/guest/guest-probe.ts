@@ -12,6 +12,8 @@
  * every probe keeps (resource/probe-reader.ts from here), with the same reasons.
  */
 
+import { durationText } from "../../errors";
+
 /**
  * The two bounds of one probe's exchange. A probe's far end may be hostile
  * (the egress check asks a URL the user gives, through the proxy): neither a
@@ -26,7 +28,7 @@ export interface ProbeBounds {
 
 /** Why a probe failed at its deadline. */
 export function deadlineReason(ms: number): string {
-  return `no complete answer within ${ms} ms`;
+  return `no complete answer within ${durationText(ms)}`;
 }
 
 /** Why a probe failed at its body's cap. */
@@ -38,13 +40,15 @@ export function sizeReason(bytes: number): string {
 export const GUEST_PROBE_INTERPRETER = "/usr/bin/python3";
 
 /**
- * The probe's program (argv: port, url, deadline ms, body bytes). The
+ * The probe's program (argv: port, url, deadline ms, body bytes, the
+ * deadline's reason as deadlineReason words it). The
  * deadline is an interval timer whose signal ends whatever the request is
  * waiting on; the body is read up to one byte past its cap, no further.
  * Its reasons are deadlineReason's and sizeReason's.
  */
 export const GUEST_PROBE_PROGRAM = `import json, signal, sys, urllib.request, urllib.error
 port, url, deadline_ms, body_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+deadline_reason = sys.argv[5]
 
 class Deadline(BaseException):
     pass
@@ -69,7 +73,7 @@ try:
     body = reply.read(body_bytes + 1) if body_bytes > 0 else b""
     signal.setitimer(signal.ITIMER_REAL, 0)
 except Deadline:
-    fail("no complete answer within " + str(deadline_ms) + " ms")
+    fail(deadline_reason)
 except Exception as e:
     signal.setitimer(signal.ITIMER_REAL, 0)
     fail(type(e).__name__ + ": " + str(e)[:200].replace("\\n", " "))
@@ -83,7 +87,15 @@ print("body " + json.dumps(body.decode("utf-8", "replace")))
 
 /** The arguments of the probe for `url` through the squid on `port`, within `bounds`. */
 export function guestProbeArgs(port: number, url: string, bounds: ProbeBounds): string[] {
-  return ["-c", GUEST_PROBE_PROGRAM, String(port), url, String(bounds.deadlineMs), String(bounds.bodyBytes)];
+  return [
+    "-c",
+    GUEST_PROBE_PROGRAM,
+    String(port),
+    url,
+    String(bounds.deadlineMs),
+    String(bounds.bodyBytes),
+    deadlineReason(bounds.deadlineMs),
+  ];
 }
 
 /** What the probe saw: the reply's status and squid's headers, or why there was none. */

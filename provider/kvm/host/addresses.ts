@@ -242,6 +242,8 @@ export function settledStatus(
 export interface WaitForIpOptions {
   /** Overall deadline (default 5 min). */
   deadlineMs?: number;
+  /** The setting the deadline comes from, named in its timeout message (e.g. `timeouts.create`). */
+  deadlineName?: string;
   /** Pause between polls (default 1 s). */
   pollMs?: number;
   signal?: AbortSignal;
@@ -300,6 +302,7 @@ export async function waitForAddress(
       throw new TimeoutError(
         `${FAMILY_WORDS[family]} of domain ${name} on host ${hostKey} (guest agent or DHCP lease)`,
         deadlineMs,
+        options.deadlineName,
       );
     }
     report(options.onProgress, { kind: "wait-ip", elapsedMs: ops.now() - started });

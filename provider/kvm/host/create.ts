@@ -18,7 +18,7 @@ import { formatProviderId } from "../domain/provider-id";
 import { buildOverlayVolumeXml, buildSeedVolumeXml, GIB } from "../domain/volume-xml";
 import { buildSeed, type SeedSpec } from "../guest/seed";
 import { bare } from "../network/ip";
-import { resolveHostNics, segmentOf } from "../network/nic";
+import { attachmentOf, resolveHostNics, segmentOf } from "../network/nic";
 import { type CreateStep, type ProgressListener, report } from "../progress";
 import { issuedAtCreate, servedTls } from "../tls/proxy-tls";
 import type { DefineLedger } from "./define-ledger";
@@ -27,6 +27,7 @@ import type { HostPool } from "./hosts";
 import type { ImageBaker } from "./image-bake";
 import type { ImageCache } from "./image-cache";
 import { checkNicsOnHost } from "./interfaces";
+import { inactivePoolError, noPoolError } from "./pools";
 import type { RetryEnv } from "./retry";
 import { createFreshVolume, volumePath } from "./volumes";
 
@@ -150,14 +151,20 @@ export async function createOnce(
     };
   }
 
+  // The host's pool and what each NIC attaches to, checked before anything is made on the host.
   await step("pool");
   const pool = await ctx.hosts.pool(spec.host);
-  if (pool === undefined) {
-    throw new ProviderError(
-      "permanent",
-      `storage pool ${JSON.stringify(host.pool)} does not exist on host ${spec.host}`,
-    );
-  }
+  if (pool === undefined) throw noPoolError(spec.host, host.pool);
+  await ctx.hosts.passedOnce(spec.host, `pool ${host.pool}`, async () => {
+    if (!(await lv.storagePoolIsActive(pool))) throw inactivePoolError(spec.host, host.pool);
+  });
+  const nics = resolveHostNics(spec.nics, host.nic);
+  const fromHost = spec.nics.map((n) => attachmentOf(n).kind === "host");
+  // A network that is missing or stopped, a macvtap parent or an nwfilter the host lacks fails here, naming the NIC.
+  const asked = nics.map((n, i) => [attachmentOf(n), n.filter, fromHost[i]]);
+  await ctx.hosts.passedOnce(spec.host, `nics ${JSON.stringify(asked)}`, () =>
+    checkNicsOnHost(lv, spec.host, nics, fromHost),
+  );
 
   await step("image");
   const loc = { host: spec.host, lv, pool };
@@ -221,9 +228,6 @@ export async function createOnce(
   const seedPath = await volumePath(lv, seed);
 
   await step("define");
-  const nics = resolveHostNics(spec.nics, host.nic);
-  // A macvtap parent or an nwfilter the host lacks fails here, naming the NIC, not as libvirt's start error.
-  await checkNicsOnHost(lv, spec.host, nics);
   const metadata: ProxyMetadata = {
     owner: spec.owner,
     image: {

@@ -6,7 +6,7 @@
  * name, and anything that would conclude "no domain" (a create's lookup, a
  * delete) first waits for the domain to appear or for a grace period to pass.
  */
-import { ProviderError, TimeoutError } from "../../errors";
+import { durationText, ProviderError, TimeoutError } from "../../errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain } from "../../libvirt/types";
 import { lookupDomain } from "./domains";
@@ -21,7 +21,7 @@ export class DefineInDoubtError extends ProviderError {
   constructor(host: string, name: string, graceMs: number) {
     super(
       "transient",
-      `the define of domain ${name} on host ${host} timed out and had not landed ${graceMs} ms later; ` +
+      `the define of domain ${name} on host ${host} timed out and had not landed ${durationText(graceMs)} later; ` +
         "libvirtd may still define it, so it is not known to be gone",
     );
   }

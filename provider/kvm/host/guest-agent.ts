@@ -18,6 +18,7 @@
  * Nothing here is traced beyond the procedure name (trace.ts never logs an
  * agent command or reply): commands may carry what the guest holds.
  */
+import { durationText } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain } from "../../libvirt/types";
@@ -113,7 +114,7 @@ export async function runInGuest(
       };
     }
     if (performance.now() > until)
-      throw new Error(`${path} was still running in the guest after ${options.timeoutMs} ms`);
+      throw new Error(`${path} was still running in the guest after ${durationText(options.timeoutMs)}`);
     options.signal?.throwIfAborted();
     await sleep(options.pollMs ?? 500);
   }

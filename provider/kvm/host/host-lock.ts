@@ -7,11 +7,12 @@
  * lock is taken over. Taken again when another holder let go first;
  * released when the work ends, whatever its outcome.
  */
-import { ProviderError } from "../../errors";
+
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
 import type { HostPool } from "./hosts";
 import { takeLease } from "./image-lease";
+import { noPoolError } from "./pools";
 import type { RetryEnv } from "./retry";
 
 const LOCK_TIMING = { heartbeatMs: 2_000, staleMs: 15_000, pollMs: 200 };
@@ -31,12 +32,7 @@ export async function underHostLock<T>(
 ): Promise<T> {
   const lv = hosts.libvirt(host);
   const pool = await hosts.pool(host);
-  if (pool === undefined) {
-    throw new ProviderError(
-      "permanent",
-      `storage pool ${hosts.config(host).pool} does not exist on host ${host}`,
-    );
-  }
+  if (pool === undefined) throw noPoolError(host, hosts.config(host).pool);
   for (;;) {
     const lock = await takeLease({ host, lv, pool }, lockName, LOCK_TIMING, env, undefined, holder);
     if (lock.kind === "released") continue;

@@ -117,6 +117,8 @@ interface Entry {
   connection: LibvirtConnection;
   libvirt: Libvirt;
   pool: PoolHandles;
+  /** Checks passed on this host (see {@link HostPool.passedOnce}), each with the connection generation it passed on. */
+  passed: Map<string, { generation: number | undefined; done: Promise<void> }>;
 }
 
 /** One shared, lazily connected libvirt connection per configured host. */
@@ -167,6 +169,34 @@ export class HostPool {
    */
   pool(key: string): Promise<StoragePool | undefined> {
     return this.entry(key).pool.get();
+  }
+
+  /**
+   * Runs `check` (what must hold on host `key` before a create: its pool
+   * started, a NIC's network started) once per connection: a check that
+   * passed is not asked again until the connection is made anew; one that
+   * failed, or is in flight on a connection since dropped, is. What changes
+   * in between surfaces as libvirt's own error, with its hint (libvirt-hints.ts).
+   */
+  passedOnce(key: string, name: string, check: () => Promise<void>): Promise<void> {
+    const { connection, passed } = this.entry(key);
+    const generation = () => (connection.connected ? connection.generation : -1);
+    const known = passed.get(name);
+    // In flight (no generation yet), or passed on this connection: shared.
+    if (known !== undefined && (known.generation === undefined || known.generation === generation()))
+      return known.done;
+    const done = check();
+    const entry: { generation: number | undefined; done: Promise<void> } = { generation: undefined, done };
+    passed.set(name, entry);
+    done.then(
+      () => {
+        entry.generation = generation();
+      },
+      () => {
+        if (passed.get(name) === entry) passed.delete(name);
+      },
+    );
+    return done;
   }
 
   /**
@@ -226,6 +256,7 @@ export class HostPool {
       connection,
       libvirt: new Libvirt(pool.caller(this.tracer.wrap(key, connection))),
       pool,
+      passed: new Map(),
     };
     this.entries.set(key, entry);
     return entry;

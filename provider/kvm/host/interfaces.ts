@@ -38,7 +38,7 @@ import {
 import { ErrorCode } from "../../libvirt/error-codes";
 import { isLibvirtError } from "../../libvirt/errors";
 import type { Libvirt } from "../../libvirt/libvirt";
-import type { Domain } from "../../libvirt/types";
+import type { Domain, Network } from "../../libvirt/types";
 import { bandwidthElement } from "../domain/interface-xml";
 import {
   attribute,
@@ -120,7 +120,23 @@ export async function hostInterfaceExists(lv: Libvirt, dev: string): Promise<boo
   return known;
 }
 
-/** The host lacks what a VM's NICs need (a macvtap parent, an nwfilter). Permanent. */
+/**
+ * Whether the host has libvirt network `name` and whether it is started:
+ * a NIC on a network that is defined but not active fails at the domain's
+ * start ("network 'x' is not active").
+ */
+export async function networkState(lv: Libvirt, name: string): Promise<"active" | "inactive" | "missing"> {
+  let net: Network;
+  try {
+    net = await lv.networkLookupByName(name);
+  } catch (err) {
+    if (isLibvirtError(err, "VIR_ERR_NO_NETWORK")) return "missing";
+    throw err;
+  }
+  return (await lv.networkIsActive(net)) ? "active" : "inactive";
+}
+
+/** The host lacks what a VM's NICs need (a libvirt network, a macvtap parent, an nwfilter). Permanent. */
 export class NicHostError extends ProviderError {
   readonly host: string;
   readonly failures: readonly ValidationFailure[];
@@ -133,17 +149,45 @@ export class NicHostError extends ProviderError {
 }
 
 /**
- * Checks that host `hostKey` has what `nics` need before a domain using them
- * is defined: each `direct` NIC's parent device and each `filter`. Throws a
- * {@link NicHostError} naming every NIC (`nics[i].direct.dev`,
- * `nics[i].filter`) that cannot work there; each name is asked once.
+ * Checks that host `hostKey` has what `nics` need before anything of a VM
+ * using them is made: each libvirt network, defined and started; each
+ * `direct` NIC's parent device; each `filter`. Throws a
+ * {@link NicHostError} naming every NIC (`nics[i].network`,
+ * `nics[i].direct.dev`, `nics[i].filter`; the host's `network` setting for
+ * a NIC `fromHost` marks as given the host's) that cannot work there; each
+ * name is asked once.
  */
-export async function checkNicsOnHost(lv: Libvirt, hostKey: string, nics: readonly NicSpec[]): Promise<void> {
+export async function checkNicsOnHost(
+  lv: Libvirt,
+  hostKey: string,
+  nics: readonly NicSpec[],
+  fromHost: readonly boolean[] = [],
+): Promise<void> {
+  const networks = new Map<string, "active" | "inactive" | "missing">();
   const devices = new Map<string, boolean | undefined>();
   const filters = new Map<string, boolean>();
   const failures: ValidationFailure[] = [];
   for (const [i, nic] of nics.entries()) {
     const a = attachmentOf(nic);
+    if (a.kind === "network") {
+      if (!networks.has(a.network)) networks.set(a.network, await networkState(lv, a.network));
+      const state = networks.get(a.network);
+      const property = fromHost[i] === true ? "network" : `nics[${i}].network`;
+      const whose = fromHost[i] === true ? ` (the host's network setting, kvm:hosts)` : "";
+      if (state === "missing") {
+        failures.push({
+          property,
+          reason: `host ${hostKey} has no libvirt network ${quote(a.network)}${whose}; virsh net-list --all shows the ones it has`,
+        });
+      } else if (state === "inactive") {
+        failures.push({
+          property,
+          reason:
+            `libvirt network ${quote(a.network)} on host ${hostKey} exists but is not active${whose}: ` +
+            `start it (virsh net-start ${a.network}; virsh net-autostart ${a.network} keeps it started)`,
+        });
+      }
+    }
     if (a.kind === "direct") {
       if (!devices.has(a.dev)) devices.set(a.dev, await hostInterfaceExists(lv, a.dev));
       if (devices.get(a.dev) === false) {

@@ -13,6 +13,7 @@
  * are given the new one. A pool that is gone stays an error.
  */
 
+import { ProviderError } from "../../errors";
 import type { CallOptions, RpcCaller } from "../../libvirt/connection";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { LibvirtError } from "../../libvirt/errors";
@@ -123,4 +124,22 @@ export class PoolHandles {
       return inner.call(proc, { ...args, pool: fresh }, options);
     }
   }
+}
+
+/** Host `host` has no storage pool `name` (its `pool` setting). Permanent. */
+export function noPoolError(host: string, name: string): ProviderError {
+  return new ProviderError(
+    "permanent",
+    `host ${host} has no storage pool ${JSON.stringify(name)} (the host's pool setting, kvm:hosts); ` +
+      "virsh pool-list --all shows the ones it has",
+  );
+}
+
+/** Storage pool `name` on host `host` is defined but not started. Permanent. */
+export function inactivePoolError(host: string, name: string): ProviderError {
+  return new ProviderError(
+    "permanent",
+    `storage pool ${JSON.stringify(name)} on host ${host} exists but is not active: ` +
+      `start it (virsh pool-start ${name}; virsh pool-autostart ${name} keeps it started)`,
+  );
 }

@@ -61,7 +61,12 @@ export interface ProvisionOptions
    * fails the provision. Gets the status, the milliseconds left before the
    * deadline, and the deadline's signal.
    */
-  ready?: (status: VmStatus, remainingMs: number, signal: AbortSignal) => Promise<void>;
+  ready?: (
+    status: VmStatus,
+    remainingMs: number,
+    signal: AbortSignal,
+    deadlineName?: string,
+  ) => Promise<void>;
   /**
    * Lines from inside the guest that say why a provision failed once the VM
    * ran (its cloud-init output through the agent, else what its serial
@@ -274,13 +279,7 @@ async function provisionNow(
   const left = () => Math.max(0, deadlineMs - (ops.now() - started));
   const deadline = new AbortController();
   const timer = later(
-    () =>
-      deadline.abort(
-        new TimeoutError(
-          `the create of ${id} to finish (${options.deadlineName ?? "provision deadline"})`,
-          deadlineMs,
-        ),
-      ),
+    () => deadline.abort(new TimeoutError(`the create of ${id} to finish`, deadlineMs, options.deadlineName)),
     deadlineMs,
   );
   const { signal } = deadline;
@@ -319,6 +318,7 @@ async function provisionNow(
     if (options.waitForIp !== false) {
       status = await ops.waitForIpFrom(status, {
         deadlineMs: left(),
+        ...(options.deadlineName !== undefined ? { deadlineName: options.deadlineName } : {}),
         signal,
         ...(options.pollMs !== undefined ? { pollMs: options.pollMs } : {}),
         ...(options.onProgress !== undefined ? { onProgress: options.onProgress } : {}),
@@ -334,7 +334,7 @@ async function provisionNow(
       const ticker = every(tick, options.pollMs ?? 1_000);
       const unwatch = watchState(ops, status, options.stateWatchMs ?? STATE_WATCH_MS, deadline);
       try {
-        await options.ready(status, left(), signal);
+        await options.ready(status, left(), signal, options.deadlineName);
       } finally {
         clearInterval(ticker);
         unwatch();

@@ -12,6 +12,7 @@ import { type ErrorKind, ProviderError, TimeoutError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import { LibvirtError } from "../../libvirt/errors";
 import { sleep } from "../../timers";
+import { libvirtHint } from "./libvirt-hints";
 
 /**
  * Libvirt errors whose code is permanent in general but whose message says the
@@ -79,8 +80,10 @@ export class KvmOperationError extends ProviderError {
   constructor(ctx: OperationContext, cause: unknown, attempts = 1, kind: ErrorKind = classifyError(cause)) {
     const lv = cause instanceof LibvirtError ? cause : undefined;
     const what = `${ctx.operation}${ctx.domain !== undefined ? ` of domain ${ctx.domain}` : ""} on host ${ctx.host}`;
+    const hint = lv && libvirtHint({ message: lv.libvirtMessage }, ctx.host);
+    // The hint first, libvirt's own words after it.
     const detail = lv
-      ? `${lv.call} failed: ${lv.libvirtMessage} (${lv.codeName}, code ${lv.code})`
+      ? `${hint !== undefined ? `${hint}; ` : ""}${lv.call} failed: ${lv.libvirtMessage} (${lv.codeName}, code ${lv.code})`
       : cause instanceof Error
         ? cause.message
         : String(cause);

@@ -99,6 +99,7 @@ describe("the in-guest health probe", () => {
       "http://203.0.113.80/",
       "5000",
       "4096",
+      "no complete answer within 5 s",
     ]);
   });
 

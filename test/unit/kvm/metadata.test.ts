@@ -170,6 +170,12 @@ describe("parseMetadata", () => {
     expect(() => parseMetadata(xml)).toThrow(reason);
   });
 
+  it("names the action for a VM another version made: the package to upgrade and the command", () => {
+    expect(() => parseMetadata(built.replace('version="1"', 'version="2"'))).toThrow(
+      /unsupported version "2" \(this provider reads 1\): another version of pulumi-kvm-proxy made this VM; upgrade pulumi-kvm-proxy .*npm install pulumi-kvm-proxy@latest/,
+    );
+  });
+
   it("fails permanently on our malformed element", () => {
     try {
       parseMetadata(built.replace('version="1"', 'version="9"'));

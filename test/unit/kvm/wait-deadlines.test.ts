@@ -83,6 +83,24 @@ describe("health check deadline", () => {
     expect((err as TimeoutError).timeoutMs).toBe(3_000);
   });
 
+  it("names the setting of its deadline and what to change when the port never answers", async () => {
+    const probe = net.createServer();
+    const port = await listen(probe);
+    probe.close();
+    let clock = 0;
+    const err = await waitHealthy({ ip: "127.0.0.1", proxyPort: port, squidName: "kvm-proxy-0" }, 587_000, {
+      pollMs: 300_000,
+      deadlineName: "timeouts.create",
+      now: () => clock,
+      sleep: async (ms) => {
+        clock += ms;
+      },
+    }).catch((e: unknown) => e);
+    const message = (err as TimeoutError).message;
+    expect(message).toMatch(/^timed out after 9 min 47 s \(timeouts\.create\) waiting for a healthy proxy/);
+    expect(message).toMatch(/ECONNREFUSED\. Likely: nothing listens on the proxy port yet.*timeouts\.create/);
+  });
+
   it("a signal that aborts between probes ends the wait with its reason, without waiting for the deadline", async () => {
     const probe = net.createServer();
     const port = await listen(probe);

@@ -205,7 +205,7 @@ describe("libvirt keepalive", () => {
     const err = await hanging;
     expect(err).toBeInstanceOf(ConnectionClosedError);
     expect(isTransient(err)).toBe(true);
-    expect((err as Error).message).toMatch(/sent nothing for 15000 ms \(keepalive: 3 × 5000 ms/);
+    expect((err as Error).message).toMatch(/sent nothing for 15 s \(keepalive: 3 × 5 s/);
     expect(conn.connected).toBe(false);
     // The transport (for SSH, the session under the channel) is released too.
     expect(transport.closes).toBe(1);

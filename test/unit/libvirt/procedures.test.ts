@@ -152,6 +152,39 @@ describe("argument and reply layouts", () => {
     r.end();
   });
 
+  it("network_lookup_by_name reply: name then the 16-byte UUID; network_is_active and storage_pool_is_active send it back and read an int", () => {
+    const w = new XdrWriter();
+    w.string("default").fixedOpaque(Buffer.alloc(16, 0xcd), 16);
+    const bytes = w.finish();
+    const r = new XdrReader(bytes);
+    const net = Procedures.networkLookupByName.decodeReply(r);
+    r.end();
+    expect(net).toEqual({ name: "default", uuid: "cdcdcdcd-cdcd-cdcd-cdcd-cdcdcdcdcdcd" });
+    const args = new XdrWriter();
+    Procedures.networkIsActive.encodeArgs(args, { net });
+    expect(args.finish().toString("hex")).toBe(bytes.toString("hex"));
+    const poolArgs = new XdrWriter();
+    Procedures.storagePoolIsActive.encodeArgs(poolArgs, { pool: net });
+    expect(poolArgs.finish().toString("hex")).toBe(bytes.toString("hex"));
+    for (const [value, active] of [
+      [0, false],
+      [1, true],
+    ] as const) {
+      const reply = new XdrWriter();
+      reply.int(value);
+      expect(Procedures.networkIsActive.decodeReply(new XdrReader(reply.finish()))).toBe(active);
+      const again = new XdrWriter();
+      again.int(value);
+      expect(Procedures.storagePoolIsActive.decodeReply(new XdrReader(again.finish()))).toBe(active);
+    }
+    expect([
+      Procedures.networkLookupByName.proc,
+      Procedures.networkIsActive.proc,
+      Procedures.storagePoolIsActive.proc,
+    ]).toEqual([46, 152, 154]);
+    expect(Procedures.networkIsActive.call).toBe("virNetworkIsActive");
+  });
+
   it("interface_lookup_by_name reply: name then MAC, both strings", () => {
     const w = new XdrWriter();
     w.string("eth0").string("52:54:00:00:00:01");

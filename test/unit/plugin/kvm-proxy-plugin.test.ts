@@ -288,7 +288,7 @@ describe("the engine's customTimeouts", () => {
     expect(warnings).toEqual([
       [
         URN,
-        "customTimeouts.create of 2592000 s is above the provider's maximum of 86400 s (24h): the provider waits 24h",
+        "customTimeouts.create of 30 d is above the provider's maximum of 1 d (24h): the provider waits 24h",
       ],
     ]);
   });

@@ -200,8 +200,8 @@ describe("check rejects, naming the property", () => {
 });
 
 describe("the engine's customTimeouts, which bypass check", () => {
-  const warned = (seconds: number) =>
-    `customTimeouts.create of ${seconds} s is above the provider's maximum of 86400 s (24h): the provider waits 24h`;
+  const warned = (given: string) =>
+    `customTimeouts.create of ${given} is above the provider's maximum of 1 d (24h): the provider waits 24h`;
 
   it.each<[string, number | undefined, { seconds?: number; warning?: string }]>([
     ["none (absent)", undefined, {}],
@@ -210,9 +210,10 @@ describe("the engine's customTimeouts, which bypass check", () => {
     ["NaN: none", Number.NaN, {}],
     ["10 minutes", 600, { seconds: 600 }],
     ["24 h, the maximum", 86_400, { seconds: 86_400 }],
-    ["24 h and a second", 86_401, { seconds: 86_400, warning: warned(86_401) }],
-    ["30 days", 2_592_000, { seconds: 86_400, warning: warned(2_592_000) }],
-    ["Infinity", Number.POSITIVE_INFINITY, { seconds: 86_400, warning: warned(Number.POSITIVE_INFINITY) }],
+    ["24 h and a second", 86_401, { seconds: 86_400, warning: warned("1 d 1 s") }],
+    ["25 h", 90_000, { seconds: 86_400, warning: warned("1 d 1 h") }],
+    ["30 days", 2_592_000, { seconds: 86_400, warning: warned("30 d") }],
+    ["Infinity", Number.POSITIVE_INFINITY, { seconds: 86_400, warning: warned("no limit") }],
   ])("%s: held to check's maximum for timeouts, with a warning past it", (_what, seconds, expected) => {
     expect(engineTimeout(seconds, "customTimeouts.create")).toEqual(expected);
   });

@@ -58,7 +58,13 @@ describe("the sealed record", () => {
       "a seal of an unknown version",
       STATE_KEY,
       { ...sealed, sealed: `v9${sealed.sealed.slice(2)}` },
-      /cannot read/,
+      /cannot read: upgrade pulumi-kvm-proxy .*npm install pulumi-kvm-proxy@latest/,
+    ],
+    [
+      "a seal cut short",
+      STATE_KEY,
+      { ...sealed, sealed: `${sealed.sealed.split(".")[0]}.AAAA` },
+      /cut short/,
     ],
   ])("does not open with %s, and says why without quoting it", (_, key, record, reason) => {
     const r = openHostConnection(record, key);

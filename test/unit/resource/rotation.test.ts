@@ -1,11 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  ageSeconds,
-  formatAge,
-  type Member,
-  oldestDue,
-  RotationRounds,
-} from "../../../provider/resource/rotation";
+import { ageSeconds, type Member, oldestDue, RotationRounds } from "../../../provider/resource/rotation";
 
 const NOW = Date.parse("2026-12-01T12:00:00Z");
 const daysAgo = (d: number) => new Date(NOW - d * 86_400_000).toISOString();
@@ -83,15 +77,6 @@ describe("oldestDue", () => {
 });
 
 describe("ages", () => {
-  it.each([
-    [42, "42s"],
-    [320, "5m 20s"],
-    [5 * 3600 + 20 * 60, "5h 20m"],
-    [8 * 86_400 + 3 * 3600, "8d 3h"],
-  ])("%i s reads %s", (s, text) => {
-    expect(formatAge(s)).toBe(text);
-  });
-
   it("ageSeconds measures from an ISO time", () => {
     expect(ageSeconds(daysAgo(1), NOW)).toBe(86_400);
     expect(ageSeconds(42, NOW)).toBeUndefined();

@@ -83,6 +83,13 @@ export interface NicSpec {
   addresses: string[];
   /** Ranges the NIC's static address is taken from at create (address-pool.ts), one of each family. */
   addressPool?: AddressPool;
+  /**
+   * The host's address pool the NIC takes its ranges, gateways, nameservers
+   * and attachment from (`addressPool: "<name>"`, kvm:hosts `addressPools`):
+   * once the host is known (host-pools.ts resolveHostPools) those fields hold
+   * the pool's, and this keeps its name.
+   */
+  hostPool?: string;
   gateway4?: string;
   gateway6?: string;
   nameservers: string[];
@@ -167,6 +174,7 @@ const NIC_RECORD_KEYS = [
   "mac",
   "addresses",
   "addressPool",
+  "hostPool",
   "gateway4",
   "gateway6",
   "nameservers",
@@ -334,8 +342,8 @@ export function filterParameters(nic: Pick<NicSpec, "addresses">): { name: strin
 // Reading `nics`
 // ---------------------------------------------------------------------------
 
-/** The fields of a `nics` item: a NIC's record less the MAC it gets (check derives or takes it). */
-const NIC_KEYS = NIC_RECORD_KEYS.filter((k) => k !== "mac");
+/** The fields of a `nics` item: a NIC's record less the MAC it gets (check derives or takes it) and the pool's name (`addressPool` gives it). */
+const NIC_KEYS = NIC_RECORD_KEYS.filter((k) => k !== "mac" && k !== "hostPool");
 const ATTACHMENTS = ["network", "bridge", "direct"] as const;
 
 /** Why `v` cannot be a nameserver: not a plain address, or unspecified/multicast (loopback is fine). */
@@ -358,8 +366,10 @@ function readAttachment(
   raw: Record<string, unknown>,
   at: Failures,
   st: ReadState,
-): NicAttachment | undefined {
+  optional: boolean,
+): NicAttachment | HostDefaultAttachment | undefined {
   const kinds = ATTACHMENTS.filter((k) => given(raw[k]));
+  if (kinds.length === 0 && optional) return HOST_DEFAULT;
   if (kinds.length !== 1) {
     if (kinds.length === 0) at.fail(undefined, "needs exactly one of network, bridge or direct");
     else at.fail(kinds[1], `give exactly one of network, bridge or direct, not ${kinds.join(" and ")}`);
@@ -535,11 +545,14 @@ function readNic(
   at: Failures,
   shared: ReadState,
   where: string,
+  attachmentOptional = false,
 ): NicSpec | undefined {
   const before = at.list.length;
   const st: ReadState = { ...shared, unknown: false };
   rejectUnknown(raw, NIC_KEYS, at);
-  const attachment = readAttachment(raw, at, st);
+  // A host's pool named by `addressPool` may give the attachment: the NIC then names none.
+  const named = typeof raw.addressPool === "string" || st.pending(raw.addressPool);
+  const attachment = readAttachment(raw, at, st, attachmentOptional || named);
   let mac: string | undefined;
   if (known(raw.macAddress, st)) {
     const problem = macAddressProblem(raw.macAddress);
@@ -561,11 +574,21 @@ function readNic(
     if (first !== undefined) at.fail(`addresses[${j}]`, `${address} is also given at ${first}`);
     else st.addresses.set(address, `${where}.addresses[${j}]`);
   });
-  const pool = readAddressPool(raw.addressPool, at, st.pending, others);
+  const hostPool = typeof raw.addressPool === "string" ? raw.addressPool : undefined;
+  if (hostPool !== undefined) {
+    const problem = poolNameProblem(hostPool);
+    if (problem !== undefined) at.fail("addressPool", problem);
+  }
+  const pool =
+    hostPool !== undefined ? { unknown: false } : readAddressPool(raw.addressPool, at, st.pending, others);
   st.unknown ||= pool.unknown;
   const addressPool = pool.pool;
+  // A named pool's ranges are the host's: the gateway rules wait for them (resolveHostPools).
   const complete =
-    !list.unknown && at.list.length === refused && (addressPool !== undefined || !given(raw.addressPool));
+    !list.unknown &&
+    at.list.length === refused &&
+    hostPool === undefined &&
+    (addressPool !== undefined || !given(raw.addressPool));
   const basis = addressPool === undefined ? addresses : poolGatewayBasis(addressPool, addresses ?? [], at);
   const all = complete ? basis : undefined;
   const gateway4 = readGateway(raw.gateway4, 4, at, st, all);
@@ -590,11 +613,12 @@ function readNic(
   shared.unknown ||= st.unknown;
   if (at.list.length > before || st.unknown || attachment === undefined) return undefined;
   return canonicalNic({
-    ...attachmentFields(attachment),
+    ...(attachment.kind === "host" ? {} : attachmentFields(attachment)),
     macAddress: mac,
     mac,
     addresses: addresses as string[],
     addressPool,
+    hostPool,
     gateway4,
     gateway6,
     nameservers: nameservers as string[],
@@ -605,9 +629,45 @@ function readNic(
 }
 
 /**
+ * Reads one address pool of a host (kvm:hosts `addressPools.<name>`) by the
+ * rules of a NIC with that pool: `{ ranges, gateway4, gateway6,
+ * nameservers, network | bridge | direct }`, the attachment optional (the
+ * host's NIC). Failures at `ranges[j]`, `gateway4`, ... under `at`.
+ */
+export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined {
+  if (!isObject(raw)) {
+    at.fail(undefined, 'must be { ranges: ["first-last/prefix", ...], gateway4, gateway6, nameservers, bridge }');
+    return undefined;
+  }
+  rejectUnknown(raw, HOST_POOL_KEYS, at);
+  const { ranges, ...rest } = raw;
+  const nic = { ...rest, addressPool: given(ranges) ? { ranges } : undefined };
+  if (!given(ranges)) at.fail("ranges", 'is required, e.g. ["203.0.113.2-203.0.113.14/28"]');
+  // The pool's failures are named by its own fields: `ranges[j]`, not `addressPool.ranges[j]`.
+  const own = new Failures();
+  const st: ReadState = { pending: () => false, unknown: false, addresses: new Map() };
+  const read = readNic(nic, own, st, "", true);
+  for (const x of own.list) {
+    at.fail(x.property === "addressPool" ? "ranges" : x.property.replace(/^addressPool\./, ""), x.reason);
+  }
+  return own.list.length === 0 && given(ranges) ? read : undefined;
+}
+
+/** The fields of a host's address pool. */
+export const HOST_POOL_KEYS = ["ranges", "gateway4", "gateway6", "nameservers", "network", "bridge", "direct"];
+
+const POOL_NAME = /^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/;
+
+/** Why `v` is not an address pool's name (as host keys: 1-63 lower-case letters, digits, '-' or '_'), or undefined. */
+export function poolNameProblem(v: unknown): string | undefined {
+  if (typeof v === "string" && POOL_NAME.test(v)) return undefined;
+  return "must name an address pool of the host (kvm:hosts addressPools): 1-63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit";
+}
+
+/**
  * Reads a resource's `nics` input: a non-empty list (at most {@link MAX_NICS})
  * of `{ network | bridge | direct: { dev, mode }, macAddress, addresses,
- * addressPool: { ranges }, gateway4, gateway6, nameservers,
+ * addressPool: { ranges } | "<host pool>", gateway4, gateway6, nameservers,
  * bandwidth: { inboundKbps, outboundKbps }, filter, primary }`. Every failure is recorded at `nics`, `nics[i]` or
  * `nics[i].<field>` (`nics[i].addresses[j]`, `nics[i].direct.mode`,
  * `nics[i].bandwidth.inboundKbps`). Values for which `options.isPending` is
@@ -659,9 +719,10 @@ export function readNics(
 
 /** A NIC as the user input {@link readNics} reads: its effective MAC as given, the host's NIC read as a network (it has no rule of its own). */
 function inputOf(nic: NicSpec): Record<string, unknown> {
-  const { macAddress: _given, mac, ...rest } = nic;
+  const { macAddress: _given, mac, hostPool, ...rest } = nic;
   return {
     ...rest,
+    ...(hostPool !== undefined && nic.addressPool === undefined ? { addressPool: hostPool } : {}),
     ...(attachmentOf(nic).kind === "host" ? { network: DEFAULT_NETWORK } : {}),
     ...(mac !== undefined ? { macAddress: mac } : {}),
   };

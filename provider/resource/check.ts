@@ -26,7 +26,12 @@ import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm
 import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
 import { given, isObject } from "../kvm/fields";
 import { poolCapacity } from "../kvm/network/address-pool";
-import { hostPoolCapacity, missingHostPools, namesHostPool, resolveHostPools } from "../kvm/network/host-pools";
+import {
+  hostPoolCapacity,
+  missingHostPools,
+  namesHostPool,
+  resolveHostPools,
+} from "../kvm/network/host-pools";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
 import type { ProxySetup } from "../kvm/squid/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";

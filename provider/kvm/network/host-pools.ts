@@ -41,7 +41,7 @@ export interface PoolHost {
 export function readHostAddressPools(v: unknown, at: Failures): Record<string, HostAddressPool> {
   if (v === undefined || v === null) return {};
   if (typeof v !== "object" || Array.isArray(v)) {
-    at.fail("addressPools", 'must be an object keyed by pool name, e.g. { public: { ranges: [...] } }');
+    at.fail("addressPools", "must be an object keyed by pool name, e.g. { public: { ranges: [...] } }");
     return {};
   }
   const out: [string, HostAddressPool][] = [];
@@ -119,7 +119,8 @@ export function resolveHostPools(
     if (mine !== undefined && theirs !== undefined) refuse(mine.kind, `attachment (${describe(theirs)})`);
     for (const field of ["gateway4", "gateway6"] as const)
       if (nic[field] !== undefined && pool[field] !== undefined) refuse(field, `${field} (${pool[field]})`);
-    if (nic.nameservers.length > 0 && (pool.nameservers ?? []).length > 0) refuse("nameservers", "nameservers");
+    if (nic.nameservers.length > 0 && (pool.nameservers ?? []).length > 0)
+      refuse("nameservers", "nameservers");
     const attachment = poolAttachment(pool) ?? nicAttachment(nic) ?? host.nic;
     const { network: _n, bridge: _b, direct: _d, ...rest } = nic;
     return canonicalNic({
@@ -144,7 +145,11 @@ function poolAttachment(pool: HostAddressPool): NicAttachment | undefined {
 }
 
 function describe(a: NicAttachment): string {
-  return a.kind === "direct" ? `direct ${a.dev}` : a.kind === "bridge" ? `bridge ${a.bridge}` : `network ${a.network}`;
+  return a.kind === "direct"
+    ? `direct ${a.dev}`
+    : a.kind === "bridge"
+      ? `bridge ${a.bridge}`
+      : `network ${a.network}`;
 }
 
 function nicAttachment(nic: NicSpec): NicAttachment | undefined {

@@ -636,7 +636,10 @@ function readNic(
  */
 export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined {
   if (!isObject(raw)) {
-    at.fail(undefined, 'must be { ranges: ["first-last/prefix", ...], gateway4, gateway6, nameservers, bridge }');
+    at.fail(
+      undefined,
+      'must be { ranges: ["first-last/prefix", ...], gateway4, gateway6, nameservers, bridge }',
+    );
     return undefined;
   }
   rejectUnknown(raw, HOST_POOL_KEYS, at);
@@ -654,7 +657,15 @@ export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined
 }
 
 /** The fields of a host's address pool. */
-export const HOST_POOL_KEYS = ["ranges", "gateway4", "gateway6", "nameservers", "network", "bridge", "direct"];
+export const HOST_POOL_KEYS = [
+  "ranges",
+  "gateway4",
+  "gateway6",
+  "nameservers",
+  "network",
+  "bridge",
+  "direct",
+];
 
 const POOL_NAME = /^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/;
 

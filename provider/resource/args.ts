@@ -226,6 +226,13 @@ export interface HostInput {
   callTimeout?: pulumi.Input<string | number>;
   /** What placement may put on the host and how many creates run on it at once: `{proxies, memoryMiB, vcpus, concurrentCreates}`. */
   capacity?: pulumi.Input<Record<string, pulumi.Input<number | string>>>;
+  /**
+   * The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`):
+   * a NIC with `addressPool: "public"` takes the ranges, gateways,
+   * nameservers and attachment of the pool of that name on the host it is
+   * placed on, so hosts on different subnets serve one fleet.
+   */
+  addressPools?: pulumi.Input<Record<string, pulumi.Input<HostAddressPoolInput>>>;
   /** The SSH client: `ssh2` (the provider's own, the default) or `openssh` (the system's ssh, reading ssh_config). */
   transport?: pulumi.Input<"ssh2" | "openssh">;
   /** Bastions on the way to the host: one hop or a chain, each verified. */
@@ -341,7 +348,7 @@ export interface ProxyTlsInput {
   privateKey?: pulumi.Input<string>;
 }
 
-/** One NIC of `nics`: attached to exactly one of network, bridge or direct. */
+/** One NIC of `nics`: attached to exactly one of network, bridge or direct (or the attachment of the host's pool it names). */
 export interface NicInput {
   /** A libvirt network on the host. */
   network?: pulumi.Input<string>;
@@ -357,9 +364,13 @@ export interface NicInput {
    * Take the static address at create from these ranges instead
    * (`"203.0.113.10-203.0.113.40/24"`, `"2001:db8::10-2001:db8::40/64"`; one
    * of each family), free over every stack's VMs on the segment; kept for
-   * the VM's life, a replacement takes another. Not with `addresses`.
+   * the VM's life, a replacement takes another. Not with `addresses`. Or
+   * the name of an address pool of the host (its `addressPools`): the NIC
+   * takes that host's ranges, gateways, nameservers and attachment where
+   * the VM is placed (every host it may go to needs the pool; a field the
+   * pool gives is not given here).
    */
-  addressPool?: pulumi.Input<NicAddressPoolInput>;
+  addressPool?: pulumi.Input<NicAddressPoolInput | string>;
   /** The IPv4 gateway of the static addresses. */
   gateway4?: pulumi.Input<string>;
   /** The IPv6 gateway of the static addresses. */
@@ -388,6 +399,28 @@ export interface NicBandwidthInput {
   inboundKbps?: pulumi.Input<number>;
   /** Traffic from the guest. */
   outboundKbps?: pulumi.Input<number>;
+}
+
+/**
+ * One address pool of a host: the ranges, and what a NIC on them needs
+ * (fields as a NIC's). The attachment is optional: without one, the NIC's
+ * own, else the host's `network`/`bridge`.
+ */
+export interface HostAddressPoolInput {
+  /** Ranges such as `"203.0.113.2-203.0.113.14/28"` (one of each family), in the subnet of the pool's gateways. */
+  ranges: pulumi.Input<pulumi.Input<string>[]>;
+  /** The IPv4 router of the ranges' subnet. */
+  gateway4?: pulumi.Input<string>;
+  /** The IPv6 router (in the ranges' subnet, or link-local). */
+  gateway6?: pulumi.Input<string>;
+  /** DNS servers for a VM on the pool. */
+  nameservers?: pulumi.Input<pulumi.Input<string>[]>;
+  /** A libvirt network on the host. */
+  network?: pulumi.Input<string>;
+  /** An existing host bridge. */
+  bridge?: pulumi.Input<string>;
+  /** A macvtap device on host interface `dev` (mode default "bridge"). */
+  direct?: pulumi.Input<NicDirectInput>;
 }
 
 /** The ranges a NIC's static address is taken from at create. */

@@ -10,6 +10,7 @@
 import type {
   EgressCheck,
   HealthCheck,
+  HostAddressPoolInput,
   HostInput,
   HostPoolInput,
   InlineImage,
@@ -108,6 +109,7 @@ const hostInput: Table<HostInput> = {
   bridge: p(STRING),
   callTimeout: p(duration),
   capacity: p({ type: "object", additionalProperties: { oneOf: [INTEGER, STRING] } }),
+  addressPools: p({ type: "object", additionalProperties: t("HostAddressPool") }),
   transport: p(STRING),
   jump: p(ANY),
   sshConfig: p(ANY),
@@ -129,6 +131,15 @@ const rotation: Table<RotationInput> = {
 const nicDirect: Table<NicDirectInput> = { dev: p(STRING), mode: p(STRING, { default: "bridge" }) };
 const nicBandwidth: Table<NicBandwidthInput> = { inboundKbps: p(INTEGER), outboundKbps: p(INTEGER) };
 const nicAddressPool: Table<NicAddressPoolInput> = { ranges: p(strings) };
+const hostAddressPool: Table<HostAddressPoolInput> = {
+  ranges: p(strings),
+  gateway4: p(STRING),
+  gateway6: p(STRING),
+  nameservers: p(strings),
+  network: p(STRING),
+  bridge: p(STRING),
+  direct: p(t("NicDirect")),
+};
 
 const nic: Table<NicInput> = {
   network: p(STRING),
@@ -136,7 +147,7 @@ const nic: Table<NicInput> = {
   direct: p(t("NicDirect")),
   macAddress: p(STRING),
   addresses: p(strings),
-  addressPool: p(t("NicAddressPool")),
+  addressPool: p({ oneOf: [t("NicAddressPool"), STRING] }),
   gateway4: p(STRING),
   gateway6: p(STRING),
   nameservers: p(strings),
@@ -173,6 +184,7 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   NicDirect: { source: "NicDirectInput", properties: nicDirect },
   NicBandwidth: { source: "NicBandwidthInput", properties: nicBandwidth },
   NicAddressPool: { source: "NicAddressPoolInput", properties: nicAddressPool },
+  HostAddressPool: { source: "HostAddressPoolInput", properties: hostAddressPool },
   ProxyHealth: { source: "ProxyHealth", properties: health },
   NicAddresses: { source: "NicAddresses", properties: nicAddresses },
   MemberPasswords: { source: "MemberPasswords", properties: memberPasswords },

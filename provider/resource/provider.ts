@@ -363,7 +363,10 @@ export class KvmProxyRuntime {
     const { pool } = placementOf(checked.host);
     this.registerHost(checked.host);
     // A NIC naming a host's address pool takes the pool of the host the VM goes to: placement's, with a pool.
-    const onHost = (key: string) => withHostPools(checked, this.ops().hosts.config(key));
+    const onHost = (key: string) =>
+      checked.nics?.some(namesHostPool) === true
+        ? withHostPools(checked, this.ops().hosts.config(key))
+        : checked;
     const placed = placementOf(checked.host);
     let c = placed.pool === undefined ? onHost(placed.key) : checked;
     const specOf = (x: CheckedInputs, host?: string) =>

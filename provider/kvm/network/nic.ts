@@ -644,7 +644,8 @@ export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined
   }
   rejectUnknown(raw, HOST_POOL_KEYS, at);
   const { ranges, ...rest } = raw;
-  const nic = { ...rest, addressPool: given(ranges) ? { ranges } : undefined };
+  const fields = Object.fromEntries(Object.entries(rest).filter(([k]) => HOST_POOL_KEYS.includes(k)));
+  const nic = { ...fields, addressPool: given(ranges) ? { ranges } : undefined };
   if (!given(ranges)) at.fail("ranges", 'is required, e.g. ["203.0.113.2-203.0.113.14/28"]');
   // The pool's failures are named by its own fields: `ranges[j]`, not `addressPool.ranges[j]`.
   const own = new Failures();

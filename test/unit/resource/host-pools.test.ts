@@ -148,7 +148,7 @@ describe("a host's addressPools in the config", () => {
     ],
   ])("refuses %s, naming the path", (_what, pools, property, reason) => {
     const failures = failuresOf(pools);
-    expect(failures.map((x) => x.property)).toContain(property);
+    expect(failures.filter((x) => x.property === property)).toHaveLength(1);
     expect(failures.find((x) => x.property === property)?.reason).toMatch(reason);
   });
 });

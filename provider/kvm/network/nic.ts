@@ -3,17 +3,25 @@
  * bridge, or a macvtap device on a host interface), its MAC, static
  * addresses, gateways, nameservers, rate limits and nwfilter. One description
  * ({@link NicSpec}), its rules (attachment names, macvtap modes, MAC
- * addresses and the stable derived MAC, rate limits in libvirt's units,
+ * addresses and the stable derived MAC (mac.ts), rate limits in libvirt's units,
  * nwfilter names and parameters), and the reading of a resource's `nics`
  * input into it; used by the host config (the host's default NIC), by
  * `check`, by the domain XML builder and by the seed's network-config. Pure.
  */
-import { createHash } from "node:crypto";
 import { given, isObject, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
-import { type AddressPool, checkPoolGateways, poolGatewayBasis, readAddressPool } from "./address-pool";
+import {
+  type AddressPool,
+  checkPoolGateways,
+  poolGatewayBasis,
+  poolNameProblem,
+  readAddressPool,
+} from "./address-pool";
 import { cidrProblem, family, inSubnet, ipProblem, parseCidr, parseIp, unicastProblem } from "./ip";
+import { macAddressProblem, normaliseMac } from "./mac";
 import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "./vm-address";
+
+export { deriveMac, macAddressProblem, normaliseMac } from "./mac";
 
 export type DirectMode = (typeof DIRECT_MODES)[number];
 
@@ -257,41 +265,6 @@ export function bridgeNameProblem(v: unknown): string | undefined {
 export function directModeProblem(v: unknown): string | undefined {
   if ((DIRECT_MODES as readonly unknown[]).includes(v)) return undefined;
   return `must be one of ${DIRECT_MODES.map((m) => JSON.stringify(m)).join(", ")}`;
-}
-
-// ---------------------------------------------------------------------------
-// MAC addresses
-// ---------------------------------------------------------------------------
-
-/**
- * Why `mac` is not an acceptable fixed MAC address, or undefined: six
- * colon-separated hex octets, unicast (libvirt rejects multicast) and not all zero.
- */
-export function macAddressProblem(mac: unknown): string | undefined {
-  if (typeof mac !== "string" || !/^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}$/.test(mac)) {
-    return "must be six colon-separated hex octets, e.g. 52:54:00:12:34:56";
-  }
-  const first = Number.parseInt(mac.slice(0, 2), 16);
-  if ((first & 1) === 1) return "must be a unicast address (the first octet's lowest bit must be 0)";
-  if (/^00(?::00){5}$/.test(mac)) return "must not be all zero";
-  return undefined;
-}
-
-/** Normalises a MAC address to lower case (libvirt reports lower case). */
-export function normaliseMac(mac: string): string {
-  return mac.toLowerCase();
-}
-
-/**
- * A stable MAC for a NIC given none: `52:54:00` (QEMU's locally administered
- * unicast prefix) and the first three bytes of sha256(`seed`). The resource
- * seeds it with the owner URN, the domain name and the NIC's index, so the
- * seed's network-config can match the NIC on first boot.
- */
-export function deriveMac(seed: string): string {
-  const digest = createHash("sha256").update(seed, "utf8").digest();
-  const tail = [...digest.subarray(0, 3)].map((b) => b.toString(16).padStart(2, "0"));
-  return `52:54:00:${tail.join(":")}`;
 }
 
 // ---------------------------------------------------------------------------
@@ -575,10 +548,9 @@ function readNic(
     else st.addresses.set(address, `${where}.addresses[${j}]`);
   });
   const hostPool = typeof raw.addressPool === "string" ? raw.addressPool : undefined;
-  if (hostPool !== undefined) {
-    const problem = poolNameProblem(hostPool);
-    if (problem !== undefined) at.fail("addressPool", problem);
-  }
+  const nameProblem = hostPool === undefined ? undefined : poolNameProblem(hostPool);
+  if (nameProblem !== undefined)
+    at.fail("addressPool", `must name an address pool of the host: ${nameProblem}`);
   const pool =
     hostPool !== undefined ? { unknown: false } : readAddressPool(raw.addressPool, at, st.pending, others);
   st.unknown ||= pool.unknown;
@@ -628,52 +600,9 @@ function readNic(
   });
 }
 
-/**
- * Reads one address pool of a host (kvm:hosts `addressPools.<name>`) by the
- * rules of a NIC with that pool: `{ ranges, gateway4, gateway6,
- * nameservers, network | bridge | direct }`, the attachment optional (the
- * host's NIC). Failures at `ranges[j]`, `gateway4`, ... under `at`.
- */
-export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined {
-  if (!isObject(raw)) {
-    at.fail(
-      undefined,
-      'must be { ranges: ["first-last/prefix", ...], gateway4, gateway6, nameservers, bridge }',
-    );
-    return undefined;
-  }
-  rejectUnknown(raw, HOST_POOL_KEYS, at);
-  const { ranges, ...rest } = raw;
-  const fields = Object.fromEntries(Object.entries(rest).filter(([k]) => HOST_POOL_KEYS.includes(k)));
-  const nic = { ...fields, addressPool: given(ranges) ? { ranges } : undefined };
-  if (!given(ranges)) at.fail("ranges", 'is required, e.g. ["203.0.113.2-203.0.113.14/28"]');
-  // The pool's failures are named by its own fields: `ranges[j]`, not `addressPool.ranges[j]`.
-  const own = new Failures();
-  const st: ReadState = { pending: () => false, unknown: false, addresses: new Map() };
-  const read = readNic(nic, own, st, "", true);
-  for (const x of own.list) {
-    at.fail(x.property === "addressPool" ? "ranges" : x.property.replace(/^addressPool\./, ""), x.reason);
-  }
-  return own.list.length === 0 && given(ranges) ? read : undefined;
-}
-
-/** The fields of a host's address pool. */
-export const HOST_POOL_KEYS = [
-  "ranges",
-  "gateway4",
-  "gateway6",
-  "nameservers",
-  "network",
-  "bridge",
-  "direct",
-];
-
-const POOL_NAME = /^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/;
-
-/** Why `v` is not an address pool's name (as host keys: 1-63 lower-case letters, digits, '-' or '_'), or undefined. */
-export function poolNameProblem(v: unknown): string | undefined {
-  if (typeof v === "string" && POOL_NAME.test(v)) return undefined;
-  return "must name an address pool of the host (kvm:hosts addressPools): 1-63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit";
+/** One NIC's fields by {@link readNics}' rules (no pending values), its attachment optional: a host's address pool (host-pools.ts). */
+export function readPoolNic(raw: Record<string, unknown>, at: Failures): NicSpec | undefined {
+  return readNic(raw, at, { pending: () => false, unknown: false, addresses: new Map() }, "", true);
 }
 
 /**

@@ -9,8 +9,9 @@
  * allocation, the state, the diff, the network-config) is an inline pool's.
  * Pure.
  */
+import { given, isObject, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
-import { poolCapacity } from "./address-pool";
+import { poolCapacity, poolNameProblem } from "./address-pool";
 import {
   attachmentFields,
   attachmentOf,
@@ -18,7 +19,7 @@ import {
   checkNicSpecs,
   type NicAttachment,
   type NicSpec,
-  readHostPoolNic,
+  readPoolNic,
 } from "./nic";
 
 /** One pool of a host's addresses, read by a NIC's rules (nic.ts readHostPoolNic). */
@@ -47,8 +48,8 @@ export function readHostAddressPools(v: unknown, at: Failures): Record<string, H
   const out: [string, HostAddressPool][] = [];
   for (const [name, raw] of Object.entries(v as Record<string, unknown>)) {
     const p = at.at(`addressPools.${name}`);
-    const nameProblem = poolNameProblemOf(name);
-    if (nameProblem !== undefined) p.fail(undefined, `key ${quote(name)} ${nameProblem}`);
+    const nameProblem = poolNameProblem(name);
+    if (nameProblem !== undefined) p.fail(undefined, `key ${quote(name)} must be ${nameProblem}`);
     const nic = readHostPoolNic(raw, p);
     if (nic === undefined || nameProblem !== undefined) continue;
     const { network, bridge, direct, addressPool, gateway4, gateway6, nameservers } = nic;
@@ -57,10 +58,34 @@ export function readHostAddressPools(v: unknown, at: Failures): Record<string, H
   return Object.fromEntries(out.map(([k, pool]) => [k, stripUndefined(pool)]));
 }
 
-function poolNameProblemOf(name: string): string | undefined {
-  return /^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/.test(name)
-    ? undefined
-    : "must be 1-63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit";
+/** The fields of a host's address pool. */
+const HOST_POOL_KEYS = ["ranges", "gateway4", "gateway6", "nameservers", "network", "bridge", "direct"];
+
+/**
+ * Reads one address pool of a host by the rules of a NIC with that pool:
+ * `{ ranges, gateway4, gateway6, nameservers, network | bridge | direct }`,
+ * the attachment optional (the NIC's, else the host's NIC). Failures at
+ * `ranges[j]`, `gateway4`, ... under `at`.
+ */
+export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined {
+  if (!isObject(raw)) {
+    at.fail(
+      undefined,
+      'must be { ranges: ["first-last/prefix", ...], gateway4, gateway6, nameservers, bridge }',
+    );
+    return undefined;
+  }
+  rejectUnknown(raw, HOST_POOL_KEYS, at);
+  const { ranges, ...rest } = raw;
+  const fields = Object.fromEntries(Object.entries(rest).filter(([k]) => HOST_POOL_KEYS.includes(k)));
+  if (!given(ranges)) at.fail("ranges", 'is required, e.g. ["203.0.113.2-203.0.113.14/28"]');
+  // The pool's failures are named by its own fields: `ranges[j]`, not `addressPool.ranges[j]`.
+  const own = new Failures();
+  const read = readPoolNic({ ...fields, addressPool: given(ranges) ? { ranges } : undefined }, own);
+  for (const x of own.list) {
+    at.fail(x.property === "addressPool" ? "ranges" : x.property.replace(/^addressPool\./, ""), x.reason);
+  }
+  return own.list.length === 0 && given(ranges) ? read : undefined;
 }
 
 function stripUndefined<T extends object>(o: T): T {

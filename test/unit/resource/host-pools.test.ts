@@ -174,7 +174,7 @@ describe("a NIC naming a host's pool", () => {
       "a bad name",
       { addressPool: "Public!" },
       "nics[0].addressPool",
-      /must name an address pool of the host/,
+      /must name an address pool of the host: 1-63 lower-case letters/,
     ],
     [
       "an object form still read as before",

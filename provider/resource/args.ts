@@ -226,12 +226,7 @@ export interface HostInput {
   callTimeout?: pulumi.Input<string | number>;
   /** What placement may put on the host and how many creates run on it at once: `{proxies, memoryMiB, vcpus, concurrentCreates}`. */
   capacity?: pulumi.Input<Record<string, pulumi.Input<number | string>>>;
-  /**
-   * The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`):
-   * a NIC with `addressPool: "public"` takes the ranges, gateways,
-   * nameservers and attachment of the pool of that name on the host it is
-   * placed on, so hosts on different subnets serve one fleet.
-   */
+  /** The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`): a NIC with `addressPool: "public"` takes that pool of the host it is placed on, so hosts on different subnets serve one fleet. */
   addressPools?: pulumi.Input<Record<string, pulumi.Input<HostAddressPoolInput>>>;
   /** The SSH client: `ssh2` (the provider's own, the default) or `openssh` (the system's ssh, reading ssh_config). */
   transport?: pulumi.Input<"ssh2" | "openssh">;
@@ -364,11 +359,9 @@ export interface NicInput {
    * Take the static address at create from these ranges instead
    * (`"203.0.113.10-203.0.113.40/24"`, `"2001:db8::10-2001:db8::40/64"`; one
    * of each family), free over every stack's VMs on the segment; kept for
-   * the VM's life, a replacement takes another. Not with `addresses`. Or
-   * the name of an address pool of the host (its `addressPools`): the NIC
-   * takes that host's ranges, gateways, nameservers and attachment where
-   * the VM is placed (every host it may go to needs the pool; a field the
-   * pool gives is not given here).
+   * the VM's life, a replacement takes another. Not with `addresses`. Or the name of an address pool of the
+   * hosts (`addressPools`): the ranges, gateways, nameservers and attachment of the pool on the host the VM is
+   * placed on (every host it may go to needs it; a field the pool gives is not given here).
    */
   addressPool?: pulumi.Input<NicAddressPoolInput | string>;
   /** The IPv4 gateway of the static addresses. */
@@ -401,11 +394,7 @@ export interface NicBandwidthInput {
   outboundKbps?: pulumi.Input<number>;
 }
 
-/**
- * One address pool of a host: the ranges, and what a NIC on them needs
- * (fields as a NIC's). The attachment is optional: without one, the NIC's
- * own, else the host's `network`/`bridge`.
- */
+/** One address pool of a host: ranges and what a NIC on them needs, as a NIC's fields (no attachment: the NIC's own, else the host's `network`/`bridge`). */
 export interface HostAddressPoolInput {
   /** Ranges such as `"203.0.113.2-203.0.113.14/28"` (one of each family), in the subnet of the pool's gateways. */
   ranges: pulumi.Input<pulumi.Input<string>[]>;

@@ -8,6 +8,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { validateConfig } from "../../../provider/kvm/config/host-config";
+import type { CreateSpec } from "../../../provider/kvm/host/operations";
+import type { ProvisionOptions } from "../../../provider/kvm/host/provision";
 import { resolveHostPools } from "../../../provider/kvm/network/host-pools";
 import { type NicSpec, readNics } from "../../../provider/kvm/network/nic";
 import { Failures } from "../../../provider/kvm/validation";
@@ -404,5 +406,43 @@ describe("diff of a VM on its host's pool", () => {
 
   it("with the inputs unresolved, the pure diff would replace: the runtime's resolution is what keeps it", () => {
     expect(diffProxy(made, news()).replaces).toEqual(["nics"]);
+  });
+});
+
+describe("create of a proxy over a pool of hosts naming a host's pool", () => {
+  it("builds the spec for the host placement chose: that host's ranges, gateway, nameservers and bridge, squid told of its gateway", async () => {
+    const r = new KvmProxyRuntime();
+    await r.configure({
+      config: new Map(
+        Object.entries({ "kvm:hosts": JSON.stringify(HOSTS), "kvm:images": JSON.stringify(IMAGES) }),
+      ),
+    } as never);
+    const real = r.ops();
+    let built: CreateSpec | undefined;
+    // The operations stand in: placement "chooses" b, and the provision stops once the spec is built.
+    Object.assign(r, {
+      ops: () => ({
+        hosts: real.hosts,
+        provision: async (_spec: CreateSpec, options: ProvisionOptions) => {
+          built = options.forHost?.("b");
+          throw new Error("stopped after placement");
+        },
+      }),
+    });
+    const c = check({ host: { pool: ["a", "b"] }, nics: [{ addressPool: "public" }] });
+    expect(c.failures).toEqual([]);
+    await expect(r.create(c.inputs)).rejects.toThrow("stopped after placement");
+    expect(built?.host).toBe("b");
+    expect(built?.nics).toMatchObject([
+      {
+        bridge: "br-b",
+        addresses: [],
+        addressPool: { ranges: ["198.51.100.18-198.51.100.30/28"] },
+        gateway4: "198.51.100.17",
+        nameservers: ["9.9.9.9"],
+      },
+    ]);
+    expect(built?.proxy?.onLink).toContain("198.51.100.17");
+    await real.hosts.closeAll();
   });
 });

@@ -1,13 +1,12 @@
 /**
- * The KvmProxy resource's inputs and outputs: what users write, what `check`
- * turns it into (defaults applied, image resolved, name chosen), and what the
- * state holds. Types only, plus the defaults and limits `check` enforces.
+ * The KvmProxy resource's inputs: what users write and what `check` turns it
+ * into (defaults applied, image resolved, name chosen); the outputs are in
+ * outputs.ts. Types only, plus the defaults and limits `check` enforces.
  */
 import type * as pulumi from "@pulumi/pulumi";
 import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
-import type { ProxyState } from "../kvm/domain/states";
 import type { NicSpec } from "../kvm/network/nic";
-import type { ProxyTls, TlsPublic } from "../kvm/tls/proxy-tls";
+import type { ProxyTls } from "../kvm/tls/proxy-tls";
 
 /** The value Pulumi sends for an input not known yet (during preview). */
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
@@ -229,6 +228,8 @@ export interface HostInput {
   callTimeout?: pulumi.Input<string | number>;
   /** What placement may put on the host and how many creates run on it at once: `{proxies, memoryMiB, vcpus, concurrentCreates}`. */
   capacity?: pulumi.Input<Record<string, pulumi.Input<number | string>>>;
+  /** The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`): a NIC with `addressPool: "public"` takes that pool of the host it is placed on, so hosts on different subnets serve one fleet. */
+  addressPools?: pulumi.Input<Record<string, pulumi.Input<HostAddressPoolInput>>>;
   /** The SSH client: `ssh2` (the provider's own, the default) or `openssh` (the system's ssh, reading ssh_config). */
   transport?: pulumi.Input<"ssh2" | "openssh">;
   /** Bastions on the way to the host: one hop or a chain, each verified. */
@@ -351,7 +352,7 @@ export interface ProxyTlsInput {
   privateKey?: pulumi.Input<string>;
 }
 
-/** One NIC of `nics`: attached to exactly one of network, bridge or direct. */
+/** One NIC of `nics`: attached to exactly one of network, bridge or direct (or the attachment of the host's pool it names). */
 export interface NicInput {
   /** A libvirt network on the host. */
   network?: pulumi.Input<string>;
@@ -367,9 +368,11 @@ export interface NicInput {
    * Take the static address at create from these ranges instead
    * (`"203.0.113.10-203.0.113.40/24"`, `"2001:db8::10-2001:db8::40/64"`; one
    * of each family), free over every stack's VMs on the segment; kept for
-   * the VM's life, a replacement takes another. Not with `addresses`.
+   * the VM's life, a replacement takes another. Not with `addresses`. Or the name of an address pool of the
+   * hosts (`addressPools`): the ranges, gateways, nameservers and attachment of the pool on the host the VM is
+   * placed on (every host it may go to needs it; a field the pool gives is not given here).
    */
-  addressPool?: pulumi.Input<NicAddressPoolInput>;
+  addressPool?: pulumi.Input<NicAddressPoolInput | string>;
   /** The IPv4 gateway of the static addresses. */
   gateway4?: pulumi.Input<string>;
   /** The IPv6 gateway of the static addresses. */
@@ -398,6 +401,24 @@ export interface NicBandwidthInput {
   inboundKbps?: pulumi.Input<number>;
   /** Traffic from the guest. */
   outboundKbps?: pulumi.Input<number>;
+}
+
+/** One address pool of a host: ranges and what a NIC on them needs, as a NIC's fields (no attachment: the NIC's own, else the host's `network`/`bridge`). */
+export interface HostAddressPoolInput {
+  /** Ranges such as `"203.0.113.2-203.0.113.14/28"` (one of each family), in the subnet of the pool's gateways. */
+  ranges: pulumi.Input<pulumi.Input<string>[]>;
+  /** The IPv4 router of the ranges' subnet. */
+  gateway4?: pulumi.Input<string>;
+  /** The IPv6 router (in the ranges' subnet, or link-local). */
+  gateway6?: pulumi.Input<string>;
+  /** DNS servers for a VM on the pool. */
+  nameservers?: pulumi.Input<pulumi.Input<string>[]>;
+  /** A libvirt network on the host. */
+  network?: pulumi.Input<string>;
+  /** An existing host bridge. */
+  bridge?: pulumi.Input<string>;
+  /** A macvtap device on host interface `dev` (mode default "bridge"). */
+  direct?: pulumi.Input<NicDirectInput>;
 }
 
 /** The ranges a NIC's static address is taken from at create. */
@@ -507,110 +528,6 @@ export interface CheckedInputs {
   rotation?: { maxAge: number; batch: number; group?: string; size?: number };
   /** Who owns the VM (project, stack, URN), as its metadata records it. */
   owner?: OwnerInput;
-}
-
-/**
- * What the state's outputs hold: the checked inputs plus what the VM reports.
- * userData and vendorData (and their base64 forms) are left out, replaced by
- * the SHA-256 of their bytes: they stay
- * only in the (secret) inputs, so no provider reply, debug line of the SDK or
- * refresh ever carries them back (diff compares the digests).
- */
-/** The proxy's health as the last create, update or refresh probed it. */
-export interface ProxyHealth {
-  /** The proxy answered as the health check expects. */
-  ok: boolean;
-  /** ISO 8601 time of the probe. */
-  checkedAt: string;
-  /** Why it failed (or what answered instead of squid). */
-  reason?: string;
-}
-
-/**
- * The resource's state: the VM's (kvm/domain/states.ts), or `degraded` when the VM
- * runs but its proxy failed the last probe.
- */
-export type KvmProxyState = ProxyState | "degraded";
-
-export interface KvmProxyOutputs
-  extends Omit<
-    CheckedInputs,
-    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64" | "proxy" | "host"
-  > {
-  /** The host the proxy lives on (a pooled proxy's, chosen at create). */
-  host: string;
-  /** The pool a pooled proxy was placed from. */
-  hostPool?: string[];
-  /** A host given in full, as check kept it: how read, update and delete reach it (secret: key material). */
-  hostConnection?: HostEntry;
-  /** When the VM was made (ISO 8601, from its metadata): what rotation measures age from. */
-  createdAt?: string;
-  /** The baked volume on the host the VM's disk is backed by (an image with `bake`). */
-  bakedImage?: string;
-  /** The proxy block without the password (username only) and without TLS keys. */
-  proxy?: Omit<NonNullable<CheckedInputs["proxy"]>, "auth" | "tls"> & {
-    auth?: { username: string };
-    tls?: TlsPublic;
-  };
-  /** The CA the proxy's certificate is issued by (PEM), with `proxy.tls` and a CA: what clients trust. */
-  proxyCaCertificate?: string;
-  /**
-   * The hash of the password the guest's squid checks (a secret output): what
-   * diff tells a changed password by. The seed on the host holds the same.
-   */
-  proxyPasswordHash?: string;
-  /** The proxy's health at the last create, update or refresh. */
-  health?: ProxyHealth;
-  /** SHA-256 (hex) of the user-data bytes in the seed (whichever input gave them). */
-  userDataSha256: string;
-  /** SHA-256 (hex) of the user's vendor-data bytes, when given. */
-  vendorDataSha256?: string;
-  /** The libvirt domain name (= name). */
-  domainName: string;
-  /** The libvirt domain's UUID. */
-  uuid: string;
-  /** The primary NIC's first routable IPv4 (guest agent, DHCP lease, or its static address), once known. */
-  ipAddress?: string;
-  /** The primary NIC's first global IPv6, once known. */
-  ipv6Address?: string;
-  /** Every address of every NIC (v4 and v6, CIDR as the guest reports them), in the order of `nics`. */
-  ipAddresses?: NicAddresses[];
-  /** The NIC's MAC address, lower case (the fixed one or libvirt's). */
-  macAddress?: string;
-  /** `http://<ip>:<proxyPort>` (`https://` with `proxy.tls`), once the IP is known (never with credentials). */
-  proxyUrl?: string;
-  /** `socks5://<ip>:<socks port>` when the proxy has SOCKS, once the IP is known (never with credentials). */
-  socksUrl?: string;
-  /** The address `egressCheck.url` saw the proxy's requests come from, at the last create, update or refresh. */
-  egressAddress?: string;
-  /** provisioning, running, degraded (the VM runs but its proxy failed the last probe), stopped or failed. */
-  state: KvmProxyState;
-  /** Set when a failed create kept the VM (`keepOnFailure`): the next `up` replaces it, deleting it first. */
-  keptAfterFailure?: KeptAfterFailure;
-}
-
-/** A VM whose create failed, kept on its host for inspection (`keepOnFailure`). */
-export interface KeptAfterFailure {
-  /** ISO 8601 time of the failure. */
-  failedAt: string;
-  /** The failure's first line (the guest's own lines are in the error `up` printed, not here). */
-  reason: string;
-}
-
-/** The addresses of one NIC. */
-export interface NicAddresses {
-  /** The NIC's MAC address. */
-  mac: string;
-  /** Its addresses, CIDR, as the guest reports them. */
-  addresses: string[];
-}
-
-/** What the KvmProxy class adds to the provider's outputs, in the program (secrets: never in a provider reply). */
-export interface KvmProxyCredentialUrls {
-  /** `proxyUrl` with the username and password (secret), when the proxy has auth. */
-  proxyUrlWithCredentials?: string;
-  /** `socksUrl` with the username and password (secret), when the proxy has SOCKS and auth. */
-  socksUrlWithCredentials?: string;
 }
 
 export const DEFAULTS = {

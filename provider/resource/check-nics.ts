@@ -162,7 +162,7 @@ export function checkNetworking(
     });
   }
   specs.forEach((nic, i) => {
-    if (nic.addressPool !== undefined && nic.addresses.length > 0)
+    if ((nic.addressPool !== undefined || nic.hostPool !== undefined) && nic.addresses.length > 0)
       f.fail(
         `nics[${i}].addresses`,
         "give addresses or addressPool, not both: a pool NIC's address is taken at create",

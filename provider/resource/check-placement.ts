@@ -231,3 +231,22 @@ export function checkRotation(f: Failures, v: unknown): CheckedRotation | undefi
     ...(size !== undefined ? { size } : {}),
   };
 }
+
+/**
+ * The configs of every host `host` may place the proxy on (the one host,
+ * or each of its pool's), when each is known and valid (read as check
+ * reads them, failures left to checkHost); undefined otherwise.
+ */
+export function candidateHosts(v: unknown, config: StackConfig): HostConfig[] | undefined {
+  const one = (item: unknown): HostConfig | undefined => {
+    if (typeof item === "string") return Object.hasOwn(config.hosts, item) ? config.hosts[item] : undefined;
+    if (!isHostEntry(item) || typeof item.key !== "string" || JSON.stringify(item).includes(UNKNOWN))
+      return undefined;
+    const { key, ...entry } = item;
+    return parseHostEntry(key, entry, new Failures(), config.sharedSshKey);
+  };
+  const items = isObject(v) && !isHostEntry(v) ? (v as Record<string, unknown>).pool : [v];
+  if (!Array.isArray(items) || items.length === 0) return undefined;
+  const hosts = items.map(one);
+  return hosts.every((h) => h !== undefined) ? (hosts as HostConfig[]) : undefined;
+}

@@ -27,6 +27,12 @@ import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm
 import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
 import { given, isObject } from "../kvm/fields";
 import { poolCapacity } from "../kvm/network/address-pool";
+import {
+  hostPoolCapacity,
+  missingHostPools,
+  namesHostPool,
+  resolveHostPools,
+} from "../kvm/network/host-pools";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
 import type { ProxySetup } from "../kvm/squid/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";
@@ -52,7 +58,7 @@ import {
   unreachableAddressWarning,
   vmNicsOf,
 } from "./check-nics";
-import { checkHost, checkRotation, type HostClaim, hostKeysOf } from "./check-placement";
+import { candidateHosts, checkHost, checkRotation, type HostClaim, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import { defaultUserData } from "./default-user-data";
@@ -499,11 +505,27 @@ export function checkInputs(
     }),
   );
 
+  // A NIC naming a host's address pool: every host the proxy may go to has it; on one host, it takes it now.
+  const candidates = candidateHosts(news.host, config);
+  if (Array.isArray(networking.nics) && networking.nics.some(namesHostPool) && candidates !== undefined) {
+    const nics = networking.nics;
+    if (host !== undefined) {
+      const resolved = resolveHostPools(nics, host, f);
+      if (resolved !== undefined) networking.nics = resolved;
+    } else for (const h of candidates) missingHostPools(nics, h, f);
+  }
+
   // A rotating fleet's members each hold a pool address, and a batch of replacements takes more at once.
   if (Array.isArray(networking.nics) && rotation !== undefined) {
     const need = BigInt((rotation.size ?? 1) + rotation.batch);
     networking.nics.forEach((n, i) => {
-      const room = n.addressPool === undefined ? undefined : poolCapacity(n.addressPool);
+      // A host's pool over a pool of hosts: the members spread, so the hosts' pools add up.
+      const room =
+        n.addressPool !== undefined
+          ? poolCapacity(n.addressPool)
+          : n.hostPool !== undefined && candidates !== undefined
+            ? hostPoolCapacity(n.hostPool, candidates)
+            : undefined;
       if (room !== undefined && room < need)
         f.fail(
           `nics[${i}].addressPool`,
@@ -526,7 +548,10 @@ export function checkInputs(
     // Without `nics`, the one-NIC shorthand: DHCP.
     const nics = Array.isArray(networking.nics) ? networking.nics : [];
     const primary = nics.find((n) => n.primary) ?? nics[0];
-    if (primary === undefined || (primary.addresses.length === 0 && primary.addressPool === undefined))
+    if (
+      primary === undefined ||
+      (primary.addresses.length === 0 && primary.addressPool === undefined && primary.hostPool === undefined)
+    )
       f.fail("proxy.tls", TLS_NEEDS_ADDRESSES);
   }
 

@@ -8,23 +8,18 @@ import { ProviderError } from "../errors";
 import type { ImageConfig, ImageIdentity } from "../kvm/config/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
+import { namesHostPool, type PoolHost, resolveHostPools } from "../kvm/network/host-pools";
 import { bare, hostPort, subnetOf } from "../kvm/network/ip";
 import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/squid/setup";
 import { issuedAtCreate, tlsPublic } from "../kvm/tls/proxy-tls";
+import { Failures, ValidationError } from "../kvm/validation";
 import { addressOutputs } from "./address-outputs";
-import {
-  type CheckedInputs,
-  DEFAULTS,
-  hostEntryOf,
-  type KvmProxyOutputs,
-  type ProxyHealth,
-  placementOf,
-  REPLACE_PROPERTIES,
-} from "./args";
+import { type CheckedInputs, DEFAULTS, hostEntryOf, placementOf, REPLACE_PROPERTIES } from "./args";
 import { vmNicsOf } from "./check-nics";
 import { decodeBase64 } from "./check-seed";
+import type { KvmProxyOutputs, ProxyHealth } from "./outputs";
 
 type Props = Record<string, unknown>;
 
@@ -156,6 +151,22 @@ export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | u
         : n;
     }),
   };
+}
+
+/**
+ * The checked inputs with each NIC naming a host's address pool resolved on
+ * `host` (network/host-pools.ts): what create builds once placement chose
+ * the host, and what diff and update compare by the VM's host. Throws a
+ * ValidationError (failures at `nics[i].<field>`) when the host cannot
+ * serve them.
+ */
+export function withHostPools(c: CheckedInputs, host: PoolHost): CheckedInputs {
+  if (c.nics === undefined || !c.nics.some(namesHostPool)) return c;
+  const f = new Failures();
+  const nics = resolveHostPools(c.nics, host, f);
+  if (nics === undefined)
+    throw new ValidationError(f.list, `the NICs cannot take host ${host.key}'s address pools`);
+  return { ...c, nics };
 }
 
 /** `http://<ip>:<port>` (`https://` with TLS): never with credentials (the KvmProxy class adds them in the program). */

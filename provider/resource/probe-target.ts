@@ -11,10 +11,11 @@ import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
 import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/squid/setup";
 import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
-import { type CheckedInputs, DEFAULTS, type KvmProxyOutputs } from "./args";
+import { type CheckedInputs, DEFAULTS } from "./args";
 import { hostOnlyNetwork, vmNicsOf } from "./check-nics";
 import type { ProbeTarget } from "./health-check";
 import { squidConfOf } from "./mapping";
+import type { KvmProxyOutputs } from "./outputs";
 
 type Props = Record<string, unknown>;
 

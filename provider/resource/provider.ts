@@ -18,18 +18,12 @@ import { ImageBaker } from "../kvm/host/image-bake";
 import { ImageCache } from "../kvm/host/image-cache";
 import { KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
+import { namesHostPool, resolveHostPools } from "../kvm/network/host-pools";
 import type { NicSpec } from "../kvm/network/nic";
 import type { Progress, ProgressListener } from "../kvm/progress";
 import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
-import {
-  type CheckedInputs,
-  DEFAULTS,
-  type KeptAfterFailure,
-  ownerUrnOf,
-  type ProxyHealth,
-  placementOf,
-} from "./args";
+import { type CheckedInputs, DEFAULTS, ownerUrnOf, placementOf } from "./args";
 import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
@@ -44,8 +38,10 @@ import {
   liveOutputs,
   outputsFrom,
   withBakeUserData,
+  withHostPools,
   withPoolAddresses,
 } from "./mapping";
+import type { KeptAfterFailure, ProxyHealth } from "./outputs";
 import { type ProbeInputs, probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
@@ -288,7 +284,7 @@ export class KvmProxyRuntime {
 
   async diff(id: string, oldsIn: Props, news: Props) {
     const olds = this.hostsInFull.openedOlds(oldsIn);
-    const d = diffProxy(olds, news);
+    const d = diffProxy(olds, this.onVmHost(id, olds, news));
     const urn = (news.owner as { urn?: string } | undefined)?.urn;
     const kept = keptReplaceNote(olds);
     if (kept !== undefined) {
@@ -322,6 +318,23 @@ export class KvmProxyRuntime {
     return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
   }
 
+  /**
+   * `news` with its NICs naming a host's address pool resolved on the host
+   * the VM lives on (its ID's), so that they compare with the state's as an
+   * inline pool's. As they are when that host or its pool is not known:
+   * they then differ, and the replacement's create says why.
+   */
+  private onVmHost(id: string, olds: Props, news: Props): Props {
+    const nics = news.nics;
+    if (!Array.isArray(nics) || !(nics as NicSpec[]).some(namesHostPool)) return news;
+    if (!isSealed(olds.hostConnection)) this.registerHost(olds.hostConnection);
+    this.registerHost(news.host);
+    const { host } = parseProviderId(id);
+    if (!this.ops().hosts.has(host)) return news;
+    const resolved = resolveHostPools(nics as NicSpec[], this.ops().hosts.config(host));
+    return resolved === undefined ? news : { ...news, nics: resolved };
+  }
+
   /** The members of a proxy's rotation group on its hosts (its own and its pool's). */
   private membersOf(rotation: RotationSettings, olds: Props, news: Props): Promise<Member[]> {
     const owner = news.owner as { project?: unknown; stack?: unknown } | undefined;
@@ -351,14 +364,27 @@ export class KvmProxyRuntime {
    * maps the inputs onto its spec and the outcome onto outputs or errors.
    */
   async create(inputs: Props, options: DeadlineOptions = {}): Promise<{ id: string; outs: Props }> {
-    const c = asChecked(inputs);
-    const { pool } = placementOf(c.host);
-    this.registerHost(c.host);
-    const spec = withBakeUserData(createSpec(c, this.backend()), c, this.config.images);
+    const checked = asChecked(inputs);
+    const { pool } = placementOf(checked.host);
+    this.registerHost(checked.host);
+    // A NIC naming a host's address pool takes the pool of the host the VM goes to: placement's, with a pool.
+    const onHost = (key: string) =>
+      checked.nics?.some(namesHostPool) === true
+        ? withHostPools(checked, this.ops().hosts.config(key))
+        : checked;
+    const placed = placementOf(checked.host);
+    let c = placed.pool === undefined ? onHost(placed.key) : checked;
+    const specOf = (x: CheckedInputs, host?: string) =>
+      withBakeUserData(createSpec(x, this.backend(), host), x, this.config.images);
+    const spec = specOf(c);
+    const forHost = (key: string) => {
+      c = onHost(key);
+      return specOf(c, key);
+    };
     let health: ProxyHealth | undefined;
     try {
       const status = await this.ops().provision(spec, {
-        ...(pool !== undefined ? { pool } : {}),
+        ...(pool !== undefined ? { pool, forHost } : {}),
         onProgress: this.progressTo(c.owner?.urn),
         deadlineMs: c.timeouts.create * 1000,
         deadlineName: options.deadlineName ?? "timeouts.create",
@@ -515,7 +541,7 @@ export class KvmProxyRuntime {
     options: DeadlineOptions = {},
   ): Promise<{ outs: Props }> {
     // A pool NIC keeps the address its VM was made with (the state's).
-    const c = withPoolAddresses(asChecked(news), olds.nics as NicSpec[] | undefined);
+    const c = withPoolAddresses(asChecked(this.onVmHost(id, olds, news)), olds.nics as NicSpec[] | undefined);
     const { host, name } = parseProviderId(id);
     // How the host is reached now (a host given in full may have a new address or key).
     this.registerHost(c.host);

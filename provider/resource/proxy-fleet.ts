@@ -11,10 +11,13 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { poolCapacity } from "../kvm/network/address-pool";
+import { hostPoolCapacity, type PoolHost } from "../kvm/network/host-pools";
 import type { HostInput, KvmProxyArgs, ProxyInput } from "./args";
+import { candidateHosts } from "./check-placement";
 import { sharedEgress } from "./egress";
 import { KvmProxy } from "./kvm-proxy";
 import { memberProxyBlock } from "./proxy-auth";
+import { readStackConfig } from "./stack-config";
 
 export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
 
@@ -145,7 +148,7 @@ export class ProxyFleet<M extends FleetMember = KvmProxy> extends pulumi.Compone
     const sizeProblem = fleetSizeProblem(size);
     if (sizeProblem !== undefined) throw new pulumi.RunError(`ProxyFleet ${name}: ${sizeProblem}`);
     super(PROXY_FLEET_TYPE, name, {}, opts);
-    const room = poolRoomProblem(args.proxy.nics, size, args.rotation?.batch ?? 1);
+    const room = poolRoomProblem(args.proxy.nics, size, args.rotation?.batch ?? 1, fleetHosts(args.hosts));
     if (room !== undefined) throw new pulumi.RunError(`ProxyFleet ${name}: ${room}`);
     const pool = pulumi.output(args.hosts).apply((hosts) => [...hosts]);
     const rotation = args.rotation;
@@ -211,20 +214,46 @@ export class ProxyFleet<M extends FleetMember = KvmProxy> extends pulumi.Compone
 }
 
 /**
+ * The fleet's hosts as the stack config and the arguments give them, when
+ * they are plain values and each is known and valid (else undefined: check
+ * judges each member then).
+ */
+function fleetHosts(hosts: unknown): PoolHost[] | undefined {
+  if (!Array.isArray(hosts) || hosts.some((h) => pulumi.Output.isInstance(h))) return undefined;
+  const config = readStackConfig((k) => pulumi.runtime.getConfig(k));
+  return candidateHosts({ pool: hosts }, config);
+}
+
+/**
  * Why the fleet's address pools are too small, or undefined: every member
  * holds an address of each pool NIC, and a replacement (a rotation batch,
  * or any change that rebuilds a member) takes its new one before its
- * predecessor lets go. Judged when the NICs are plain values (preview
- * knows them); check judges each member's pool too.
+ * predecessor lets go. A pool named on the hosts (`addressPool: "<name>"`)
+ * counts the sum of the fleet's hosts' pools of that name (`hosts`): the
+ * members spread over them. Judged when the NICs (and hosts) are plain
+ * values (preview knows them); check judges each member's pool too.
  */
-export function poolRoomProblem(nics: unknown, size: number, batch: number): string | undefined {
+export function poolRoomProblem(
+  nics: unknown,
+  size: number,
+  batch: number,
+  hosts?: readonly PoolHost[],
+): string | undefined {
   if (!Array.isArray(nics)) return undefined;
   for (const [i, nic] of nics.entries()) {
-    const ranges = (nic as { addressPool?: { ranges?: unknown } } | undefined)?.addressPool?.ranges;
-    if (!Array.isArray(ranges) || !ranges.every((r) => typeof r === "string")) continue;
-    const room = poolCapacity({ ranges: ranges as string[] });
+    const pool = (nic as { addressPool?: unknown } | undefined)?.addressPool;
+    const ranges = (pool as { ranges?: unknown } | undefined)?.ranges;
+    let room: bigint;
+    let what: string;
+    if (typeof pool === "string" && hosts !== undefined) {
+      room = hostPoolCapacity(pool, hosts);
+      what = `${JSON.stringify(pool)} of hosts ${hosts.map((h) => h.key).join(", ")} holds in all`;
+    } else if (Array.isArray(ranges) && ranges.every((r) => typeof r === "string")) {
+      room = poolCapacity({ ranges: ranges as string[] });
+      what = "holds";
+    } else continue;
     if (room > 0n && room < BigInt(size + batch)) {
-      return `nics[${i}].addressPool holds ${room} addresses per family; ${size} members and a batch of ${batch} replacements need ${size + batch}`;
+      return `nics[${i}].addressPool ${what} ${room} addresses per family; ${size} members and a batch of ${batch} replacements need ${size + batch}`;
     }
   }
   return undefined;

@@ -13,7 +13,7 @@ import type { ProgressListener } from "../kvm/progress";
 import { tlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
-import type { CheckedInputs, ProxyHealth } from "./args";
+import type { CheckedInputs } from "./args";
 import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
 import { withProbeHint } from "./failure-hints";
 import {
@@ -27,6 +27,7 @@ import {
   socksGreeting,
   waitHealthy,
 } from "./health-check";
+import type { ProxyHealth } from "./outputs";
 import {
   egressProbeOf,
   guestProbeOf,

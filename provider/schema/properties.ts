@@ -10,20 +10,16 @@
 import type {
   EgressCheck,
   HealthCheck,
+  HostAddressPoolInput,
   HostInput,
   HostPoolInput,
   InlineImage,
-  KeptAfterFailure,
   KvmProxyArgs,
-  KvmProxyCredentialUrls,
-  KvmProxyOutputs,
-  NicAddresses,
   NicAddressPoolInput,
   NicBandwidthInput,
   NicDirectInput,
   NicInput,
   ProxyAuth,
-  ProxyHealth,
   ProxyInput,
   ProxyTlsInput,
   RotationInput,
@@ -32,6 +28,13 @@ import type {
   TlsKeyPair,
 } from "../resource/args";
 import { DEFAULTS } from "../resource/args";
+import type {
+  KeptAfterFailure,
+  KvmProxyCredentialUrls,
+  KvmProxyOutputs,
+  NicAddresses,
+  ProxyHealth,
+} from "../resource/outputs";
 import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
 import { ANY, type ObjectTable, type Prop, ref, type Table, type TypeSpec } from "./package-schema";
 
@@ -109,6 +112,7 @@ const hostInput: Table<HostInput> = {
   bridge: p(STRING),
   callTimeout: p(duration),
   capacity: p({ type: "object", additionalProperties: { oneOf: [INTEGER, STRING] } }),
+  addressPools: p({ type: "object", additionalProperties: t("HostAddressPool") }),
   transport: p(STRING),
   jump: p(ANY),
   sshConfig: p(ANY),
@@ -130,6 +134,15 @@ const rotation: Table<RotationInput> = {
 const nicDirect: Table<NicDirectInput> = { dev: p(STRING), mode: p(STRING, { default: "bridge" }) };
 const nicBandwidth: Table<NicBandwidthInput> = { inboundKbps: p(INTEGER), outboundKbps: p(INTEGER) };
 const nicAddressPool: Table<NicAddressPoolInput> = { ranges: p(strings) };
+const hostAddressPool: Table<HostAddressPoolInput> = {
+  ranges: p(strings),
+  gateway4: p(STRING),
+  gateway6: p(STRING),
+  nameservers: p(strings),
+  network: p(STRING),
+  bridge: p(STRING),
+  direct: p(t("NicDirect")),
+};
 
 const nic: Table<NicInput> = {
   network: p(STRING),
@@ -137,7 +150,7 @@ const nic: Table<NicInput> = {
   direct: p(t("NicDirect")),
   macAddress: p(STRING),
   addresses: p(strings),
-  addressPool: p(t("NicAddressPool")),
+  addressPool: p({ oneOf: [t("NicAddressPool"), STRING] }),
   gateway4: p(STRING),
   gateway6: p(STRING),
   nameservers: p(strings),
@@ -175,6 +188,7 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   NicDirect: { source: "NicDirectInput", properties: nicDirect },
   NicBandwidth: { source: "NicBandwidthInput", properties: nicBandwidth },
   NicAddressPool: { source: "NicAddressPoolInput", properties: nicAddressPool },
+  HostAddressPool: { source: "HostAddressPoolInput", properties: hostAddressPool },
   ProxyHealth: { source: "ProxyHealth", properties: health },
   NicAddresses: { source: "NicAddresses", properties: nicAddresses },
   MemberPasswords: { source: "MemberPasswords", properties: memberPasswords },

@@ -18,6 +18,7 @@ import {
   optString,
   rejectUnknown,
 } from "../fields";
+import { type HostAddressPool, readHostAddressPools } from "../network/host-pools";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "../network/nic";
 import { type HostCapacity, parseCapacity } from "../placement/capacity";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../validation";
@@ -81,6 +82,12 @@ export interface HostConfig {
   callTimeoutMs?: number;
   /** What the host can take (config `capacity`): placement's limits and the creates in flight at once. */
   capacity: HostCapacity;
+  /**
+   * The host's address pools by name (config `addressPools`): its own ranges,
+   * gateways, nameservers and attachment, which a NIC names with
+   * `addressPool: "<name>"` (network/host-pools.ts).
+   */
+  addressPools: Record<string, HostAddressPool>;
 }
 
 /** Bounds of a host's `callTimeout`, seconds. */
@@ -123,6 +130,7 @@ const HOST_FIELDS = [
   ...SSH_MATERIAL_FIELDS,
   "callTimeout",
   "capacity",
+  "addressPools",
   ...REACH_FIELDS,
 ] as const;
 
@@ -357,10 +365,21 @@ export function parseHost(key: string, input: unknown, f: Failures): HostConfig 
   }
 
   const capacity = parseCapacity(input.capacity, f);
+  const addressPools = readHostAddressPools(input.addressPools, f);
   checkKnownHostsContent(input, f);
 
   if (f.list.length > before || endpoint === undefined) return undefined;
-  const host: HostConfig = { key, uri: uri as string, endpoint, driverUri, domainType, pool, nic, capacity };
+  const host: HostConfig = {
+    key,
+    uri: uri as string,
+    endpoint,
+    driverUri,
+    domainType,
+    pool,
+    nic,
+    capacity,
+    addressPools,
+  };
   if (callTimeoutMs !== undefined) host.callTimeoutMs = callTimeoutMs;
   if (endpoint.kind === "ssh") {
     host.ssh = sshWithDefaults;

@@ -41,6 +41,13 @@ export interface ProvisionOptions
   /** What the deadline is called in its timeout message (the resource says `timeouts.create`). */
   deadlineName?: string;
   /**
+   * The spec for the host placement chose (with `pool`): what depends on
+   * the host, such as a NIC taking that host's address pool. Throws when
+   * the host cannot take it; the placement is then let go. Default: the
+   * spec as given, on that host.
+   */
+  forHost?: (host: string) => CreateSpec;
+  /**
    * Ends the provision early as the deadline would (the provider's Cancel):
    * the wait in progress fails with the signal's reason and what was made
    * is rolled back.
@@ -206,6 +213,8 @@ export async function provision(
   // Pool NICs take their addresses on the host chosen, unique over the hosts the VM could have gone to.
   let allocation: Allocation;
   try {
+    if (placed !== undefined && options.forHost !== undefined)
+      spec = { ...options.forHost(placed.host), host: placed.host };
     allocation = await ops.addresses.allocate(spec.name, spec.host, options.pool ?? [spec.host], spec.nics);
   } catch (err) {
     if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);

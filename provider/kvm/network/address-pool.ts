@@ -45,6 +45,14 @@ export interface PoolRange {
   prefix: number;
 }
 
+const POOL_NAME = /^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$/;
+
+/** Why `v` is not a host's address pool name (as host keys), or undefined. */
+export function poolNameProblem(v: unknown): string | undefined {
+  if (typeof v === "string" && POOL_NAME.test(v)) return undefined;
+  return "1-63 lower-case letters, digits, '-' or '_', starting and ending with a letter or digit";
+}
+
 /** Most ranges a pool may list. */
 export const MAX_POOL_RANGES = 64;
 

@@ -3,17 +3,25 @@
  * bridge, or a macvtap device on a host interface), its MAC, static
  * addresses, gateways, nameservers, rate limits and nwfilter. One description
  * ({@link NicSpec}), its rules (attachment names, macvtap modes, MAC
- * addresses and the stable derived MAC, rate limits in libvirt's units,
+ * addresses and the stable derived MAC (mac.ts), rate limits in libvirt's units,
  * nwfilter names and parameters), and the reading of a resource's `nics`
  * input into it; used by the host config (the host's default NIC), by
  * `check`, by the domain XML builder and by the seed's network-config. Pure.
  */
-import { createHash } from "node:crypto";
 import { given, isObject, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
-import { type AddressPool, checkPoolGateways, poolGatewayBasis, readAddressPool } from "./address-pool";
+import {
+  type AddressPool,
+  checkPoolGateways,
+  poolGatewayBasis,
+  poolNameProblem,
+  readAddressPool,
+} from "./address-pool";
 import { cidrProblem, family, inSubnet, ipProblem, parseCidr, parseIp, unicastProblem } from "./ip";
+import { macAddressProblem, normaliseMac } from "./mac";
 import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "./vm-address";
+
+export { deriveMac, macAddressProblem, normaliseMac } from "./mac";
 
 export type DirectMode = (typeof DIRECT_MODES)[number];
 
@@ -83,6 +91,13 @@ export interface NicSpec {
   addresses: string[];
   /** Ranges the NIC's static address is taken from at create (address-pool.ts), one of each family. */
   addressPool?: AddressPool;
+  /**
+   * The host's address pool the NIC takes its ranges, gateways, nameservers
+   * and attachment from (`addressPool: "<name>"`, kvm:hosts `addressPools`):
+   * once the host is known (host-pools.ts resolveHostPools) those fields hold
+   * the pool's, and this keeps its name.
+   */
+  hostPool?: string;
   gateway4?: string;
   gateway6?: string;
   nameservers: string[];
@@ -167,6 +182,7 @@ const NIC_RECORD_KEYS = [
   "mac",
   "addresses",
   "addressPool",
+  "hostPool",
   "gateway4",
   "gateway6",
   "nameservers",
@@ -252,41 +268,6 @@ export function directModeProblem(v: unknown): string | undefined {
 }
 
 // ---------------------------------------------------------------------------
-// MAC addresses
-// ---------------------------------------------------------------------------
-
-/**
- * Why `mac` is not an acceptable fixed MAC address, or undefined: six
- * colon-separated hex octets, unicast (libvirt rejects multicast) and not all zero.
- */
-export function macAddressProblem(mac: unknown): string | undefined {
-  if (typeof mac !== "string" || !/^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}$/.test(mac)) {
-    return "must be six colon-separated hex octets, e.g. 52:54:00:12:34:56";
-  }
-  const first = Number.parseInt(mac.slice(0, 2), 16);
-  if ((first & 1) === 1) return "must be a unicast address (the first octet's lowest bit must be 0)";
-  if (/^00(?::00){5}$/.test(mac)) return "must not be all zero";
-  return undefined;
-}
-
-/** Normalises a MAC address to lower case (libvirt reports lower case). */
-export function normaliseMac(mac: string): string {
-  return mac.toLowerCase();
-}
-
-/**
- * A stable MAC for a NIC given none: `52:54:00` (QEMU's locally administered
- * unicast prefix) and the first three bytes of sha256(`seed`). The resource
- * seeds it with the owner URN, the domain name and the NIC's index, so the
- * seed's network-config can match the NIC on first boot.
- */
-export function deriveMac(seed: string): string {
-  const digest = createHash("sha256").update(seed, "utf8").digest();
-  const tail = [...digest.subarray(0, 3)].map((b) => b.toString(16).padStart(2, "0"));
-  return `52:54:00:${tail.join(":")}`;
-}
-
-// ---------------------------------------------------------------------------
 // Rate limits and nwfilters
 // ---------------------------------------------------------------------------
 
@@ -334,8 +315,8 @@ export function filterParameters(nic: Pick<NicSpec, "addresses">): { name: strin
 // Reading `nics`
 // ---------------------------------------------------------------------------
 
-/** The fields of a `nics` item: a NIC's record less the MAC it gets (check derives or takes it). */
-const NIC_KEYS = NIC_RECORD_KEYS.filter((k) => k !== "mac");
+/** The fields of a `nics` item: a NIC's record less the MAC it gets (check derives or takes it) and the pool's name (`addressPool` gives it). */
+const NIC_KEYS = NIC_RECORD_KEYS.filter((k) => k !== "mac" && k !== "hostPool");
 const ATTACHMENTS = ["network", "bridge", "direct"] as const;
 
 /** Why `v` cannot be a nameserver: not a plain address, or unspecified/multicast (loopback is fine). */
@@ -358,8 +339,10 @@ function readAttachment(
   raw: Record<string, unknown>,
   at: Failures,
   st: ReadState,
-): NicAttachment | undefined {
+  optional: boolean,
+): NicAttachment | HostDefaultAttachment | undefined {
   const kinds = ATTACHMENTS.filter((k) => given(raw[k]));
+  if (kinds.length === 0 && optional) return HOST_DEFAULT;
   if (kinds.length !== 1) {
     if (kinds.length === 0) at.fail(undefined, "needs exactly one of network, bridge or direct");
     else at.fail(kinds[1], `give exactly one of network, bridge or direct, not ${kinds.join(" and ")}`);
@@ -535,11 +518,14 @@ function readNic(
   at: Failures,
   shared: ReadState,
   where: string,
+  attachmentOptional = false,
 ): NicSpec | undefined {
   const before = at.list.length;
   const st: ReadState = { ...shared, unknown: false };
   rejectUnknown(raw, NIC_KEYS, at);
-  const attachment = readAttachment(raw, at, st);
+  // A host's pool named by `addressPool` may give the attachment: the NIC then names none.
+  const named = typeof raw.addressPool === "string" || st.pending(raw.addressPool);
+  const attachment = readAttachment(raw, at, st, attachmentOptional || named);
   let mac: string | undefined;
   if (known(raw.macAddress, st)) {
     const problem = macAddressProblem(raw.macAddress);
@@ -561,11 +547,20 @@ function readNic(
     if (first !== undefined) at.fail(`addresses[${j}]`, `${address} is also given at ${first}`);
     else st.addresses.set(address, `${where}.addresses[${j}]`);
   });
-  const pool = readAddressPool(raw.addressPool, at, st.pending, others);
+  const hostPool = typeof raw.addressPool === "string" ? raw.addressPool : undefined;
+  const nameProblem = hostPool === undefined ? undefined : poolNameProblem(hostPool);
+  if (nameProblem !== undefined)
+    at.fail("addressPool", `must name an address pool of the host: ${nameProblem}`);
+  const pool =
+    hostPool !== undefined ? { unknown: false } : readAddressPool(raw.addressPool, at, st.pending, others);
   st.unknown ||= pool.unknown;
   const addressPool = pool.pool;
+  // A named pool's ranges are the host's: the gateway rules wait for them (resolveHostPools).
   const complete =
-    !list.unknown && at.list.length === refused && (addressPool !== undefined || !given(raw.addressPool));
+    !list.unknown &&
+    at.list.length === refused &&
+    hostPool === undefined &&
+    (addressPool !== undefined || !given(raw.addressPool));
   const basis = addressPool === undefined ? addresses : poolGatewayBasis(addressPool, addresses ?? [], at);
   const all = complete ? basis : undefined;
   const gateway4 = readGateway(raw.gateway4, 4, at, st, all);
@@ -590,11 +585,12 @@ function readNic(
   shared.unknown ||= st.unknown;
   if (at.list.length > before || st.unknown || attachment === undefined) return undefined;
   return canonicalNic({
-    ...attachmentFields(attachment),
+    ...(attachment.kind === "host" ? {} : attachmentFields(attachment)),
     macAddress: mac,
     mac,
     addresses: addresses as string[],
     addressPool,
+    hostPool,
     gateway4,
     gateway6,
     nameservers: nameservers as string[],
@@ -604,10 +600,15 @@ function readNic(
   });
 }
 
+/** One NIC's fields by {@link readNics}' rules (no pending values), its attachment optional: a host's address pool (host-pools.ts). */
+export function readPoolNic(raw: Record<string, unknown>, at: Failures): NicSpec | undefined {
+  return readNic(raw, at, { pending: () => false, unknown: false, addresses: new Map() }, "", true);
+}
+
 /**
  * Reads a resource's `nics` input: a non-empty list (at most {@link MAX_NICS})
  * of `{ network | bridge | direct: { dev, mode }, macAddress, addresses,
- * addressPool: { ranges }, gateway4, gateway6, nameservers,
+ * addressPool: { ranges } | "<host pool>", gateway4, gateway6, nameservers,
  * bandwidth: { inboundKbps, outboundKbps }, filter, primary }`. Every failure is recorded at `nics`, `nics[i]` or
  * `nics[i].<field>` (`nics[i].addresses[j]`, `nics[i].direct.mode`,
  * `nics[i].bandwidth.inboundKbps`). Values for which `options.isPending` is
@@ -659,9 +660,10 @@ export function readNics(
 
 /** A NIC as the user input {@link readNics} reads: its effective MAC as given, the host's NIC read as a network (it has no rule of its own). */
 function inputOf(nic: NicSpec): Record<string, unknown> {
-  const { macAddress: _given, mac, ...rest } = nic;
+  const { macAddress: _given, mac, hostPool, ...rest } = nic;
   return {
     ...rest,
+    ...(hostPool !== undefined && nic.addressPool === undefined ? { addressPool: hostPool } : {}),
     ...(attachmentOf(nic).kind === "host" ? { network: DEFAULT_NETWORK } : {}),
     ...(mac !== undefined ? { macAddress: mac } : {}),
   };

@@ -52,6 +52,7 @@ describe("host configuration", () => {
       ssh: { privateKeyPath: "/k", knownHostsPath: DEFAULT_KNOWN_HOSTS_PATH },
       reach: { transport: "ssh2", jump: [] },
       capacity: { concurrentCreates: 4 },
+      addressPools: {},
     });
   });
 

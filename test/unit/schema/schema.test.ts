@@ -29,6 +29,7 @@ import { docLookup } from "../../../tools/schema/tsdoc";
 const ROOT = path.resolve(__dirname, "../../..");
 const SOURCES = [
   "provider/resource/args.ts",
+  "provider/resource/outputs.ts",
   "provider/resource/proxy-fleet.ts",
   "provider/resource/kvm-proxy.ts",
 ].map((f) => path.join(ROOT, f));

@@ -5,22 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { parseConsoleArgs, runConsole } from "../../../provider/cli/console-command";
-import { main } from "../../../provider/cli/main";
-
-async function run(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const code = await main(
-    argv,
-    (s) => {
-      out += s;
-    },
-    (s) => {
-      err += s;
-    },
-  );
-  return { code, out, err };
-}
+import { runCli as run } from "../../support/run-cli";
 
 describe("pulumi-kvm-proxy console", () => {
   it("is listed in the command's usage, and --help prints its own with the interactive virsh command", async () => {

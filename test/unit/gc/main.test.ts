@@ -2,25 +2,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { main } from "../../../provider/cli/main";
+import { runCli as run } from "../../support/run-cli";
 
 const empty = mkdtempSync(path.join(os.tmpdir(), "kvmp-gc-"));
 afterAll(() => rmSync(empty, { recursive: true, force: true }));
-
-async function run(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const code = await main(
-    argv,
-    (s) => {
-      out += s;
-    },
-    (s) => {
-      err += s;
-    },
-  );
-  return { code, out, err };
-}
 
 describe("the pulumi-kvm-proxy command", () => {
   it("prints its usage: exit 0 when asked, 2 without a command", async () => {

@@ -18,9 +18,9 @@ import {
   optString,
   rejectUnknown,
 } from "../fields";
-import { type HostAddressPool, readHostAddressPools } from "../network/host-pools";
+import { HOST_POOL_FIELDS, type HostAddressPool, readHostAddressPools } from "../network/host-pools";
 import { DEFAULT_NETWORK, type NicAttachment, readNicFields } from "../network/nic";
-import { type HostCapacity, parseCapacity } from "../placement/capacity";
+import { CAPACITY_FIELDS, type HostCapacity, parseCapacity } from "../placement/capacity";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../validation";
 import { type ImageConfig, parseImage } from "./image";
 import {
@@ -163,8 +163,20 @@ function entryCarries(o: Obj, publicFields: readonly string[]): boolean {
     if (!publicFields.includes(k)) return true;
     if (k === "jump") return hopsCarry(x);
     if (k === "pool" || k === "uri") return mayCarryKeyMaterial(x);
+    // A misspelt field one level down is as likely a key as one at the top.
+    if (k === "capacity") return hasUnknownField(x, CAPACITY_FIELDS);
+    if (k === "addressPools")
+      return !isObject(x) || Object.values(x).some((p) => hasUnknownField(p, HOST_POOL_FIELDS));
     return false;
   });
+}
+
+/** A value that is not an object of `fields` (nullish fields aside): it may hold anything. */
+function hasUnknownField(v: unknown, fields: readonly string[]): boolean {
+  if (v === undefined || v === null) return false;
+  return (
+    !isObject(v) || Object.entries(v).some(([k, x]) => x !== undefined && x !== null && !fields.includes(k))
+  );
 }
 
 function hopsCarry(v: unknown): boolean {

@@ -59,7 +59,15 @@ export function readHostAddressPools(v: unknown, at: Failures): Record<string, H
 }
 
 /** The fields of a host's address pool. */
-const HOST_POOL_KEYS = ["ranges", "gateway4", "gateway6", "nameservers", "network", "bridge", "direct"];
+export const HOST_POOL_FIELDS: readonly string[] = [
+  "ranges",
+  "gateway4",
+  "gateway6",
+  "nameservers",
+  "network",
+  "bridge",
+  "direct",
+];
 
 /**
  * Reads one address pool of a host by the rules of a NIC with that pool:
@@ -75,9 +83,9 @@ export function readHostPoolNic(raw: unknown, at: Failures): NicSpec | undefined
     );
     return undefined;
   }
-  rejectUnknown(raw, HOST_POOL_KEYS, at);
+  rejectUnknown(raw, HOST_POOL_FIELDS, at);
   const { ranges, ...rest } = raw;
-  const fields = Object.fromEntries(Object.entries(rest).filter(([k]) => HOST_POOL_KEYS.includes(k)));
+  const fields = Object.fromEntries(Object.entries(rest).filter(([k]) => HOST_POOL_FIELDS.includes(k)));
   if (!given(ranges)) at.fail("ranges", 'is required, e.g. ["203.0.113.2-203.0.113.14/28"]');
   // The pool's failures are named by its own fields: `ranges[j]`, not `addressPool.ranges[j]`.
   const own = new Failures();

@@ -20,7 +20,7 @@ export interface HostCapacity {
 /** Creates in flight per host when the host says nothing: enough to overlap I/O, few enough not to pile up on it. */
 export const DEFAULT_CONCURRENT_CREATES = 4;
 
-const FIELDS = ["memoryMiB", "vcpus", "proxies", "concurrentCreates"] as const;
+export const CAPACITY_FIELDS = ["memoryMiB", "vcpus", "proxies", "concurrentCreates"] as const;
 
 /** Reads a host's `capacity` (undefined: no limits, the default create concurrency). Failures at `capacity.<field>`. */
 export function parseCapacity(v: unknown, f: Failures): HostCapacity {
@@ -31,8 +31,8 @@ export function parseCapacity(v: unknown, f: Failures): HostCapacity {
     return out;
   }
   const at = f.at("capacity");
-  rejectUnknown(v, FIELDS, at);
-  for (const field of FIELDS) {
+  rejectUnknown(v, CAPACITY_FIELDS, at);
+  for (const field of CAPACITY_FIELDS) {
     const x = v[field];
     if (x === undefined || x === null) continue;
     if (typeof x !== "number" || !Number.isInteger(x) || x < 1 || x > 1_000_000_000) {

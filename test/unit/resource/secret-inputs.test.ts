@@ -37,6 +37,11 @@ const secret: [string, unknown][] = [
   ["a pool with one host in full that has a key", { pool: ["lab", { ...base, privateKey: KEY }] }],
   ["a pool whose host has a misspelt field", { pool: [{ ...base, passwd: "x" }] }],
   ["a pool object with a field beside pool", { pool: ["lab"], privateKey: KEY }],
+  ["a misspelt field in its capacity", { ...base, capacity: { proxies: 4, privatekey: KEY } }],
+  [
+    "a misspelt field in one of its address pools",
+    { ...base, addressPools: { public: { ranges: ["203.0.113.10-203.0.113.20/24"], privatekey: KEY } } },
+  ],
 ];
 
 const plain: [string, unknown][] = [
@@ -55,7 +60,15 @@ const plain: [string, unknown][] = [
       pool: "default",
       network: "default",
       callTimeout: "30s",
-      capacity: { proxies: 4 },
+      capacity: { proxies: 4, memoryMiB: 4096, vcpus: 8, concurrentCreates: 2 },
+      addressPools: {
+        public: {
+          ranges: ["203.0.113.10-203.0.113.20/24"],
+          gateway4: "203.0.113.1",
+          nameservers: ["9.9.9.9"],
+          bridge: "br0",
+        },
+      },
       transport: "openssh",
       sshConfig: "/etc/ssh/cfg",
       jump: [{ uri: "ssh://b@b", privateKeyPath: "/k2" }, "ssh://c@c:2222"],

@@ -2,8 +2,10 @@
  * The guest images (scripts/guest-image): the test image every booted-guest
  * file boots, and the stock images with their package mirrors
  * (scripts/guest-mirror) that first-boot.test.ts boots and serves. Both
- * scripts cache by recipe and build one at a time under a lock, so whoever
- * asks second waits for the build in flight and finds its result.
+ * scripts cache by recipe in the machine's cache, shared by every checkout
+ * (a fresh clone finds what an earlier run built), and build one at a time
+ * under a lock, so whoever asks second waits for the build in flight and
+ * finds its result.
  *
  * The guest project's setup starts building all of them in the background as
  * the run begins, the test image first: the builds (a debootstrap per image
@@ -13,7 +15,7 @@
  * flight, or retries one that failed and fails loudly.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, openSync } from "node:fs";
+import { existsSync, mkdirSync, openSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { sha256File } from "../support/sha256-file";
@@ -75,7 +77,7 @@ function build(env: Record<string, string>): string {
     });
   } catch (err) {
     throw new Error(
-      `scripts/guest-image build (${JSON.stringify(env)}) failed, so no guest can boot (see .state/images/*.log): ${
+      `scripts/guest-image build (${JSON.stringify(env)}) failed, so no guest can boot (see .state/prebuild-images.log and the build logs beside the images): ${
         err instanceof Error ? err.message : String(err)
       }`,
     );
@@ -121,12 +123,13 @@ export function mirrorUserData(hostPort: string, bootcmd: readonly string[] = []
 
 /**
  * Starts building the test image, then every stock image and its mirror, in a
- * process group of its own, its output in `.state/images/prebuild.log`. The
+ * process group of its own, its output in `.state/prebuild-images.log`. The
  * returned function ends the builds still running (the scripts build in
  * temporary folders, so an ended build leaves nothing a later one would trust).
  */
 export function prebuildImages(): () => void {
-  const log = openSync(path.join(repoRoot, ".state/images/prebuild.log"), "w");
+  mkdirSync(path.join(repoRoot, ".state"), { recursive: true });
+  const log = openSync(path.join(repoRoot, ".state/prebuild-images.log"), "w");
   const script = [
     "scripts/guest-image build",
     ...STOCK_SUITES.map(

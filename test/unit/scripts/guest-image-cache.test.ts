@@ -22,7 +22,10 @@ beforeEach(() => {
 afterEach(() => rmSync(home, { recursive: true, force: true }));
 
 /** Runs the script with only the environment given (plus PATH and HOME). */
-function guestImage(args: string[], env: Record<string, string> = {}) {
+function guestImage(
+  args: string[],
+  env: Record<string, string> = {},
+): { code: number | null; stdout: string; stderr: string } {
   const r = spawnSync(SCRIPT, args, {
     encoding: "utf8",
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, ...env },
@@ -41,8 +44,11 @@ function placeImage(env: Record<string, string>, ageDays: number): string {
   return file;
 }
 
+/** A case of where the images go: its title, the environment, the folder expected. */
+type Where = [string, Record<string, string>, () => string];
+
 describe("where the images are kept", () => {
-  it.each([
+  it.each<Where>([
     ["the user's cache by default", {}, () => path.join(home, ".cache/pulumi-kvm-proxy/images")],
     ["XDG_CACHE_HOME when set", { XDG_CACHE_HOME: "/srv/xdg" }, () => "/srv/xdg/pulumi-kvm-proxy/images"],
     [
@@ -63,11 +69,12 @@ describe("where the images are kept", () => {
   });
 
   it("names each variant and release apart, and the name does not depend on the folder", () => {
-    const names = [
+    const envs: Record<string, string>[] = [
       {},
       { KVMP_GUEST_VARIANT: "stock" },
       { KVMP_GUEST_VARIANT: "stock", KVMP_GUEST_SUITE: "trixie" },
-    ].map((env) => path.basename(guestImage(["where"], env).stdout));
+    ];
+    const names = envs.map((env) => path.basename(guestImage(["where"], env).stdout));
     expect(new Set(names).size).toBe(3);
     expect(path.basename(guestImage(["where"], { KVMP_CACHE_DIR: "/elsewhere" }).stdout)).toBe(names[0]);
   });

@@ -164,19 +164,16 @@ function entryCarries(o: Obj, publicFields: readonly string[]): boolean {
     if (k === "jump") return hopsCarry(x);
     if (k === "pool" || k === "uri") return mayCarryKeyMaterial(x);
     // A misspelt field one level down is as likely a key as one at the top.
-    if (k === "capacity") return hasUnknownField(x, CAPACITY_FIELDS);
+    if (k === "capacity") return nestedCarries(x, CAPACITY_FIELDS);
     if (k === "addressPools")
-      return !isObject(x) || Object.values(x).some((p) => hasUnknownField(p, HOST_POOL_FIELDS));
+      return !isObject(x) || Object.values(x).some((p) => nestedCarries(p, HOST_POOL_FIELDS));
     return false;
   });
 }
 
-/** A value that is not an object of `fields` (nullish fields aside): it may hold anything. */
-function hasUnknownField(v: unknown, fields: readonly string[]): boolean {
-  if (v === undefined || v === null) return false;
-  return (
-    !isObject(v) || Object.entries(v).some(([k, x]) => x !== undefined && x !== null && !fields.includes(k))
-  );
+/** An object with public `fields` read by the same rule as its host; anything else given may hold anything. */
+function nestedCarries(v: unknown, fields: readonly string[]): boolean {
+  return isObject(v) ? entryCarries(v, fields) : given(v);
 }
 
 function hopsCarry(v: unknown): boolean {

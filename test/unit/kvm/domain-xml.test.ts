@@ -176,8 +176,19 @@ describe("buildDomainXml: machine", () => {
   });
 
   // /dev/kvm on the test host cannot run guests; TCG has no host CPU to pass through.
-  it("asks for the maximum emulated CPU under TCG, never host-passthrough", () => {
-    expect(childElement(build({ domainType: "qemu" }), "cpu")?.attrs).toEqual({ mode: "maximum" });
+  it("asks for the maximum emulated CPU under TCG less the fast string features, never host-passthrough", () => {
+    const cpu = childElement(build({ domainType: "qemu" }), "cpu");
+    expect(cpu?.attrs).toEqual({ mode: "maximum" });
+    const features = cpu?.children.flatMap((c) => (typeof c === "string" ? [] : [[c.name, c.attrs]]));
+    expect(features).toEqual([
+      ["feature", { policy: "disable", name: "erms" }],
+      ["feature", { policy: "disable", name: "fsrm" }],
+    ]);
+  });
+
+  it("keeps every host feature under KVM", () => {
+    const cpu = childElement(build({ domainType: "kvm" }), "cpu");
+    expect(cpu?.children.filter((c) => typeof c !== "string")).toEqual([]);
   });
 
   it.each([

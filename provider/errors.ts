@@ -22,6 +22,11 @@ export const UPGRADE_ACTION =
   "upgrade pulumi-kvm-proxy where the program installs it (npm install pulumi-kvm-proxy@latest; " +
   "the provider plugin is its bin/pulumi-resource-kvmproxy, upgraded with it), then run the command again";
 
+/** An error's message, or the thrown value as text when it is not an Error. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
 export class ProviderError extends Error {
   readonly kind: ErrorKind;
 

@@ -8,6 +8,7 @@
  * reads it.
  */
 import { parseArgs } from "node:util";
+import { messageOf } from "../errors";
 import { UsageError } from "../gc/command-line";
 import { type PulumiRunner, pulumiRunner } from "../gc/pulumi-cli";
 import { configReader, currentStack } from "../gc/pulumi-json";
@@ -67,7 +68,7 @@ export function parseConsoleArgs(argv: readonly string[], defaultCwd: string): C
       },
     });
   } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
+    throw new UsageError(messageOf(err));
   }
   const { values, positionals } = parsed;
   const help = values.help === true;

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { messageOf } from "../errors";
 /**
  * The `pulumi-kvm-proxy` command (package.json "bin"): `gc`, the orphan
  * sweep, and `console`, a VM's boot output. Exit codes: 0 done, 1 something
@@ -44,7 +45,7 @@ export async function main(
     err(formatProblems(report.problems));
     return exitCodeOf(report);
   } catch (e) {
-    const msg = e instanceof Error ? e.message : String(e);
+    const msg = messageOf(e);
     if (e instanceof UsageError) {
       err(`error: ${msg}\n\n${GC_USAGE}\n`);
       return 2;
@@ -74,7 +75,7 @@ async function consoleCommand(
     out(`${r.lines.join("\n")}\n`);
     return 0;
   } catch (e) {
-    const msg = e instanceof Error ? e.message : String(e);
+    const msg = messageOf(e);
     if (e instanceof UsageError) {
       err(`error: ${msg}\n\n${CONSOLE_USAGE}\n`);
       return 2;
@@ -94,7 +95,7 @@ if (require.main === module) {
       process.exitCode = code;
     },
     (e) => {
-      process.stderr.write(`error: ${e instanceof Error ? e.message : String(e)}\n`);
+      process.stderr.write(`error: ${messageOf(e)}\n`);
       process.exitCode = 1;
     },
   );

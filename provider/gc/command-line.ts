@@ -3,7 +3,7 @@
  * parseArgs (strict: unknown flags are usage errors, never ignored).
  */
 import { parseArgs } from "node:util";
-import { ProviderError } from "../errors";
+import { messageOf, ProviderError } from "../errors";
 import { parseDuration } from "../kvm/duration";
 
 /** Default `--min-age`: longer than any create's default deadline (10m) plus slack. */
@@ -67,7 +67,7 @@ export function parseGcArgs(argv: readonly string[], defaultCwd: string): GcOpti
       },
     }));
   } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
+    throw new UsageError(messageOf(err));
   }
   const minAgeText = (values["min-age"] as string | undefined) ?? DEFAULT_MIN_AGE;
   const minAge = parseDuration(minAgeText);

@@ -4,7 +4,7 @@
  * needs and throws a permanent ProviderError otherwise, so a changed CLI
  * output never silently turns into "this stack holds nothing".
  */
-import { ProviderError } from "../errors";
+import { messageOf, ProviderError } from "../errors";
 import { inPluginNamespace } from "../resource/stack-config";
 import type { PendingOperation, StackRef, StackState, StateResource } from "./classify";
 
@@ -24,7 +24,7 @@ function parseJson(what: string, text: string, secret = false): unknown {
   try {
     return JSON.parse(text);
   } catch (err) {
-    const detail = secret ? "" : ` (${err instanceof Error ? err.message : String(err)})`;
+    const detail = secret ? "" : ` (${messageOf(err)})`;
     throw new CliOutputError(what, `not JSON${detail}`);
   }
 }

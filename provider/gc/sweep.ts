@@ -8,6 +8,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
+import { messageOf } from "../errors";
 import { HostPool } from "../kvm/host/hosts";
 import { KvmOperations } from "../kvm/host/operations";
 import { backendIdentity } from "../resource/backend";
@@ -66,10 +67,6 @@ export interface GcDeps {
   now?: () => Date;
 }
 
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 /** The project name from Pulumi.yaml (or Pulumi.yml) in `cwd`. */
 export function readProjectName(cwd: string): string {
   for (const file of ["Pulumi.yaml", "Pulumi.yml"]) {
@@ -115,7 +112,7 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
     listed.forEach((r, i) => {
       const key = hostKeys[i] as string;
       if (r.status === "rejected") {
-        problems.push({ scope: "host", subject: key, message: message(r.reason) });
+        problems.push({ scope: "host", subject: key, message: messageOf(r.reason) });
         return;
       }
       domains.push(...r.value.vms);
@@ -133,8 +130,8 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
       const args = ["stack", "ls", "--json", ...(options.allProjects ? ["--all"] : [])];
       stacks = parseStackList(await pulumi(args), project);
     } catch (err) {
-      stacks = { error: message(err) };
-      problems.push({ scope: "stacks", subject: project, message: message(err) });
+      stacks = { error: messageOf(err) };
+      problems.push({ scope: "stacks", subject: project, message: messageOf(err) });
     }
 
     const scope = { domains, project, allProjects: options.allProjects, stacks };
@@ -146,8 +143,8 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
           parseStackExport(await pulumi(["stack", "export", "--stack", s.ref])),
         );
       } catch (err) {
-        states.set(stackKey(s.project, s.stack), { kind: "unreadable", error: message(err) });
-        problems.push({ scope: "stack", subject: s.ref, message: message(err) });
+        states.set(stackKey(s.project, s.stack), { kind: "unreadable", error: messageOf(err) });
+        problems.push({ scope: "stack", subject: s.ref, message: messageOf(err) });
       }
     }
 
@@ -171,7 +168,7 @@ export async function runGc(options: GcOptions, deps: GcDeps = {}): Promise<GcRe
         for (const left of await ops.leftoverBuilders(host, { remove: options.delete }))
           builders.push({ host, name: left.name, ...(options.delete ? { removed: left.removed } : {}) });
       } catch (err) {
-        problems.push({ scope: "host", subject: host, message: `bake builders: ${message(err)}` });
+        problems.push({ scope: "host", subject: host, message: `bake builders: ${messageOf(err)}` });
       }
     }
     return {
@@ -216,7 +213,7 @@ async function deleteOrphan(ops: KvmOperations, row: Row, problems: Problem[]): 
     const result = await ops.delete(host, name, { volumeOwner: row.domain.metadata.owner.urn });
     row.deleted = { volumesRemoved: result.volumesRemoved };
   } catch (err) {
-    problems.push({ scope: "delete", subject, message: message(err) });
+    problems.push({ scope: "delete", subject, message: messageOf(err) });
   }
 }
 

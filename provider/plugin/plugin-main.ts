@@ -4,6 +4,8 @@
  * of 127.0.0.1 and prints that port, the one line the engine reads from its
  * stdout.
  */
+
+import { messageOf } from "../errors";
 import { sharedRuntime } from "../resource/provider";
 import { serve } from "./server";
 
@@ -12,7 +14,7 @@ serve(sharedRuntime()).then(
     process.stdout.write(`${port}\n`);
   },
   (err: unknown) => {
-    process.stderr.write(`pulumi-resource-kvmproxy: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(`pulumi-resource-kvmproxy: ${messageOf(err)}\n`);
     process.exit(1);
   },
 );

@@ -23,6 +23,7 @@
  *   made over the connections, which stay open for that.
  */
 import { createRequire } from "node:module";
+import { messageOf } from "../errors";
 import { engineAddressFromArgv } from "../resource/engine-log";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
 import { inPluginNamespace } from "../resource/stack-config";
@@ -78,7 +79,7 @@ export function configGetter(args: Props, variables: ReadonlyMap<string, string>
 }
 
 function message(err: unknown): string {
-  return inPluginNamespace(err instanceof Error ? err.message : String(err));
+  return inPluginNamespace(messageOf(err));
 }
 
 /** Starts the server on 127.0.0.1; resolves to its port. */

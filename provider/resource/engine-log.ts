@@ -29,6 +29,7 @@
  * nothing pure imports this.
  */
 import { createRequire } from "node:module";
+import { messageOf } from "../errors";
 import { later } from "../timers";
 
 export interface EngineLog {
@@ -310,7 +311,7 @@ class Channel implements EngineLog {
           this.failures = 0;
         } catch (err) {
           this.failures += 1;
-          this.complain(`a log message to the Pulumi engine failed and was dropped: ${describe(err)}`);
+          this.complain(`a log message to the Pulumi engine failed and was dropped: ${messageOf(err)}`);
           if (this.failures >= MAX_FAILURES) {
             // The engine is gone: stop trying (a hanging call would hold every later one).
             this.queue.length = 0;
@@ -335,7 +336,7 @@ class Channel implements EngineLog {
         this.engine = connect(this.address as string);
       } catch (err) {
         this.engine = null;
-        this.complain(`no client to the Pulumi engine (${describe(err)}); warnings go to stderr`);
+        this.complain(`no client to the Pulumi engine (${messageOf(err)}); warnings go to stderr`);
         // This entry and the ones after it go to the fallback.
         for (const e of [entry, ...this.queue.splice(0)]) this.enqueue(e);
         return Promise.resolve();
@@ -381,7 +382,7 @@ class Channel implements EngineLog {
     try {
       fn();
     } catch (err) {
-      this.complain(`engine log: ${describe(err)}`);
+      this.complain(`engine log: ${messageOf(err)}`);
     }
   }
 }
@@ -389,10 +390,6 @@ class Channel implements EngineLog {
 /** The URN to send: a Pulumi URN, else none ("" = the Stack row). */
 function urnOf(urn: string | undefined): string {
   return typeof urn === "string" && urn.startsWith(URN_PREFIX) ? urn : "";
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**

@@ -19,6 +19,7 @@
  */
 import http from "node:http";
 import type { Readable } from "node:stream";
+import { messageOf } from "../errors";
 import { deadlineReason, type ProbeBounds, sizeReason } from "../kvm/guest/guest-probe";
 import { later } from "../timers";
 
@@ -175,5 +176,5 @@ export function failureText(err: unknown): string {
   if (err instanceof ProbeBoundError) return err.message;
   const e = err as NodeJS.ErrnoException;
   if (e.code === "HPE_HEADER_OVERFLOW") return `reply headers larger than ${HEADER_LIMIT} bytes`;
-  return e.code ?? (err instanceof Error ? err.message : String(err));
+  return e.code ?? messageOf(err);
 }

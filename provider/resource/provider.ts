@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { CancelledError, durationText, ProviderError } from "../errors";
+import { CancelledError, durationText, messageOf, ProviderError } from "../errors";
 import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageBaker } from "../kvm/host/image-bake";
@@ -73,10 +73,6 @@ export class PartialCreateError extends Error {
     this.properties = properties;
     this.reasons = reasons;
   }
-}
-
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /** What a create's or update's deadline is called in its timeout message (default `timeouts.create`). */
@@ -428,7 +424,7 @@ export class KvmProxyRuntime {
         ),
         __provider: inputs.__provider,
       };
-      const cause = message(err.cause);
+      const cause = messageOf(err.cause);
       throw new PartialCreateError(
         `${err.message}; it is recorded in the state: run \`pulumi up\` or \`pulumi destroy\` to retry`,
         id,
@@ -436,7 +432,7 @@ export class KvmProxyRuntime {
         // The engine shows only these lines, so each says what it is about.
         [
           `create of ${id} failed: ${cause}`,
-          `deleting it again failed too: ${message(err.rollbackError)}; ` +
+          `deleting it again failed too: ${messageOf(err.rollbackError)}; ` +
             "the VM is recorded in the state: run `pulumi up` or `pulumi destroy` to finish",
         ],
       );
@@ -455,7 +451,7 @@ export class KvmProxyRuntime {
     const id = err.providerId;
     const { host, name } = parseProviderId(id);
     const status = err.status ?? { host, name, state: "failed" as const };
-    const cause = message(err.cause);
+    const cause = messageOf(err.cause);
     const reason = this.redact(cause.split("\n", 1)[0] ?? "");
     const failedAt = new Date().toISOString();
     const outs = outputsFrom(withPoolAddresses(c, status.createdNics), status, {

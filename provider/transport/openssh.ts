@@ -29,7 +29,7 @@ import os from "node:os";
 import path from "node:path";
 import { Duplex } from "node:stream";
 import type { ParsedKey } from "ssh2";
-import { ProviderError, TimeoutError } from "../errors";
+import { messageOf, ProviderError, TimeoutError } from "../errors";
 import { later } from "../timers";
 import { type CredentialOptions, loadPrivateKey } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
@@ -363,7 +363,7 @@ export class OpenSshTransport implements Transport {
 
   #streamError(forward: Forward, err: unknown): ProviderError {
     if (forward.exited && !forward.muxed) return openSshError(this.description, "exited", forward.stderr);
-    const reason = err instanceof Error ? err.message : String(err);
+    const reason = messageOf(err);
     return new ProviderError(
       "transient",
       `cannot reach ${this.description} through its ssh forward: ${reason}`,

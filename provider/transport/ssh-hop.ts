@@ -10,7 +10,7 @@
  */
 import type { Duplex } from "node:stream";
 import { Client, type ConnectConfig, type ParsedKey, type ServerHostKeyAlgorithm } from "ssh2";
-import { ProviderError, TimeoutError } from "../errors";
+import { messageOf, ProviderError, TimeoutError } from "../errors";
 import { later } from "../timers";
 import type { CredentialLoader, LoadedCredentials } from "./credentials";
 import { SSH_TIMING } from "./defaults";
@@ -59,10 +59,6 @@ export function describeEndpoint(ep: SshEndpoint): string {
   return `ssh://${ep.user}@${hostPort(ep.host, ep.port)}`;
 }
 
-export function errMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 function errCode(err: unknown): string | undefined {
   return typeof err === "object" && err !== null && "code" in err ? String(err.code) : undefined;
 }
@@ -89,7 +85,7 @@ export async function connectHop(ep: SshEndpoint, options: HopConnectOptions): P
         ? err
         : new ProviderError(
             "transient",
-            `SSH connection to ${describeEndpoint(ep)} failed: ${errMessage(err)}`,
+            `SSH connection to ${describeEndpoint(ep)} failed: ${messageOf(err)}`,
           );
     // Keys or known_hosts may have been rotated: re-read them next time.
     if (!e.transient) options.credentials.forget();
@@ -136,7 +132,7 @@ async function connectOnce(ep: SshEndpoint, options: HopConnectOptions): Promise
       if (settled) return;
       // Agent trouble is reported per attempt; authentication goes on with other methods.
       if (errLevel(err) === "agent") {
-        agentErrors.push(errMessage(err));
+        agentErrors.push(messageOf(err));
         return;
       }
       fail(classifyConnectError(err, ep, options, hostKeyFailure, agentErrors));
@@ -155,7 +151,7 @@ async function connectOnce(ep: SshEndpoint, options: HopConnectOptions): Promise
     try {
       client.connect(config);
     } catch (err) {
-      fail(new ProviderError("permanent", `SSH configuration for ${description}: ${errMessage(err)}`));
+      fail(new ProviderError("permanent", `SSH configuration for ${description}: ${messageOf(err)}`));
     }
   });
   options.credentials.remember(creds);
@@ -249,7 +245,7 @@ export function forwardThrough(
         resolve(channel);
         return;
       }
-      const message = errMessage(err);
+      const message = messageOf(err);
       const kind = /prohibited/i.test(message) ? "permanent" : "transient";
       reject(
         new ProviderError(kind, `${what} could not open a connection to ${to.host}:${to.port}: ${message}`, {

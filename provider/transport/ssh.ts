@@ -26,13 +26,13 @@
  */
 import type { Duplex } from "node:stream";
 import type { Client, ClientChannel } from "ssh2";
-import { ProviderError, TimeoutError } from "../errors";
+import { messageOf, ProviderError, TimeoutError } from "../errors";
 import { later } from "../timers";
 import { CredentialLoader, type CredentialOptions } from "./credentials";
 import { LIBVIRT_DEFAULTS, SSH_TIMING } from "./defaults";
 import { hostPort } from "./host-port";
 import { type JumpHop, JumpHosts, type JumpLease } from "./jump";
-import { connectHop, describeEndpoint, errMessage, forwardThrough, type SshKeepalive } from "./ssh-hop";
+import { connectHop, describeEndpoint, forwardThrough, type SshKeepalive } from "./ssh-hop";
 import { QuickAck } from "./ssh-quick-ack";
 import type { ReplyHint, Transport } from "./types";
 
@@ -249,7 +249,7 @@ export class SshTransport implements Transport {
         reject(new TimeoutError(`SSH channel to ${what} on ${this.description}`, this.connectTimeoutMs));
       }, this.connectTimeoutMs);
       const lost = (err: unknown) =>
-        new ProviderError("transient", `SSH connection to ${this.description} was lost: ${errMessage(err)}`, {
+        new ProviderError("transient", `SSH connection to ${this.description} was lost: ${messageOf(err)}`, {
           cause: err,
         });
       try {

@@ -15,7 +15,7 @@
  * URI and local name whatever prefix the document used.
  */
 import { XMLParser, XMLValidator } from "fast-xml-parser";
-import { ProviderError } from "../../errors";
+import { messageOf, ProviderError } from "../../errors";
 
 /** Raised for XML that cannot be built (bad name, forbidden character) or parsed. Always permanent. */
 export class XmlError extends ProviderError {
@@ -281,7 +281,7 @@ export function parseXml(xml: string): XmlNode {
   try {
     raw = parser.parse(xml);
   } catch (cause) {
-    throw new XmlError(`malformed XML: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    throw new XmlError(`malformed XML: ${messageOf(cause)}`, { cause });
   }
   if (!Array.isArray(raw)) throw new XmlError("malformed XML: no content");
   const scope = new Map<string, string>([["xml", XML_NAMESPACE]]);

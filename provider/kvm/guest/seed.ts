@@ -9,6 +9,7 @@
  * the field, and never half-way through a create. Pure.
  */
 
+import { messageOf } from "../../errors";
 import type { NicSpec } from "../network/nic";
 import { buildProxySetupScript, type ProxySetup } from "../squid/setup";
 import { Failures } from "../validation";
@@ -55,7 +56,7 @@ export function seedFiles(spec: SeedSpec): SeedIsoFiles {
     try {
       return make();
     } catch (err) {
-      f.fail(field, err instanceof Error ? err.message : String(err));
+      f.fail(field, messageOf(err));
       return undefined;
     }
   };

@@ -10,7 +10,7 @@
  * failures), and nothing above or below it loops on failures. Whatever
  * surfaces is a KvmOperationError naming host, domain, libvirt call and code.
  */
-import { ProviderError } from "../../errors";
+import { messageOf, ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { Domain, StoragePool } from "../../libvirt/types";
@@ -335,7 +335,7 @@ export class KvmOperations {
         result.skipped.push({
           host: hostKey,
           name: dom.name,
-          reason: err instanceof Error ? err.message : String(err),
+          reason: messageOf(err),
         });
       }
     }

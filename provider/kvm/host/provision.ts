@@ -18,7 +18,7 @@
  * could delete the winner's disks. Serialized, the second is refused at its
  * lookup before it makes anything.
  */
-import { ProviderError, TimeoutError } from "../../errors";
+import { messageOf, ProviderError, TimeoutError } from "../../errors";
 import { every, later } from "../../timers";
 import type { ParsedDomain } from "../domain/domain-xml";
 import { formatProviderId } from "../domain/provider-id";
@@ -168,10 +168,6 @@ async function explained(
   if (lines === undefined || lines.length === 0) return err;
   const kind = err instanceof ProviderError ? err.kind : "permanent";
   return new ProviderError(kind, [messageOf(err), ...lines].join("\n"), { cause: err });
-}
-
-export function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /** What a provision needs of the operations (KvmOperations is one). */

@@ -1,10 +1,10 @@
 /**
- * Figure 8 (issue 22): what the first boot costs a user, on the same host in
+ * Figure 8: what the first boot costs a user, on the same host in
  * the same run: time from create to a ready proxy (cloud-init done, then the
  * health check: the provider's own readiness) for the test image, which has
  * squid and the guest agent, and for the stock variant, whose vendor scripts
  * install both from a package mirror served inside the test host's
- * namespace, and for the stock image baked on the host (issue 26: the bake
+ * namespace, and for the stock image baked on the host (the bake
  * timed apart, then a proxy from the baked volume); and the package bytes
  * each first boot (and the bake) fetched from the mirror's log.
  *

@@ -1,5 +1,5 @@
 /**
- * Figure 6 (issue 6, item 6): time to ready on a real guest, split into our
+ * Figure 6: time to ready on a real guest, split into our
  * time and the guest's, and the delay between the guest having an address (or
  * a listening squid) and our create noticing it.
  *

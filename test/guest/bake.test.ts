@@ -1,5 +1,5 @@
 /**
- * A baked image (issue 26) with a real Debian builder and booted proxies,
+ * A baked image with a real Debian builder and booted proxies,
  * through the real Pulumi CLI inside the test host's namespace: two proxies
  * created at once from a stock Debian 12 image whose kvm:images entry asks
  * for a bake, the builder's user-data pointing apt at the namespace's package

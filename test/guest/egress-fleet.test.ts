@@ -1,5 +1,5 @@
 /**
- * An egress fleet with booted guests (issue 25), through the real Pulumi CLI
+ * An egress fleet with booted guests, through the real Pulumi CLI
  * run inside the test host's namespace: a ProxyFleet of 2 whose NICs take
  * their static addresses from a pool of 5 on the namespace's bridge without
  * DHCP (kvmpbr1), each with an egress check against an IP echo in the

@@ -1,5 +1,5 @@
 /**
- * The first boot users get (issue 22), with booted guests through the real
+ * The first boot users get, with booted guests through the real
  * Pulumi CLI run inside the test host's namespace:
  *
  * - stock images of Debian 12 and 13 (scripts/guest-image, variant stock:

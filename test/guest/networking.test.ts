@@ -1,5 +1,5 @@
 /**
- * Networking for egress fleets (issue 14) with booted guests, through the
+ * Networking for egress fleets with booted guests, through the
  * real Pulumi CLI run INSIDE the test host's namespace. Two proxies:
  *
  * - A: a NIC with a static IPv4 and IPv6 on the namespace's bridge WITHOUT

@@ -1,5 +1,5 @@
 /**
- * The test host's network fixtures for issue 14 (scripts/test-host), checked
+ * The test host's network fixtures for NICs and addressing (scripts/test-host), checked
  * from host.json's facts: each one exists and does what the booted-guest
  * tests rely on. A missing fixture fails here, loudly, before a guest test
  * spends minutes booting to find out.
@@ -324,7 +324,7 @@ afterAll(async () => {
 });
 
 describe("host.json", () => {
-  it("records the fixtures of issue 14, apart from the NAT network and each other", () => {
+  it("records the networking fixtures, apart from the NAT network and each other", () => {
     expect(bridge.name).toMatch(/^[A-Za-z0-9_.-]{1,15}$/);
     expect(mv.parent).toMatch(/^[A-Za-z0-9_.-]{1,15}$/);
     expect(mv.farNetns).not.toBe(host.netns);

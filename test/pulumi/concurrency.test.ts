@@ -1,6 +1,6 @@
 /**
  * Twenty proxies created at once on one host from one image nobody has
- * cached yet (issue 7, item 6): the image is uploaded once, every domain is
+ * cached yet: the image is uploaded once, every domain is
  * defined once and running, and the parallel volume builds (overlays and
  * seeds of twenty VMs in one pool) fail nothing. Counted from the provider's
  * trace file and checked with virsh. Nothing boots here (an empty image), so

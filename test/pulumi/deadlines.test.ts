@@ -1,5 +1,5 @@
 /**
- * Nothing hangs a `pulumi up` (issue 7, item 8). The stack reaches libvirtd
+ * Nothing hangs a `pulumi up`. The stack reaches libvirtd
  * through the wire relay this process hosts; from the first start of the VM
  * onwards the relay holds every call and never answers, as a wedged daemon
  * would. With the host's `callTimeout` at 2 s, the run must end on its own

@@ -1,5 +1,5 @@
 /**
- * Fleets (issue 15) through a real Pulumi CLI: placement by capacity over a
+ * Fleets through a real Pulumi CLI: placement by capacity over a
  * pool of hosts, two stacks sharing one pool, the create limit per host, and
  * rotation in batches. The "hosts" are host keys with storage pools of their
  * own on the one test daemon: capacity counts a host entry's VMs by the

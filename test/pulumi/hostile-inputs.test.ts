@@ -1,5 +1,5 @@
 /**
- * Hostile and wrong inputs through the real Pulumi CLI (issue 7, item 5):
+ * Hostile and wrong inputs through the real Pulumi CLI:
  * every row of test/support/bad-inputs.ts is rejected by `pulumi preview`
  * with a message naming the property, and nothing reaches libvirt. The rows
  * the unit test of `check` also runs are packed into as few previews as

@@ -1,5 +1,5 @@
 /**
- * No secret in any log line or in the state (issue 7, item 4): a full
+ * No secret in any log line or in the state: a full
  * lifecycle (up, preview, refresh, destroy) over SSH with a passphrase-
  * protected key, logged by our trace at its most verbose (KVMP_LOG=2) and by
  * the Pulumi engine and its plugins (--logflow). Every byte of output and
@@ -7,7 +7,7 @@
  * passphrase, user-data and vendor-data markers (from secret config and
  * from plain strings in the program) and a proxy password.
  *
- * The proxy password is held to more (issue 21): it never leaves the
+ * The proxy password is held to more: it never leaves the
  * program (the KvmProxy class hashes it there and builds
  * proxyUrlWithCredentials itself), so no form of it (as given, URL-encoded,
  * in a Basic token) is in any line with --debug at -v=9 when the program

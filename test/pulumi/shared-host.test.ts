@@ -1,5 +1,5 @@
 /**
- * A host shared by stacks that know nothing of each other (issue 16, item 3):
+ * A host shared by stacks that know nothing of each other:
  * two `pulumi up` processes at the same instant, coordinated only through
  * what the host holds.
  */

@@ -1,5 +1,5 @@
 /**
- * The hostile and wrong inputs of issue 7 (item 5) and issue 16, shared by the unit test of
+ * The hostile and wrong inputs, shared by the unit test of
  * `check` and the Pulumi test that feeds them through a real preview: each
  * row is a change merged over {@link GOOD_INPUTS}, the property the failure
  * must name, and part of its reason.
@@ -16,11 +16,11 @@ export const BAD_INPUT_CONFIG: Record<string, unknown> = {
     lab: { uri: "unix:///run/libvirt/libvirt-sock" },
     remote: { uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k" },
     broken: { uri: "ftp://x" },
-    // Issue 16: refused at configure, failing only the resources that use them.
+    // Refused at configure, failing only the resources that use them.
     pastedkey: { uri: "ssh://root@lab.example.com:22", knownHostsPath: "/k", privateKeyPath: KEY },
     wrongdriver: { uri: "unix:///run/libvirt/libvirt-sock", driverUri: "qemu+ssh://lab.example.com/system" },
     keyless: { uri: "ssh://root@lab.example.com:22", knownHosts: "lab.example.com ssh-ed25519\n" },
-    // Issue 21: what OpenSSH and ssh2 would read otherwise than preview showed.
+    // What OpenSSH and ssh2 would read otherwise than preview showed.
     commahop: {
       uri: "ssh://root@10.0.5.21:22",
       knownHostsPath: "/k",
@@ -101,7 +101,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "healthCheck.via",
     /"local".*"host"/,
   ],
-  // Issue 24: a host given in full, by the rules of a kvm:hosts entry.
+  // A host given in full, by the rules of a kvm:hosts entry.
   ["host in full without a key", { host: { uri: "unix:///run/x" } }, "host.key", /is required/],
   [
     "host in full with a bad key",
@@ -220,7 +220,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "host.key",
     /also a key of the stack config kvm:hosts/,
   ],
-  // Issue 14: networking.
+  // Networking.
   [
     "a NIC with two attachments",
     { nics: [{ network: "default", bridge: "br0" }] },
@@ -286,7 +286,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "nics[0].filter",
     /network and bridge NICs only/,
   ],
-  // Issue 15: pools and rotation.
+  // Pools and rotation.
   ["empty host pool", { host: { pool: [] } }, "host.pool", /non-empty list/],
   [
     "host pool with an unknown key",
@@ -393,7 +393,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     /MIME multipart/,
   ],
   [
-    // Issue 23: preview builds the seed create builds, the proxy's setup script included.
+    // Preview builds the seed create builds, the proxy's setup script included.
     "MIME vendorData without the guest agent (beside the proxy's script)",
     { installGuestAgent: false, vendorData: "MIME-Version: 1.0\nContent-Type: multipart/mixed\n" },
     "vendorData (secret)",
@@ -478,7 +478,7 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "proxy.auth.password (secret)",
     /line breaks/,
   ],
-  // Issue 21: secure by default.
+  // Secure by default.
   [
     "proxy password too short",
     { proxy: { auth: { username: "u", password: "a" } } },

@@ -27,14 +27,14 @@ export interface TestHost {
   networkAddress: string;
   networkPrefix: number;
   /**
-   * Issue 14's fixtures. Optional: a host.json written by a script older than
+   * The networking fixtures (NICs, static addresses, macvtap). Optional: a host.json written by a script older than
    * them lacks them (`scripts/test-host start` adds them to a running host);
    * read them through {@link staticBridgeOf} and {@link macvtapOf}, which fail
    * loudly when they are missing.
    */
   staticBridge?: StaticBridge;
   macvtap?: MacvtapFixture;
-  /** Issue 21's target addresses (optional as above; read through {@link targetsOf}). */
+  /** The access rules' target addresses (optional as above; read through {@link targetsOf}). */
   targets?: TargetAddresses;
   /**
    * Where libvirtd's tc (scripts/test-host.d/tc-shim) logs the `<bandwidth>`

@@ -1,6 +1,6 @@
 /**
- * Pool refreshes while libvirt holds an asynchronous job on the pool (issue 7,
- * item 6). libvirt 9.0 refuses virStoragePoolRefresh with VIR_ERR_INTERNAL_ERROR
+ * Pool refreshes while libvirt holds an asynchronous job on the pool. libvirt
+ * 9.0 refuses virStoragePoolRefresh with VIR_ERR_INTERNAL_ERROR
  * "pool ... has asynchronous jobs running" while a volume is being built or
  * cloned (our overlays are builds: qemu-img runs under the job). Many creates
  * at once make that window common; refreshPool must wait it out, not fail.

@@ -1,5 +1,5 @@
 /**
- * The health check through the host (issue 24, `healthCheck.via: "host"`):
+ * The health check through the host (`healthCheck.via: "host"`):
  * a real squid, with the squid.conf the provider writes, listens inside the
  * test host's network namespace on its loopback, which this process (in the
  * root namespace) cannot reach: its own 127.0.0.1 is another one. The probe

@@ -1,5 +1,5 @@
 /**
- * The SOCKS5 listener's rules as the real Dante reads them (issue 25): the
+ * The SOCKS5 listener's rules as the real Dante reads them: the
  * danted.conf the provider writes (kvm/socks/dante.ts), run by this
  * machine's Dante 1.4.2 (the guests' version) inside a network namespace
  * this test makes, with only a loopback carrying the client and target

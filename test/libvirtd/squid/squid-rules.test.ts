@@ -1,5 +1,5 @@
 /**
- * The proxy's access rules as the real squid reads them (issue 21): the
+ * The proxy's access rules as the real squid reads them: the
  * squid.conf the provider writes, run by this machine's squid 5.7 (the
  * guests' own version) inside a network namespace this test makes, with
  * only a loopback interface carrying the client and target addresses. Real

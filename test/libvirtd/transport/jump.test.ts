@@ -1,5 +1,5 @@
 /**
- * Jump hosts for the ssh2 transport (issue 17 item 1), through real sshds in
+ * Jump hosts for the ssh2 transport, through real sshds in
  * the test host's namespaces: a bastion on the veth address (the only one
  * reachable from here), a second bastion and the target on the namespace's
  * loopback, reachable only from inside. Hosts are configured as users do

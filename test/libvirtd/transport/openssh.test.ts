@@ -1,5 +1,5 @@
 /**
- * The OpenSSH transport (issue 17 item 2) with the system's real `ssh`
+ * The OpenSSH transport with the system's real `ssh`
  * against real sshds in the test host's namespaces (bastions.ts): a bastion
  * on the veth address, a target on the namespace's loopback reachable only
  * through it. Hosts are configured as users do (kvm:hosts, transport

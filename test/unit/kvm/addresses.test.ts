@@ -1,5 +1,5 @@
 /**
- * The pure parts of address discovery (issue 14): which reported addresses
+ * The pure parts of address discovery: which reported addresses
  * count, how they are grouped per NIC, and when a wait for an address is
  * settled, by the guest or by the static configuration.
  */

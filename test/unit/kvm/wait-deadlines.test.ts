@@ -6,7 +6,7 @@ import { isTransient, TimeoutError } from "../../../provider/errors";
 import { openImageSource } from "../../../provider/kvm/host/download";
 import { waitHealthy } from "../../../provider/resource/health-check";
 
-// The waits outside libvirt have deadlines too (issue 7, item 8): a server
+// The waits outside libvirt have deadlines too: a server
 // that stops sending an image, and a proxy that never answers. Loopback only.
 
 const servers: { close: () => void }[] = [];

@@ -5,7 +5,7 @@ import type { CallRequest } from "../../../provider/libvirt/client";
 import { PacketStatus, PacketType, REMOTE_PROGRAM } from "../../../provider/libvirt/constants";
 import { clientWithDaemon, uploadRequest } from "./fake-daemon";
 
-// Every wait of an upload has a deadline (issue 7, item 8): the reply to the
+// Every wait of an upload has a deadline: the reply to the
 // opening call and the final confirmation had one; these pin the waits in
 // between, for a daemon that stops reading the socket.
 

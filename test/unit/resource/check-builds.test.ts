@@ -1,5 +1,5 @@
 /**
- * Whatever preview accepts, create builds (issue 23, item 1): for inputs
+ * Whatever preview accepts, create builds: for inputs
  * made to be mostly valid (user-data and vendor-data of every kind and of
  * sizes up to the seed's limit, NICs with static addresses, proxy blocks
  * with and without auth, the guest agent on and off), every case `check`

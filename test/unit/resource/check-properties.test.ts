@@ -1,5 +1,5 @@
 /**
- * Property-based test of `configure` and `check` (issue 16): arbitrary JSON,
+ * Property-based test of `configure` and `check`: arbitrary JSON,
  * and values built to be hostile, for every stack config field and every
  * resource input, driven through `readStackConfig` (with a fake `get`, as the
  * engine's config) and `checkInputs`, as the engine calls them. For every

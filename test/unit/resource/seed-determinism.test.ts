@@ -1,5 +1,5 @@
 /**
- * The whole seed ISO of a proxy with a proxy block (issue 13): built twice
+ * The whole seed ISO of a proxy with a proxy block: built twice
  * from the same inputs, hashed by the program and checked separately, it is
  * byte-identical (the password's salt comes from the username and the URN,
  * not drawn); another password changes it; the password itself is in no

@@ -1,5 +1,5 @@
 /**
- * `configure` and `check` on the inputs issue 16 found getting through: each
+ * `configure` and `check` on inputs that once got through: each
  * is refused at preview, naming its property, quoting nothing secret, and a
  * broken entry fails only the resources that use it.
  */

@@ -1,4 +1,4 @@
-// A program that makes its hypervisor itself (issue 24): `Hypervisor`, a
+// A program that makes its hypervisor itself: `Hypervisor`, a
 // dynamic resource, stands for what makes the host in a real stack (a
 // bare-metal order, a cloud VM with nested virtualisation) and returns how to
 // reach it, its uri, host key and a secret private key, which are unknown

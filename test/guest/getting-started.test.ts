@@ -30,7 +30,7 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { allDomains, pulumiEnv } from "../pulumi/harness";
+import { allDomains, metadataOf, pulumiEnv } from "../pulumi/harness";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import { testImage } from "./images";
@@ -79,12 +79,31 @@ const cleanUp = shell.filter((b) => b.section === "Clean up");
 const steps = shell.filter((b) => b.section !== "Clean up");
 const expectedCheck = blocks.filter((b) => b.lang === "text" && b.section.startsWith("6."));
 
+/** The project and stack the guide makes, as its text names them. */
+const GUIDE_OWNER = (() => {
+  const text = readFileSync(GUIDE, "utf8");
+  const project = /^name: (\S+)$/m.exec(text)?.[1];
+  const stack = /pulumi stack init (\S+)/.exec(text)?.[1];
+  if (project === undefined || stack === undefined) throw new Error(`${GUIDE} names no project or no stack`);
+  return [`project="${project}"`, `stack="${stack}"`];
+})();
+
 let host: TestHost;
 let dir: string;
 let home: string;
 let domainsBefore: Set<string>;
 let site = "";
 let tarball = "";
+
+/**
+ * The VMs the guide's stack owns, by their metadata: other files boot guests
+ * of their own meanwhile, and a VM left by an earlier run is not this one's.
+ */
+function guideDomains(): string[] {
+  return allDomains(host).filter(
+    (d) => !domainsBefore.has(d) && GUIDE_OWNER.every((a) => metadataOf(host, d)?.includes(a) === true),
+  );
+}
 
 /** Runs a bash script on the hypervisor (in the namespace) as the reader's shell; its output whatever the exit. */
 function runAsReader(script: string, name: string): Promise<{ code: number; output: string }> {
@@ -192,8 +211,7 @@ beforeAll(async () => {
 afterAll(async () => {
   // A run that stopped half-way still has its stack: the guide's clean-up, in the same shell state.
   if (dir === undefined || domainsBefore === undefined) return;
-  const left = allDomains(host).filter((d) => !domainsBefore.has(d));
-  if (left.length > 0) {
+  if (guideDomains().length > 0) {
     const passphrase = /export PULUMI_CONFIG_PASSPHRASE=.*/.exec(stepsScript())?.[0] ?? "";
     await runAsReader(["cd proxies", passphrase, ...cleanUp.map((b) => b.body)].join("\n"), "afterall");
   }
@@ -227,7 +245,7 @@ describe("the getting-started guide, followed literally", () => {
       });
       expect(run.code, `the guide's run printed:\n${run.output}`).toBe(0);
       expect(run.output).toMatch(/The resources in the stack have been deleted|Resources:\s+- 3 deleted/);
-      expect(allDomains(host).filter((d) => !domainsBefore.has(d))).toEqual([]);
+      expect(guideDomains()).toEqual([]);
     },
     30 * 60_000,
   );

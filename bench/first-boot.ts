@@ -22,7 +22,7 @@ import { type ImageConfig, parseImage } from "../provider/kvm/config/image";
 import { HostPool } from "../provider/kvm/host/hosts";
 import { bakeNames } from "../provider/kvm/host/image-bake";
 import { KvmOperations } from "../provider/kvm/host/operations";
-import { squidName } from "../provider/kvm/squid/setup";
+import { squidName } from "../provider/kvm/proxy/setup";
 import { Failures } from "../provider/kvm/validation";
 import { waitHealthy } from "../provider/resource/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";

@@ -7,8 +7,8 @@ import { createHash } from "node:crypto";
 import type { ImageConfig } from "../provider/kvm/config/image";
 import type { CreateSpec } from "../provider/kvm/host/operations";
 import { shorthandNic } from "../provider/kvm/network/nic";
-import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/squid/access";
-import type { ProxySetup } from "../provider/kvm/squid/setup";
+import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/proxy/access";
+import type { ProxySetup } from "../provider/kvm/proxy/setup";
 
 export const PROXY_PORT = 3128;
 

@@ -34,7 +34,7 @@ import { CallTracer, type TraceRecord } from "../provider/kvm/host/call-tracer";
 import { HostPool } from "../provider/kvm/host/hosts";
 import { ImageCache } from "../provider/kvm/host/image-cache";
 import { KvmOperations } from "../provider/kvm/host/operations";
-import { squidName } from "../provider/kvm/squid/setup";
+import { squidName } from "../provider/kvm/proxy/setup";
 import { Failures } from "../provider/kvm/validation";
 import { InterfaceAddressSource } from "../provider/libvirt/constants";
 import type { Libvirt } from "../provider/libvirt/libvirt";

@@ -89,7 +89,7 @@ export interface ProxyAuth {
 /** Basic authentication after check: the password as the hash the class made of it. */
 export interface CheckedProxyAuth {
   username: string;
-  /** SHA-512-crypt of the password (kvm/squid/password-hash.ts). */
+  /** SHA-512-crypt of the password (kvm/proxy/password-hash.ts). */
   passwordHash: string;
 }
 

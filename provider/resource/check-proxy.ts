@@ -6,7 +6,7 @@
  * `proxy.auth.password (secret)` and never quote anything of it.
  *
  * The password never reaches the provider: the KvmProxy class hashes it in
- * the program (kvm/squid/password-hash.ts) and sends `{username, passwordHash}`,
+ * the program (kvm/proxy/password-hash.ts) and sends `{username, passwordHash}`,
  * or `{username, passwordProblem}` when the password breaks a rule, which
  * check reports here (the class cannot fail a preview itself).
  */
@@ -14,9 +14,9 @@ import { UPGRADE_ACTION } from "../errors";
 import { given, isObject } from "../kvm/fields";
 import { ipProblem } from "../kvm/network/ip";
 import { type AddressSpan, addressSpan, vmAddressProblem } from "../kvm/network/vm-address";
-import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
-import { isPasswordHash } from "../kvm/squid/password-hash";
-import { LOOPBACK_PROBE_PORT } from "../kvm/squid/setup";
+import { checkAllowedClients, checkAllowedDestinations, DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
+import { isPasswordHash } from "../kvm/proxy/password-hash";
+import { LOOPBACK_PROBE_PORT } from "../kvm/proxy/setup";
 import { type ProxyTls, readProxyTls, type TlsCa } from "../kvm/tls/proxy-tls";
 import { Failures } from "../kvm/validation";
 import { type CheckedProxy, type CheckedProxyAuth, DEFAULTS, UNKNOWN } from "./args";
@@ -71,7 +71,7 @@ export const PASSWORD_FIELD = "proxy.auth.password (secret)";
 const USERNAME = /^[A-Za-z0-9._-]{1,64}$/;
 /**
  * A username SOCKS can have: Dante checks it against a system account
- * (kvm/socks/dante.ts), which useradd makes for names of this form only.
+ * (kvm/proxy/dante.ts), which useradd makes for names of this form only.
  */
 const SOCKS_USERNAME = /^[a-z_][a-z0-9_-]{0,31}$/;
 /**

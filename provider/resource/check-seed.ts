@@ -12,7 +12,7 @@
 import { type SeedField, seedFiles } from "../kvm/guest/seed";
 import { MAX_SEED_FILE_BYTES } from "../kvm/guest/seed-iso";
 import type { NicSpec } from "../kvm/network/nic";
-import type { ProxySetup } from "../kvm/squid/setup";
+import type { ProxySetup } from "../kvm/proxy/setup";
 import { type Failures, ValidationError } from "../kvm/validation";
 import { UNKNOWN } from "./args";
 

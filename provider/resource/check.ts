@@ -34,7 +34,7 @@ import {
   resolveHostPools,
 } from "../kvm/network/host-pools";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
-import type { ProxySetup } from "../kvm/squid/setup";
+import type { ProxySetup } from "../kvm/proxy/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";
 import { issuedAtCreate, type TlsCa } from "../kvm/tls/proxy-tls";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";

@@ -1,7 +1,7 @@
 /**
  * The default user-data, used when a KvmProxy gives none: an empty
  * cloud-config (squid is set up by the provider's vendor-data script, see
- * kvm/squid/setup.ts, whatever the user-data is), and the default of earlier
+ * kvm/proxy/setup.ts, whatever the user-data is), and the default of earlier
  * versions, which installed squid itself, kept so a proxy built with it is
  * not rebuilt by an upgrade (diff.ts).
  */

@@ -8,8 +8,8 @@
  */
 import type { HostConfig } from "../kvm/config/host-config";
 import type { NicSpec } from "../kvm/network/nic";
-import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/squid/access";
-import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/squid/setup";
+import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
+import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/proxy/setup";
 import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
 import { type CheckedInputs, DEFAULTS } from "./args";
 import { hostOnlyNetwork, vmNicsOf } from "./check-nics";
@@ -39,7 +39,7 @@ export interface ProbeInputs
 
 /**
  * The port a probe inside the guest asks squid on: the proxy port, or with
- * TLS squid's plain loopback listener (kvm/squid/setup.ts LOOPBACK_PROBE_PORT).
+ * TLS squid's plain loopback listener (kvm/proxy/setup.ts LOOPBACK_PROBE_PORT).
  */
 export function guestProbePort(c: ProbeInputs): number {
   return c.proxy?.tls !== undefined ? LOOPBACK_PROBE_PORT : c.proxyPort;

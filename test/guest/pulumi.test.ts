@@ -25,8 +25,8 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
-import { squidPasswordHash } from "../../provider/kvm/squid/password-hash";
-import { buildProxySetupScript, type ProxySetup } from "../../provider/kvm/squid/setup";
+import { squidPasswordHash } from "../../provider/kvm/proxy/password-hash";
+import { buildProxySetupScript, type ProxySetup } from "../../provider/kvm/proxy/setup";
 import {
   allDomains,
   poolVolumes,

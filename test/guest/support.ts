@@ -15,7 +15,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { expect } from "vitest";
 import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/guest/vendor-data";
-import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/squid/setup";
+import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy/setup";
 import type { Libvirt } from "../../provider/libvirt/libvirt";
 import type { Domain } from "../../provider/libvirt/types";
 import type { TargetAddresses, TestHost } from "../support/test-host";

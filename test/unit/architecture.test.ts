@@ -27,7 +27,7 @@ const sources = filesUnder(providerDir).map((file) => ({
 interface Import {
   /** As written. */
   from: string;
-  /** A repo path (`provider/kvm/squid/access.ts`) for a relative import, the package's name otherwise. */
+  /** A repo path (`provider/kvm/proxy/access.ts`) for a relative import, the package's name otherwise. */
   target: string;
   typeOnly: boolean;
 }
@@ -71,15 +71,32 @@ const PURE_ALLOWED = [
 ];
 
 /** The shared helpers the core keeps beside its concept folders. */
-const KVM_TOP_LEVEL = ["duration.ts", "fields.ts", "progress.ts", "validation.ts"];
+const KVM_TOP_LEVEL = ["duration.ts", "fields.ts", "progress.ts", "validation.ts", "vendor-shell.ts"];
 /** File names that repeat across provider/ where the folder tells them apart at a glance. */
 const SHARED_NAMES = ["errors.ts", "index.ts", "types.ts"];
 
 /** The size past which a module is an outlier to look at (see the test). */
 const OUTLIER_LINES = 700;
 
-/** Strongly connected groups of more than one module (Tarjan), each sorted: the circles of imports. */
-function circles(): string[][] {
+/** The folders of provider/kvm that import each other: folder → the other folders its modules import. */
+function kvmFolderGraph(): Map<string, Set<string>> {
+  const folderOf = (file: string) => path.dirname(file);
+  const folders = new Map<string, Set<string>>();
+  for (const s of under("provider/kvm")) {
+    const from = folderOf(s.file);
+    if (from === "provider/kvm") continue;
+    const to = folders.get(from) ?? new Set<string>();
+    for (const { target } of edges(s.file)) {
+      const folder = folderOf(target);
+      if (folder !== from && folder.startsWith("provider/kvm/")) to.add(folder);
+    }
+    folders.set(from, to);
+  }
+  return folders;
+}
+
+/** Strongly connected groups of more than one node (Tarjan), each sorted: the circles of a graph. */
+function circlesOf(nodes: Iterable<string>, next: (v: string) => Iterable<string>): string[][] {
   const index = new Map<string, number>();
   const low = new Map<string, number>();
   const stack: string[] = [];
@@ -92,8 +109,7 @@ function circles(): string[][] {
     n++;
     stack.push(v);
     on.add(v);
-    for (const { target: w } of edges(v)) {
-      if (!graph.has(w)) continue;
+    for (const w of next(v)) {
       if (!index.has(w)) {
         visit(w);
         low.set(v, Math.min(low.get(v) as number, low.get(w) as number));
@@ -110,8 +126,16 @@ function circles(): string[][] {
       if (group.length > 1) out.push(group.sort());
     }
   };
-  for (const s of sources) if (!index.has(s.file)) visit(s.file);
+  for (const v of nodes) if (!index.has(v)) visit(v);
   return out;
+}
+
+/** The circles of imports between modules. */
+function circles(): string[][] {
+  return circlesOf(
+    sources.map((s) => s.file),
+    (v) => edges(v).flatMap(({ target }) => (graph.has(target) ? [target] : [])),
+  );
 }
 
 describe("architecture", () => {
@@ -137,14 +161,12 @@ describe("architecture", () => {
     },
   );
 
-  it("keeps the core's pure modules in folders named by concept: guest, squid, socks, tls, domain, network, config, placement", () => {
+  it("keeps the core's pure modules in folders named by concept: guest, proxy, tls, domain, network, config, placement", () => {
     const top = PURE.filter((s) => path.dirname(s.file) === "provider/kvm").map((s) => path.basename(s.file));
     expect(top.sort()).toEqual(KVM_TOP_LEVEL);
     const folders = new Set(PURE.map((s) => path.dirname(s.file)).filter((d) => d !== "provider/kvm"));
     expect([...folders].sort()).toEqual(
-      ["config", "domain", "guest", "network", "placement", "socks", "squid", "tls"].map(
-        (f) => `provider/kvm/${f}`,
-      ),
+      ["config", "domain", "guest", "network", "placement", "proxy", "tls"].map((f) => `provider/kvm/${f}`),
     );
   });
 
@@ -158,6 +180,30 @@ describe("architecture", () => {
 
   it("has no modules that import each other in a circle", () => {
     expect(circles()).toEqual([]);
+  });
+
+  it("has no folders of the KVM core that import each other, directly or through a third", () => {
+    const folders = kvmFolderGraph();
+    expect(folders.get("provider/kvm/host")?.size).toBeGreaterThan(3);
+    expect(circlesOf(folders.keys(), (v) => folders.get(v) ?? [])).toEqual([]);
+  });
+
+  it("mirrors the KVM core's folders in its unit tests: each test sits in the folder of what it tests", () => {
+    const testRoot = path.join(root, "test/unit/kvm");
+    const tests = (dir: string): string[] =>
+      readdirSync(dir).flatMap((name) => {
+        const p = path.join(dir, name);
+        return statSync(p).isDirectory() ? tests(p) : p.endsWith(".test.ts") ? [p] : [];
+      });
+    const misplaced = tests(testRoot).filter((file) => {
+      const folder = path.relative(testRoot, path.dirname(file));
+      const source = path.join(providerDir, "kvm", folder);
+      return (
+        !existsSync(source) ||
+        !readFileSync(file, "utf8").includes(`provider/kvm/${folder ? `${folder}/` : ""}`)
+      );
+    });
+    expect(misplaced.map((f) => path.relative(root, f))).toEqual([]);
   });
 
   it.each(under("provider/resource").map((s) => [s.file] as const))(

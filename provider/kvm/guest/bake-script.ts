@@ -28,7 +28,7 @@
  */
 import { createHash } from "node:crypto";
 import type { BakeRecipe } from "../config/image";
-import { RETRY_FUNCTION } from "./vendor-shell";
+import { RETRY_FUNCTION } from "../vendor-shell";
 
 /** What starts the result line on the console. */
 export const BAKE_RESULT_PREFIX = "kvmp-bake-result: ";

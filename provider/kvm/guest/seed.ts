@@ -2,7 +2,7 @@
  * The NoCloud seed of one VM, assembled in one place: meta-data from the
  * name, the user's user-data byte for byte, vendor-data (the guest-agent
  * bootstrap and the proxy setup beside the user's own, see vendor-data.ts
- * and squid/setup.ts) and network-config (the user's own, or built from the
+ * and proxy/setup.ts) and network-config (the user's own, or built from the
  * NICs: network-config.ts).
  * `create` writes what {@link buildSeed} returns; `check` calls the same
  * function at preview, so input that cannot make a seed fails there, naming
@@ -11,7 +11,7 @@
 
 import { messageOf } from "../../errors";
 import type { NicSpec } from "../network/nic";
-import { buildProxySetupScript, type ProxySetup } from "../squid/setup";
+import { buildProxySetupScript, type ProxySetup } from "../proxy/setup";
 import { Failures } from "../validation";
 import { buildNetworkConfig, needsNetworkConfig } from "./network-config";
 import { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./seed-iso";

@@ -20,8 +20,8 @@
 import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../../errors";
-import { PROXY_SETUP_SCRIPT_FILENAME } from "../squid/setup";
-import { ENABLE_FUNCTION, RETRY_FUNCTION } from "./vendor-shell";
+import { PROXY_SETUP_SCRIPT_FILENAME } from "../proxy/setup";
+import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
 
 /**
  * The vendor-data script that installs, enables and starts qemu-guest-agent,

@@ -32,7 +32,7 @@ import {
   parseGuestProbe,
 } from "../guest/guest-probe";
 import type { NicBandwidth } from "../network/nic";
-import { SOCKS_GREETING_PROGRAM } from "../socks/dante";
+import { SOCKS_GREETING_PROGRAM } from "../proxy/dante";
 import { AddressPools } from "./address-pools";
 import { addressFields, guestAddresses, type WaitForIpOptions, waitForAddress } from "./addresses";
 import { ConsoleTail } from "./console";
@@ -488,7 +488,7 @@ export class KvmOperations {
   }
 
   /**
-   * The SOCKS greeting inside the guest (kvm/socks/dante.ts), through its
+   * The SOCKS greeting inside the guest (kvm/proxy/dante.ts), through its
    * agent: the server's choice as hex (`0502`), `{error}` when there is no
    * answer, undefined when the agent does not answer.
    */

@@ -15,7 +15,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type HostConfig, parseConfig } from "../../../provider/kvm/config/host-config";
 import { HostPool } from "../../../provider/kvm/host/hosts";
-import { buildSquidConf, type ProxySetup, squidName } from "../../../provider/kvm/squid/setup";
+import { buildSquidConf, type ProxySetup, squidName } from "../../../provider/kvm/proxy/setup";
 import { type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
 import { type TestHost, testHost } from "../../support/test-host";
 

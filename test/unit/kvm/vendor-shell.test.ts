@@ -1,5 +1,5 @@
 /**
- * The shell functions the vendor scripts share (kvm/guest/vendor-shell.ts),
+ * The shell functions the vendor scripts share (kvm/vendor-shell.ts),
  * run by the real sh with a systemctl on PATH that answers `is-enabled` as
  * told and records what it was asked.
  */
@@ -8,7 +8,7 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ENABLE_FUNCTION } from "../../../provider/kvm/guest/vendor-shell";
+import { ENABLE_FUNCTION } from "../../../provider/kvm/vendor-shell";
 
 const dir = mkdtempSync(path.join(tmpdir(), "kvmpt-vendor-shell-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -11,7 +11,7 @@
 import { afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import type { KvmOperations } from "../../../provider/kvm/host/operations";
 import { ProvisionError } from "../../../provider/kvm/host/provision";
-import { isPasswordHash } from "../../../provider/kvm/squid/password-hash";
+import { isPasswordHash } from "../../../provider/kvm/proxy/password-hash";
 import {
   hashedForCheck,
   KvmProxyPlugin,

@@ -4,7 +4,7 @@
  * change), a CA or certificate of the user's in its place, the primary
  * NIC's static addresses a CA-issued certificate needs, the SOCKS warning,
  * unknown values at preview, and the port squid's loopback listener holds.
- * What `proxy.tls` itself accepts: test/unit/kvm/proxy-tls.test.ts.
+ * What `proxy.tls` itself accepts: test/unit/kvm/tls/proxy-tls.test.ts.
  */
 import { X509Certificate } from "node:crypto";
 import { describe, expect, it } from "vitest";

@@ -3,12 +3,12 @@
  * the program from one secret, deterministic, distinct per member, and what
  * the fleet's proxy block must say for them (provider/resource/proxy-auth.ts).
  * That each works only on its own member's squid is shown with a real squid
- * (test/libvirtd/squid/squid-rules.test.ts); that the state holds only their
+ * (test/libvirtd/proxy/squid-rules.test.ts); that the state holds only their
  * hashes, through the CLI (test/pulumi/fleet.test.ts).
  */
 import { createHmac } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import { passwordProblem, squidPasswordHash } from "../../../provider/kvm/squid/password-hash";
+import { passwordProblem, squidPasswordHash } from "../../../provider/kvm/proxy/password-hash";
 import {
   hashedProxyBlock,
   MIN_MEMBER_SECRET_LENGTH,

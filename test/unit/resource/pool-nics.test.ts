@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import type { NicSpec } from "../../../provider/kvm/network/nic";
-import { squidName } from "../../../provider/kvm/squid/setup";
+import { squidName } from "../../../provider/kvm/proxy/setup";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { squidConfOf, withPoolAddresses } from "../../../provider/resource/mapping";
 import { poolRoomProblem } from "../../../provider/resource/proxy-fleet";

@@ -7,7 +7,7 @@
  * certificate.
  */
 import { describe, expect, it } from "vitest";
-import { LOOPBACK_PROBE_PORT, squidName } from "../../../provider/kvm/squid/setup";
+import { LOOPBACK_PROBE_PORT, squidName } from "../../../provider/kvm/proxy/setup";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";

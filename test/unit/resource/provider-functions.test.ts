@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/config/image";
 import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/domain/metadata";
 import { type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
-import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/squid/access";
+import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy/access";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import { type ProxyTls, tlsPublic } from "../../../provider/kvm/tls/proxy-tls";
 import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";

@@ -32,22 +32,29 @@
  * decides: one process bakes, the others wait while its heartbeat moves.
  * A baked image found or made is remembered per pool handle, as the image
  * cache remembers its images.
+ *
+ * A builder left behind (its process died, or its bake was cut short) is
+ * found and removed here too (`leftoverBuilders`, `removeBuilder`), for the
+ * operations' image prune and the orphan sweep.
  */
 import { Readable } from "node:stream";
 import { ProviderError } from "../../errors";
 import { DomainState } from "../../libvirt/constants";
 import { ErrorCode } from "../../libvirt/error-codes";
-import type { Domain, StorageVol } from "../../libvirt/types";
+import type { Libvirt } from "../../libvirt/libvirt";
+import type { Domain, StoragePool, StorageVol } from "../../libvirt/types";
 import type { HostConfig } from "../config/host-config";
 import type { BakeRecipe, ImageIdentity } from "../config/image";
-import { buildDomainXml } from "../domain/domain-xml";
+import { buildDomainXml, parseDomainXml } from "../domain/domain-xml";
 import {
   bakeBuilderName,
   bakedImageVolumeName,
   bakeSeedVolumeName,
   cachedImageState,
+  parseBakeBuilderName,
   partialMarkerVolumeName,
 } from "../domain/names";
+import { isActiveState } from "../domain/states";
 import { buildOverlayVolumeXml, buildSeedVolumeXml } from "../domain/volume-xml";
 import { bakeKey, buildBakeScript, parseBakeResult } from "../guest/bake-script";
 import { consoleLines } from "../guest/console-text";
@@ -135,6 +142,12 @@ export function bakeNames(stockVolumeName: string, recipe: BakeRecipe) {
 }
 
 /** Bakes images on hosts, one bake per host and recipe at a time. */
+/** A bake builder left behind (by a process that died, or a bake cut short), and its bake's key. */
+export interface LeftoverBuilder {
+  dom: Domain;
+  key: string;
+}
+
 export class ImageBaker {
   /** One bake per volume in flight; complete baked volumes remembered per pool handle (pool-fills.ts). */
   private readonly fills = new PoolFills<BakedImage>();
@@ -174,6 +187,41 @@ export class ImageBaker {
   /** True while this process bakes `name` (a baked volume) into the location's pool. */
   baking(loc: Pick<CacheLocation, "host" | "pool">, name: string): boolean {
     return this.fills.running(loc, name);
+  }
+
+  /**
+   * Builders on the location's host whose bake is over and that nothing will
+   * finish: shut off, booting from this pool's baked volume (domains are
+   * host-wide, markers per pool), without that volume's marker, and not
+   * baking in this process.
+   */
+  async leftoverBuilders(loc: CacheLocation): Promise<LeftoverBuilder[]> {
+    const { lv, pool } = loc;
+    const out: LeftoverBuilder[] = [];
+    for (const dom of await lv.connectListAllDomains(0)) {
+      const key = parseBakeBuilderName(dom.name);
+      if (key === undefined || this.baking(loc, bakedImageVolumeName(key))) continue;
+      // A running builder, or a marker, means a bake may be going on in another process (whose
+      // builder may live in another pool); the next bake of the key removes what a dead one left.
+      const state = await lv.domainGetState(dom).catch(() => undefined);
+      if (state === undefined || isActiveState(state.state)) continue;
+      // Domains are host-wide, markers live in a pool: a builder whose disk is not this pool's baked
+      // volume belongs to another pool's bake, which may be between its define and its start.
+      if (!(await builderDiskIn(lv, pool, dom, bakedImageVolumeName(key)))) continue;
+      if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
+        continue;
+      out.push({ dom, key });
+    }
+    return out;
+  }
+
+  /** Removes a leftover builder and its seed; the names of what went. */
+  async removeBuilder(loc: Pick<CacheLocation, "lv" | "pool">, b: LeftoverBuilder): Promise<string[]> {
+    const removed: string[] = [];
+    if (await removeDomain(loc.lv, b.dom)) removed.push(b.dom.name);
+    if (await deleteVolumeByName(loc.lv, loc.pool, bakeSeedVolumeName(b.key)))
+      removed.push(bakeSeedVolumeName(b.key));
+    return removed;
   }
 
   private async ensureNow(
@@ -356,4 +404,18 @@ export class ImageBaker {
 /** The console's last lines, for an error: escapes dropped, credentials masked (console-text.ts). */
 function lastLines(text: string): string {
   return consoleLines(text).join("\n");
+}
+
+/** Whether the builder `dom` boots from this pool's volume `volume` (false when either is gone). */
+async function builderDiskIn(lv: Libvirt, pool: StoragePool, dom: Domain, volume: string): Promise<boolean> {
+  const vol = await lookupVolume(lv, pool, volume);
+  if (vol === undefined) return false;
+  let xml: string;
+  try {
+    xml = await lv.domainGetXmlDesc(dom);
+  } catch (err) {
+    if (hasCode(err, ErrorCode.NO_DOMAIN)) return false;
+    throw err;
+  }
+  return parseDomainXml(xml).diskPath === (await volumePath(lv, vol));
 }

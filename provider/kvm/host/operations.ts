@@ -12,16 +12,8 @@
  */
 import { messageOf, ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
-import type { Libvirt } from "../../libvirt/libvirt";
-import type { Domain, StoragePool } from "../../libvirt/types";
 import { type ParsedDomain, parseDomainXml } from "../domain/domain-xml";
 import type { ProxyMetadata } from "../domain/metadata";
-import {
-  bakedImageVolumeName,
-  bakeSeedVolumeName,
-  parseBakeBuilderName,
-  partialMarkerVolumeName,
-} from "../domain/names";
 import { formatProviderId } from "../domain/provider-id";
 import { isActiveState, mapDomainState, type ProxyState } from "../domain/states";
 import {
@@ -39,14 +31,7 @@ import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
-import {
-  domainByUuid,
-  lookupDomain,
-  managedMetadata,
-  removeDomain,
-  setManagedMetadata,
-  stateByUuid,
-} from "./domains";
+import { domainByUuid, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
 import { type FirstBootOptions, outputTail, waitFirstBoot } from "./first-boot";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import { runInGuest } from "./guest-agent";
@@ -60,7 +45,7 @@ import { type ProvisionOptions, provision } from "./provision";
 import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationError, withRetry } from "./retry";
 import { Semaphore } from "./semaphore";
 import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
-import { deleteVolumeByName, hasCode, lookupVolume, volumePath } from "./volumes";
+import { hasCode } from "./volumes";
 
 /** What a program run in the guest for a probe may take beyond its own deadline: the interpreter's start, the agent's polls, ms. */
 const GUEST_RUN_MARGIN_MS = 10_000;
@@ -557,7 +542,8 @@ export class KvmOperations {
       if (pool === undefined) return [];
       const loc = { host: hostKey, lv, pool };
       const removed: string[] = [];
-      for (const b of await this.leftoverBuildersOn(loc)) removed.push(...(await this.removeBuilder(loc, b)));
+      for (const b of await this.baker.leftoverBuilders(loc))
+        removed.push(...(await this.baker.removeBuilder(loc, b)));
       removed.push(...(await this.images.prune(loc, inUse, (name) => this.baker.baking(loc, name))));
       return removed;
     });
@@ -581,46 +567,10 @@ export class KvmOperations {
       if (pool === undefined) return [];
       const loc = { host: hostKey, lv, pool };
       const out: { name: string; removed: string[] }[] = [];
-      for (const b of await this.leftoverBuildersOn(loc))
-        out.push({ name: b.dom.name, removed: opts.remove ? await this.removeBuilder(loc, b) : [] });
+      for (const b of await this.baker.leftoverBuilders(loc))
+        out.push({ name: b.dom.name, removed: opts.remove ? await this.baker.removeBuilder(loc, b) : [] });
       return out;
     });
-  }
-
-  private async leftoverBuildersOn(loc: {
-    host: string;
-    lv: Libvirt;
-    pool: StoragePool;
-  }): Promise<{ dom: Domain; key: string }[]> {
-    const { lv, pool } = loc;
-    const out: { dom: Domain; key: string }[] = [];
-    for (const dom of await lv.connectListAllDomains(0)) {
-      const key = parseBakeBuilderName(dom.name);
-      if (key === undefined || this.baker.baking(loc, bakedImageVolumeName(key))) continue;
-      // A running builder, or a marker, means a bake may be going on in another process (whose
-      // builder may live in another pool); the next bake of the key removes what a dead one left.
-      const state = await lv.domainGetState(dom).catch(() => undefined);
-      if (state === undefined || isActiveState(state.state)) continue;
-      // Domains are host-wide, markers live in a pool: a builder whose disk is not this pool's baked
-      // volume belongs to another pool's bake, which may be between its define and its start.
-      if (!(await builderDiskIn(lv, pool, dom, bakedImageVolumeName(key)))) continue;
-      if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
-        continue;
-      out.push({ dom, key });
-    }
-    return out;
-  }
-
-  /** Removes a leftover builder and its seed; the names of what went. */
-  private async removeBuilder(
-    loc: { lv: Libvirt; pool: StoragePool },
-    b: { dom: Domain; key: string },
-  ): Promise<string[]> {
-    const removed: string[] = [];
-    if (await removeDomain(loc.lv, b.dom)) removed.push(b.dom.name);
-    if (await deleteVolumeByName(loc.lv, loc.pool, bakeSeedVolumeName(b.key)))
-      removed.push(bakeSeedVolumeName(b.key));
-    return removed;
   }
 
   /** The monotonic clock of the retry environment, ms. */
@@ -647,20 +597,6 @@ export class KvmOperations {
       ...(signal !== undefined ? { signal } : {}),
     });
   }
-}
-
-/** Whether the builder `dom` boots from this pool's volume `volume` (false when either is gone). */
-async function builderDiskIn(lv: Libvirt, pool: StoragePool, dom: Domain, volume: string): Promise<boolean> {
-  const vol = await lookupVolume(lv, pool, volume);
-  if (vol === undefined) return false;
-  let xml: string;
-  try {
-    xml = await lv.domainGetXmlDesc(dom);
-  } catch (err) {
-    if (hasCode(err, ErrorCode.NO_DOMAIN)) return false;
-    throw err;
-  }
-  return parseDomainXml(xml).diskPath === (await volumePath(lv, vol));
 }
 
 export type { AddressFamily, WaitForIpOptions } from "./addresses";

@@ -30,7 +30,7 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { allDomains, metadataOf, pulumiEnv } from "../pulumi/harness";
+import { allDomains, domainsOfStack, metadataOf, pulumiEnv } from "../pulumi/harness";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import { testImage } from "./images";
@@ -73,7 +73,8 @@ function checkLinePattern(expected: string): RegExp {
   );
 }
 
-const blocks = blocksOf(readFileSync(GUIDE, "utf8"));
+const guideText = readFileSync(GUIDE, "utf8");
+const blocks = blocksOf(guideText);
 const shell = blocks.filter((b) => b.lang === "sh");
 const cleanUp = shell.filter((b) => b.section === "Clean up");
 const steps = shell.filter((b) => b.section !== "Clean up");
@@ -81,11 +82,10 @@ const expectedCheck = blocks.filter((b) => b.lang === "text" && b.section.starts
 
 /** The project and stack the guide makes, as its text names them. */
 const GUIDE_OWNER = (() => {
-  const text = readFileSync(GUIDE, "utf8");
-  const project = /^name: (\S+)$/m.exec(text)?.[1];
-  const stack = /pulumi stack init (\S+)/.exec(text)?.[1];
+  const project = /^name: (\S+)$/m.exec(guideText)?.[1];
+  const stack = /pulumi stack init (\S+)/.exec(guideText)?.[1];
   if (project === undefined || stack === undefined) throw new Error(`${GUIDE} names no project or no stack`);
-  return [`project="${project}"`, `stack="${stack}"`];
+  return { project, stack };
 })();
 
 let host: TestHost;
@@ -100,8 +100,9 @@ let tarball = "";
  * of their own meanwhile, and a VM left by an earlier run is not this one's.
  */
 function guideDomains(): string[] {
-  return allDomains(host).filter(
-    (d) => !domainsBefore.has(d) && GUIDE_OWNER.every((a) => metadataOf(host, d)?.includes(a) === true),
+  return domainsOfStack(host, GUIDE_OWNER.stack).filter(
+    (d) =>
+      !domainsBefore.has(d) && metadataOf(host, d)?.includes(`project="${GUIDE_OWNER.project}"`) === true,
   );
 }
 

@@ -141,13 +141,13 @@ export function bakeNames(stockVolumeName: string, recipe: BakeRecipe) {
   };
 }
 
-/** Bakes images on hosts, one bake per host and recipe at a time. */
 /** A bake builder left behind (by a process that died, or a bake cut short), and its bake's key. */
 export interface LeftoverBuilder {
   dom: Domain;
   key: string;
 }
 
+/** Bakes images on hosts, one bake per host and recipe at a time. */
 export class ImageBaker {
   /** One bake per volume in flight; complete baked volumes remembered per pool handle (pool-fills.ts). */
   private readonly fills = new PoolFills<BakedImage>();
@@ -200,16 +200,17 @@ export class ImageBaker {
     const out: LeftoverBuilder[] = [];
     for (const dom of await lv.connectListAllDomains(0)) {
       const key = parseBakeBuilderName(dom.name);
-      if (key === undefined || this.baking(loc, bakedImageVolumeName(key))) continue;
+      if (key === undefined) continue;
+      const baked = bakedImageVolumeName(key);
+      if (this.baking(loc, baked)) continue;
       // A running builder, or a marker, means a bake may be going on in another process (whose
       // builder may live in another pool); the next bake of the key removes what a dead one left.
       const state = await lv.domainGetState(dom).catch(() => undefined);
       if (state === undefined || isActiveState(state.state)) continue;
       // Domains are host-wide, markers live in a pool: a builder whose disk is not this pool's baked
       // volume belongs to another pool's bake, which may be between its define and its start.
-      if (!(await builderDiskIn(lv, pool, dom, bakedImageVolumeName(key)))) continue;
-      if ((await lookupVolume(lv, pool, partialMarkerVolumeName(bakedImageVolumeName(key)))) !== undefined)
-        continue;
+      if (!(await builderDiskIn(lv, pool, dom, baked))) continue;
+      if ((await lookupVolume(lv, pool, partialMarkerVolumeName(baked))) !== undefined) continue;
       out.push({ dom, key });
     }
     return out;

@@ -38,11 +38,10 @@ export {
   type InlineImage,
   KVM_PROXY_TYPE,
   type KvmProxyArgs,
-  REPLACE_PROPERTIES,
   type Timeouts,
-  UPDATE_PROPERTIES,
 } from "./resource/args";
 export { defaultUserData } from "./resource/default-user-data";
 export { KvmProxy, PROVIDER_MODULE } from "./resource/kvm-proxy";
+export { REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "./resource/kvm-proxy-properties";
 export type { KvmProxyOutputs } from "./resource/outputs";
 export { PROXY_FLEET_TYPE, ProxyFleet, type ProxyFleetArgs } from "./resource/proxy-fleet";

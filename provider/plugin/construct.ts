@@ -26,7 +26,8 @@ import { createRequire } from "node:module";
 import * as pulumi from "@pulumi/pulumi";
 import type { KvmProxyArgs } from "../resource/args";
 import { ProxyFleet, type ProxyFleetArgs } from "../resource/proxy-fleet";
-import { PACKAGE, PROXY_FLEET_TOKEN } from "../schema/properties";
+import { PROXY_FLEET_TOKEN } from "../schema/properties";
+import { PACKAGE } from "../schema/type-spec";
 import { PluginKvmProxy } from "./plugin-kvm-proxy";
 import { servedSchemaSpec } from "./served-schema";
 

@@ -26,8 +26,9 @@
  *   outputs are derived from them again (`runtimeOlds`); an import's spec
  *   hash is kept in the inputs themselves.
  */
-import { ownerUrnOf, SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../resource/args";
+import { ownerUrnOf, UNKNOWN } from "../resource/args";
 import { asChecked, engineTimeout } from "../resource/check";
+import { SECRET_DERIVED_OUTPUTS } from "../resource/kvm-proxy-properties";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "../resource/proxy-auth";

@@ -1,7 +1,9 @@
 /**
  * The KvmProxy resource's inputs: what users write and what `check` turns it
  * into (defaults applied, image resolved, name chosen); the outputs are in
- * outputs.ts. Types only, plus the defaults and limits `check` enforces.
+ * outputs.ts; what each property is (replace or update, secret, schema
+ * type) is its row in kvm-proxy-properties.ts. Types only, plus the
+ * defaults and limits `check` enforces.
  */
 import type * as pulumi from "@pulumi/pulumi";
 import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
@@ -551,66 +553,3 @@ export const MAX_TIMEOUT_SECONDS = 86_400;
 
 /** The resource type token: `pulumi-nodejs:dynamic:KvmProxy`. */
 export const KVM_PROXY_TYPE = "pulumi-nodejs:dynamic:KvmProxy";
-
-/**
- * Input properties whose change rebuilds the VM. `image` also covers a
- * changed image config behind a key (url, format, firmware, sha256).
- */
-export const REPLACE_PROPERTIES = [
-  "host",
-  "image",
-  "userData",
-  "userDataBase64",
-  "vendorData",
-  "vendorDataBase64",
-  "installGuestAgent",
-  "memoryMiB",
-  "vcpus",
-  "diskGiB",
-  "network",
-  "bridge",
-  "macAddress",
-  "nics",
-  "networkConfig",
-  "name",
-  "proxyPort",
-  "proxy",
-] as const;
-
-/** Input properties updated in place (no rebuild). */
-export const UPDATE_PROPERTIES = [
-  "tags",
-  "healthCheck",
-  "egressCheck",
-  "waitForIp",
-  "timeouts",
-  "rotation",
-  "keepOnFailure",
-] as const;
-
-/**
- * Outputs computed from a secret (the password's hash, the seed digests, a
- * host's key material, an import's spec hash): the state keeps them, the
- * provider's diff, read and delete need them. The provider plugin returns
- * none of them to a program (the Node.js SDK prints every output a program
- * receives with `--debug`); it derives them from the resource's old inputs.
- */
-export const SECRET_DERIVED_OUTPUTS = [
-  "proxyPasswordHash",
-  // Digests of secret inputs: a guess at the text is checked against them.
-  "userDataSha256",
-  "vendorDataSha256",
-  // A host given in full, as delete and refresh reach it: its private key and passphrase.
-  "hostConnection",
-  // An imported VM's spec hash (diff.ts adoptedDiff): a digest of its user-data and password hash too.
-  "adoptedSpecHash",
-] as const;
-
-/** Inputs and outputs that are always stored as secrets (user content may hold credentials). */
-export const SECRET_OUTPUTS: string[] = [
-  "userData",
-  "vendorData",
-  "userDataBase64",
-  "vendorDataBase64",
-  ...SECRET_DERIVED_OUTPUTS,
-];

@@ -21,7 +21,7 @@ import {
   resolveImage,
   secretName,
 } from "../kvm/config/image";
-import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB, macAddressProblem } from "../kvm/domain/domain-xml";
+import { macAddressProblem } from "../kvm/domain/domain-xml";
 import { MAX_TAGS, tagProblem } from "../kvm/domain/metadata";
 import { AUTONAME_RANDOM_BYTES, autoDomainName, domainNameProblem } from "../kvm/domain/names";
 import { MIN_DEADLINE_SECONDS, parseDuration } from "../kvm/duration";
@@ -38,16 +38,7 @@ import type { ProxySetup } from "../kvm/proxy/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";
 import { issuedAtCreate, type TlsCa } from "../kvm/tls/proxy-tls";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
-import {
-  type CheckedInputs,
-  DEFAULTS,
-  MAX_DISK_GIB,
-  MAX_TIMEOUT_SECONDS,
-  type OwnerInput,
-  REPLACE_PROPERTIES,
-  UNKNOWN,
-  UPDATE_PROPERTIES,
-} from "./args";
+import { type CheckedInputs, DEFAULTS, MAX_TIMEOUT_SECONDS, type OwnerInput, UNKNOWN } from "./args";
 import {
   type AddressClaim,
   type CheckedNetworking,
@@ -62,16 +53,18 @@ import { candidateHosts, checkHost, checkRotation, type HostClaim, hostKeysOf } 
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import { defaultUserData } from "./default-user-data";
+import { INPUT_PROPERTIES, KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED } from "./kvm-proxy-properties";
 import { proxySetupOf } from "./mapping";
 import type { StackConfig } from "./stack-config";
 
-/**
- * Every input property a KvmProxy accepts: those that rebuild the VM and those
- * updated in place (plus `owner`, set by the class, and `autoname`, set by check).
- */
-export const INPUT_PROPERTIES: readonly string[] = [...REPLACE_PROPERTIES, ...UPDATE_PROPERTIES];
-
-const INTERNAL = ["__provider", "owner", "autoname", "resolvedImage"];
+/** The properties check accepts: the inputs, and what the class (`owner`), check itself or the engine set. */
+const KNOWN_PROPERTIES = new Set<string>([
+  ...INPUT_PROPERTIES,
+  "__provider",
+  "owner",
+  "autoname",
+  "resolvedImage",
+]);
 
 /** What check needs besides the inputs. */
 export interface CheckContext {
@@ -164,6 +157,21 @@ function optBool(f: Failures, property: string, v: unknown, def: boolean): boole
     return def;
   }
   return v;
+}
+
+/** The inputs checked by their row alone (VALUE_CHECKED): each value, or its default. */
+function checkValues(f: Failures, news: Record<string, unknown>): Record<string, number | boolean> {
+  const out: Record<string, number | boolean> = {};
+  for (const key of VALUE_CHECKED) {
+    const row = KVM_PROXY_INPUT_PROPERTIES[key];
+    const check = row.check;
+    if (check === "boolean") out[key] = optBool(f, key, news[key], row.default === true);
+    else if (check !== undefined) {
+      const def = typeof row.default === "number" ? row.default : check.integer.min;
+      out[key] = intIn(f, key, news[key], check.integer.min, check.integer.max, def);
+    }
+  }
+  return out;
 }
 
 /** The image reference resolved against the config, or undefined (failures recorded at `image`). */
@@ -410,7 +418,7 @@ export function checkInputs(
   // Named so that the engine prints no value beside it (it prints a failing top-level input's): a misspelt
   // property may hold anything, a key or a password.
   for (const k of Object.keys(news)) {
-    if (!INPUT_PROPERTIES.includes(k) && !INTERNAL.includes(k)) {
+    if (!KNOWN_PROPERTIES.has(k)) {
       f.fail(secretName(k), "unknown property");
     }
   }
@@ -432,12 +440,8 @@ export function checkInputs(
   );
 
   const waitForIp = checkWaitForIp(f, news.waitForIp);
-  const installGuestAgent = optBool(
-    f,
-    "installGuestAgent",
-    news.installGuestAgent,
-    DEFAULTS.installGuestAgent,
-  );
+  const valued = checkValues(f, news);
+  const installGuestAgent = valued.installGuestAgent === true;
   const makeCa = ctx.makeCa ?? defaultMakeCa;
   const checkedProxy = guard(f, secretName("proxy"), { port: DEFAULTS.proxyPort, proxy: undefined }, () =>
     checkProxy(f, news, {
@@ -449,9 +453,6 @@ export function checkInputs(
     }),
   );
   const proxyPort = checkedProxy.port ?? DEFAULTS.proxyPort;
-  const memoryMiB = intIn(f, "memoryMiB", news.memoryMiB, MIN_MEMORY_MIB, MAX_MEMORY_MIB, DEFAULTS.memoryMiB);
-  const vcpus = intIn(f, "vcpus", news.vcpus, 1, MAX_VCPUS, DEFAULTS.vcpus);
-  const diskGiB = intIn(f, "diskGiB", news.diskGiB, 1, MAX_DISK_GIB, DEFAULTS.diskGiB);
 
   const seedInput = (part: "userData" | "vendorData") =>
     guard(f, SEED_FIELD[part], { pending: false }, () => readSeedInput(f, news, part));
@@ -594,7 +595,6 @@ export function checkInputs(
     checkEgress(f, news.egressCheck, waitForIp !== false),
   );
   const timeouts = guard(f, "timeouts", DEFAULT_TIMEOUTS, () => checkTimeouts(f, news.timeouts));
-  const keepOnFailure = optBool(f, "keepOnFailure", news.keepOnFailure, DEFAULTS.keepOnFailure);
   const tags = guard(f, "tags", {}, () => checkTags(f, news.tags));
 
   if (!f.empty) return { inputs: { ...news }, failures: f.list };
@@ -602,10 +602,12 @@ export function checkInputs(
   const out: Record<string, unknown> = {
     host: news.host,
     image: news.image,
-    installGuestAgent: news.installGuestAgent === UNKNOWN ? UNKNOWN : installGuestAgent,
-    memoryMiB: news.memoryMiB === UNKNOWN ? UNKNOWN : memoryMiB,
-    vcpus: news.vcpus === UNKNOWN ? UNKNOWN : vcpus,
-    diskGiB: news.diskGiB === UNKNOWN ? UNKNOWN : diskGiB,
+    ...Object.fromEntries(
+      VALUE_CHECKED.map((k) => [k, news[k] === UNKNOWN ? UNKNOWN : valued[k]] as const).filter(
+        // keepOnFailure only when set: false and absent are one value, so neither is a change.
+        ([k, v]) => k !== "keepOnFailure" || v !== false,
+      ),
+    ),
     name,
     proxyPort: checkedProxy.port === undefined ? UNKNOWN : proxyPort,
     healthCheck: news.healthCheck === UNKNOWN ? UNKNOWN : healthCheck,
@@ -621,8 +623,6 @@ export function checkInputs(
   else out.userData = userData.text ?? defaultUserData();
   if (news.egressCheck === UNKNOWN) out.egressCheck = UNKNOWN;
   else if (egressCheck !== undefined) out.egressCheck = egressCheck;
-  if (news.keepOnFailure === UNKNOWN) out.keepOnFailure = UNKNOWN;
-  else if (keepOnFailure) out.keepOnFailure = true;
   if (news.rotation === UNKNOWN) out.rotation = UNKNOWN;
   else if (rotation !== undefined) out.rotation = rotation;
   if (news.proxy === UNKNOWN) out.proxy = UNKNOWN;

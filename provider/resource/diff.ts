@@ -10,18 +10,17 @@ import { canonicalJson } from "../kvm/domain/metadata";
 import { inPool } from "../kvm/network/address-pool";
 import { bare } from "../kvm/network/ip";
 import type { NicBandwidth, NicSpec } from "../kvm/network/nic";
-import {
-  type CheckedInputs,
-  DEFAULTS,
-  hostEntryOf,
-  REPLACE_PROPERTIES,
-  UNKNOWN,
-  UPDATE_PROPERTIES,
-} from "./args";
+import { type CheckedInputs, DEFAULTS, hostEntryOf, UNKNOWN } from "./args";
 import { asChecked, isUnknown } from "./check";
 import { hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeBase64 } from "./check-seed";
 import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
+import {
+  type Change,
+  type Comparison,
+  INPUT_PROPERTIES,
+  KVM_PROXY_INPUT_PROPERTIES,
+} from "./kvm-proxy-properties";
 import { nicsAsBuilt, proxyPasswordHashOf, publicProxy, seedDigest, specHashOf } from "./mapping";
 
 /** What diff decided. */
@@ -36,6 +35,7 @@ export interface DiffOutcome {
 }
 
 type Props = Record<string, unknown>;
+type InputName = (typeof INPUT_PROPERTIES)[number];
 
 /** Whether two input values are the same, key order aside (canonical JSON); an unknown new value never is. */
 export function same(a: unknown, b: unknown): boolean {
@@ -48,14 +48,11 @@ export function same(a: unknown, b: unknown): boolean {
   }
 }
 
-/**
- * Seed parts compared by the digest of their bytes: the outputs hold only
+/*
+ * Seed parts are compared by the digest of their bytes: the outputs hold only
  * `<key>Sha256`, and the text and base64 forms of one part are one part (the
  * same bytes given the other way are no change).
  */
-const DIGESTED = new Set(["userData", "vendorData"]);
-const BASE64_FORMS = new Set(["userDataBase64", "vendorDataBase64"]);
-
 function oldDigest(olds: Props, key: string): unknown {
   const d = olds[`${key}Sha256`];
   if (d !== undefined) return d;
@@ -71,24 +68,10 @@ function newDigest(news: Props, key: string): unknown {
   return typeof text === "string" ? seedDigest(text) : text;
 }
 
-/** Old values as the current provider would have defaulted them (state written by older versions). */
-function oldValue(olds: Props, key: string): unknown {
+/** An old value, or what a state written before its input existed stands for (the input's `stateDefault`). */
+function oldValue(olds: Props, key: InputName): unknown {
   const v = olds[key];
-  if (v !== undefined) return v;
-  switch (key) {
-    case "installGuestAgent":
-      return DEFAULTS.installGuestAgent;
-    case "waitForIp":
-      return DEFAULTS.waitForIp;
-    case "tags":
-      return {};
-    case "timeouts":
-      return { create: DEFAULTS.createSeconds, delete: DEFAULTS.deleteSeconds };
-    case "healthCheck":
-      return olds.waitForIp === false ? false : {};
-    default:
-      return undefined;
-  }
+  return v !== undefined ? v : KVM_PROXY_INPUT_PROPERTIES[key].stateDefault?.(olds);
 }
 
 /**
@@ -149,17 +132,75 @@ function connectionChanged(olds: Props, news: Props): boolean {
   return entry !== undefined && !same(olds.hostConnection, entry);
 }
 
+/** One changed input: the property preview names, and what its change does. */
+interface Changed {
+  property: string;
+  change: Change;
+}
+
+/**
+ * How each way of comparing an input (its row's `compare`) tells a change:
+ * undefined when the input did not change.
+ */
+const COMPARISONS: Record<Comparison, (olds: Props, news: Props, key: InputName) => Changed | undefined> = {
+  value: (olds, news, key) =>
+    same(oldValue(olds, key), news[key])
+      ? undefined
+      : { property: key, change: KVM_PROXY_INPUT_PROPERTIES[key].change },
+  host: (olds, news) =>
+    hostMoved(olds, news)
+      ? { property: "host", change: "replace" }
+      : connectionChanged(olds, news)
+        ? { property: "host", change: "update" }
+        : undefined,
+  image: (olds, news) => {
+    const oldImage = olds.resolvedImage ?? olds.image;
+    const newImage = olds.resolvedImage !== undefined ? news.resolvedImage : news.image;
+    return same(oldImage, newImage) ? undefined : { property: "image", change: "replace" };
+  },
+  macAddress: (olds, news) => {
+    const want = news.macAddress;
+    if (want === undefined) return undefined;
+    const have = olds.macAddress;
+    return want === UNKNOWN || typeof have !== "string" || have.toLowerCase() !== String(want).toLowerCase()
+      ? { property: "macAddress", change: "replace" }
+      : undefined;
+  },
+  // Rate limits change in place; anything else about a NIC is fixed at first boot.
+  nics: (olds, news) =>
+    !same(nicsAsBuilt(olds.nics), nicsAsBuilt(news.nics)) || poolLeft(olds.nics, news.nics)
+      ? { property: "nics", change: "replace" }
+      : bandwidthChanges(olds.nics, news.nics as NicSpec[] | undefined).length > 0
+        ? { property: "nics", change: "update" }
+        : undefined,
+  seed: (olds, news, key) => {
+    if (key === "userData" && legacyDefaultKept(olds, news)) return undefined;
+    if (same(oldDigest(olds, key), newDigest(news, key))) return undefined;
+    return { property: news[`${key}Base64`] !== undefined ? `${key}Base64` : key, change: "replace" };
+  },
+  seedBase64: () => undefined,
+  proxy: (olds, news) => (proxyChanged(olds, news) ? { property: "proxy", change: "replace" } : undefined),
+};
+
+/** Every input whose change diff finds, in the registry's order. */
+function changedInputs(olds: Props, news: Props, only?: Change): Changed[] {
+  return INPUT_PROPERTIES.flatMap((key) => {
+    const row = KVM_PROXY_INPUT_PROPERTIES[key];
+    if (only !== undefined && row.change !== only) return [];
+    const found = COMPARISONS[row.compare ?? "value"](olds, news, key);
+    return found !== undefined ? [found] : [];
+  });
+}
+
 /**
  * Decides the diff of one KvmProxy.
  *
- * - Replace: host, image (the resolved image: url, format, firmware,
- *   sha256, so a changed `kvm:images` entry rebuilds too), userData,
- *   vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB, network,
- *   bridge, macAddress (only when fixed: a libvirt-generated MAC is not a
- *   change), name, proxyPort.
- * - Update in place: tags, healthCheck, waitForIp, timeouts, keepOnFailure
- *   (read only by a create); also a VM found stopped by a refresh (update
- *   starts it again).
+ * - Each input is compared as its row in kvm-proxy-properties.ts says, and
+ *   its change rebuilds the VM or is applied in place as the row says
+ *   (docs/reference/kvm-proxy.md marks the former "replaces"). A host
+ *   reached another way, and NIC rate limits, update in place.
+ * - A VM found stopped by a refresh is updated too (update starts it
+ *   again), a degraded proxy probed again.
  * - A VM kept after its create failed (`keptAfterFailure`): replaced,
  *   deleted first, whatever the inputs ({@link keptDiff}).
  * - deleteBeforeReplace only when the replacement would collide with the old
@@ -178,53 +219,9 @@ export function diffProxy(olds: Props, news: Props): DiffOutcome {
   if (kept !== undefined) return kept;
   const adopted = adoptedDiff(olds, news);
   if (adopted !== undefined) return adopted;
-  const replaces: string[] = [];
-  const updates: string[] = [];
-  for (const key of REPLACE_PROPERTIES) {
-    if (key === "host") {
-      if (hostMoved(olds, news)) replaces.push("host");
-      else if (connectionChanged(olds, news)) updates.push("host");
-      continue;
-    }
-    if (key === "image") {
-      const oldImage = olds.resolvedImage ?? olds.image;
-      const newImage = olds.resolvedImage !== undefined ? news.resolvedImage : news.image;
-      if (!same(oldImage, newImage)) replaces.push("image");
-      continue;
-    }
-    if (key === "macAddress") {
-      const want = news.macAddress;
-      if (want === undefined) continue;
-      const have = olds.macAddress;
-      if (want === UNKNOWN || typeof have !== "string" || have.toLowerCase() !== String(want).toLowerCase()) {
-        replaces.push("macAddress");
-      }
-      continue;
-    }
-    if (key === "nics") {
-      // Rate limits change in place; anything else about a NIC is fixed at first boot.
-      if (!same(nicsAsBuilt(olds.nics), nicsAsBuilt(news.nics)) || poolLeft(olds.nics, news.nics))
-        replaces.push("nics");
-      else if (bandwidthChanges(olds.nics, news.nics as NicSpec[] | undefined).length > 0)
-        updates.push("nics");
-      continue;
-    }
-    if (BASE64_FORMS.has(key)) continue;
-    if (key === "proxy") {
-      if (proxyChanged(olds, news)) replaces.push("proxy");
-      continue;
-    }
-    if (key === "userData" && legacyDefaultKept(olds, news)) continue;
-    if (DIGESTED.has(key)) {
-      if (!same(oldDigest(olds, key), newDigest(news, key)))
-        replaces.push(news[`${key}Base64`] !== undefined ? `${key}Base64` : key);
-      continue;
-    }
-    if (!same(oldValue(olds, key), news[key])) replaces.push(key);
-  }
-  for (const key of UPDATE_PROPERTIES) {
-    if (!same(oldValue(olds, key), news[key])) updates.push(key);
-  }
+  const changed = changedInputs(olds, news);
+  const replaces = changed.filter((c) => c.change === "replace").map((c) => c.property);
+  const updates = changed.filter((c) => c.change === "update").map((c) => c.property);
   // A VM found stopped is started again, a degraded proxy probed again (update): `up` shows both.
   const stopped = olds.state === "stopped" || olds.state === "failed" || olds.state === "degraded";
   const replacing = replaces.length > 0;
@@ -247,7 +244,7 @@ export const KEPT_MARK = "keptAfterFailure";
  */
 function keptDiff(olds: Props, news: Props): DiffOutcome | undefined {
   if (olds[KEPT_MARK] === undefined) return undefined;
-  const updates = UPDATE_PROPERTIES.filter((key) => !same(oldValue(olds, key), news[key]));
+  const updates = changedInputs(olds, news, "update").map((c) => c.property);
   return { changes: true, replaces: [KEPT_MARK], updates, deleteBeforeReplace: true };
 }
 

@@ -14,7 +14,9 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { mayCarryKeyMaterial } from "../kvm/config/host-config";
-import { KVM_PROXY_TYPE, type KvmProxyArgs, SECRET_OUTPUTS } from "./args";
+import { KVM_PROXY_TYPE, type KvmProxyArgs } from "./args";
+import { CLASS_OUTPUTS, type ClassOutputName, SECRET_OUTPUTS } from "./kvm-proxy-properties";
+import type { KvmProxyOutputs } from "./outputs";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "./proxy-auth";
 
 /** The module the serialized provider requires: resolved from the program's folder. */
@@ -33,6 +35,20 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
 };
 
 /**
+ * The provider's outputs the class exposes (kvm-proxy-properties.ts
+ * CLASS_OUTPUTS), each an Output of its type in KvmProxyOutputs, whose
+ * TSDoc they carry.
+ */
+type ProviderOutputs = {
+  readonly [K in keyof Pick<KvmProxyOutputs, ClassOutputName>]-?: pulumi.Output<
+    // biome-ignore lint/complexity/noBannedTypes: `{} extends Pick<T, K>` is how an optional property is told
+    {} extends Pick<KvmProxyOutputs, K> ? KvmProxyOutputs[K] | undefined : KvmProxyOutputs[K]
+  >;
+};
+
+export interface KvmProxy extends ProviderOutputs {}
+
+/**
  * A KVM VM running an HTTP forward proxy.
  *
  * ```ts
@@ -40,60 +56,24 @@ export const serializedProvider: pulumi.dynamic.ResourceProvider = {
  * export const url = edge.proxyUrl;
  * ```
  *
- * Changing host, image (or the `kvm:images` entry behind its key),
- * userData, vendorData, installGuestAgent, memoryMiB, vcpus, diskGiB,
- * network, bridge, macAddress, name or proxyPort rebuilds the VM; tags,
- * healthCheck, egressCheck, waitForIp, timeouts and keepOnFailure update in
- * place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the
- * next `up`.
+ * Changing an input marked "replaces" in the reference (docs/reference/kvm-proxy.md;
+ * the image also when the `kvm:images` entry behind its key changes) rebuilds the
+ * VM; the other inputs update it in place. A VM kept after a failed create
+ * (`keepOnFailure`) is rebuilt by the next `up`.
  */
+// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the outputs are declared by the property registry, and the engine sets each one (a key of the props)
 export class KvmProxy extends pulumi.dynamic.Resource {
-  declare readonly domainName: pulumi.Output<string>;
-  declare readonly uuid: pulumi.Output<string>;
-  /** The host it lives on: the one given, or the one placement chose from a pool. */
-  declare readonly host: pulumi.Output<string>;
-  /** A pooled proxy's pool. */
-  declare readonly hostPool: pulumi.Output<string[] | undefined>;
-  /** When the VM was made (ISO 8601): what rotation measures age from. */
-  declare readonly createdAt: pulumi.Output<string | undefined>;
-  /** The baked volume on the host the disk is backed by, when the image has `bake` in kvm:images. */
-  declare readonly bakedImage: pulumi.Output<string | undefined>;
-  /** The guest's first routable IPv4; absent until known. */
-  declare readonly ipAddress: pulumi.Output<string | undefined>;
-  declare readonly macAddress: pulumi.Output<string>;
-  /** `http://<ip>:<port>` (`https://` with `proxy.tls`), never with credentials; absent until the IP is known. */
-  declare readonly proxyUrl: pulumi.Output<string | undefined>;
-  /** With `proxy.tls` and a CA: the CA the proxy's certificate is issued by (PEM), what clients trust. */
-  declare readonly proxyCaCertificate: pulumi.Output<string | undefined>;
   /**
    * `http://<user>:<password>@<ip>:<port>` when the proxy has auth (secret).
    * Made here, in the program, from `proxyUrl` and the password input: no
    * provider output carries the password, so no engine or SDK log can.
    */
   readonly proxyUrlWithCredentials: pulumi.Output<string | undefined>;
-  /** `socks5://<ip>:<port>` when `proxy.socks` is set, never with credentials; absent until the IP is known. */
-  declare readonly socksUrl: pulumi.Output<string | undefined>;
   /**
    * `socks5://<user>:<password>@<ip>:<port>` when the proxy has SOCKS and
    * auth (secret), made here in the program like `proxyUrlWithCredentials`.
    */
   readonly socksUrlWithCredentials: pulumi.Output<string | undefined>;
-  /** The address `egressCheck.url` saw the proxy's requests come from (last create, update or refresh). */
-  declare readonly egressAddress: pulumi.Output<string | undefined>;
-  /** The proxy's last probe: `{ok, checkedAt, reason}`. */
-  declare readonly health: pulumi.Output<{ ok: boolean; checkedAt: string; reason?: string } | undefined>;
-  /** provisioning | running | degraded (the VM runs, its proxy failed the last probe) | stopped | failed. */
-  declare readonly state: pulumi.Output<string>;
-  /** Set when a failed create kept the VM for inspection (`keepOnFailure`): `{failedAt, reason}`. */
-  declare readonly keptAfterFailure: pulumi.Output<{ failedAt: string; reason: string } | undefined>;
-  declare readonly name: pulumi.Output<string>;
-  declare readonly proxyPort: pulumi.Output<number>;
-  declare readonly memoryMiB: pulumi.Output<number>;
-  declare readonly vcpus: pulumi.Output<number>;
-  declare readonly diskGiB: pulumi.Output<number>;
-  declare readonly tags: pulumi.Output<Record<string, string>>;
-  /** The image reference as given (a key of kvm:images, or a URL / inline image). */
-  declare readonly image: pulumi.Output<string | Record<string, unknown>>;
 
   constructor(name: string, args: KvmProxyArgs, opts?: pulumi.CustomResourceOptions) {
     const props: Record<string, unknown> = { ...args };
@@ -116,30 +96,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
         resource: name,
       }));
     }
-    for (const k of [
-      "domainName",
-      "uuid",
-      "ipAddress",
-      "macAddress",
-      "proxyUrl",
-      "proxyCaCertificate",
-      "socksUrl",
-      "egressAddress",
-      "health",
-      "state",
-      "keptAfterFailure",
-      "host",
-      "hostPool",
-      "createdAt",
-      "bakedImage",
-      "name",
-      "proxyPort",
-      "memoryMiB",
-      "vcpus",
-      "diskGiB",
-      "tags",
-      "image",
-    ]) {
+    // Each output the class exposes is a key of its props: the engine resolves only those.
+    for (const k of CLASS_OUTPUTS) {
       if (props[k] === undefined) props[k] = undefined;
     }
     warnPlainPassword(args.proxy, name);

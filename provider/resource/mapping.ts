@@ -16,9 +16,10 @@ import type { ProxySetup, SquidConfInputs } from "../kvm/proxy/setup";
 import { issuedAtCreate, tlsPublic } from "../kvm/tls/proxy-tls";
 import { Failures, ValidationError } from "../kvm/validation";
 import { addressOutputs } from "./address-outputs";
-import { type CheckedInputs, DEFAULTS, hostEntryOf, placementOf, REPLACE_PROPERTIES } from "./args";
+import { type CheckedInputs, DEFAULTS, hostEntryOf, placementOf } from "./args";
 import { vmNicsOf } from "./check-nics";
 import { decodeBase64 } from "./check-seed";
+import { REPLACE_PROPERTIES } from "./kvm-proxy-properties";
 import type { KvmProxyOutputs, ProxyHealth } from "./outputs";
 
 type Props = Record<string, unknown>;

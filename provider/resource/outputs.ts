@@ -63,6 +63,11 @@ export interface KvmProxyOutputs
   userDataSha256: string;
   /** SHA-256 (hex) of the user's vendor-data bytes, when given. */
   vendorDataSha256?: string;
+  /**
+   * An imported VM's spec hash, from its metadata (`pulumi import`, `KvmProxy.get`): new inputs
+   * that build the same spec replace nothing. A digest of its user-data and password hash too.
+   */
+  adoptedSpecHash?: string;
   /** The libvirt domain name (= name). */
   domainName: string;
   /** The libvirt domain's UUID. */

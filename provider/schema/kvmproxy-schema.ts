@@ -5,7 +5,13 @@
  * source files); provider/schema/schema.json is this function's output,
  * checked in and compared by test/unit/schema/schema.test.ts.
  */
-import { REPLACE_PROPERTIES, SECRET_DERIVED_OUTPUTS, SECRET_OUTPUTS } from "../resource/args";
+import {
+  KVM_PROXY_INPUT_PROPERTIES,
+  KVM_PROXY_OUTPUT_PROPERTIES,
+  REPLACE_PROPERTIES,
+  SECRET_DERIVED_OUTPUTS,
+  SECRET_OUTPUTS,
+} from "../resource/kvm-proxy-properties";
 import {
   type DocLookup,
   objectType,
@@ -14,20 +20,17 @@ import {
   type ResourceSpec,
   SchemaSourceError,
   schemaProperties,
-  type TypeSpec,
 } from "./package-schema";
 import {
   CONFIG,
   FLEET_TYPES,
-  KVM_PROXY_INPUTS,
-  KVM_PROXY_OUTPUTS,
   KVM_PROXY_TOKEN,
-  PACKAGE,
   PROXY_FLEET_INPUTS,
   PROXY_FLEET_OUTPUTS,
   PROXY_FLEET_TOKEN,
   TYPES,
 } from "./properties";
+import { PACKAGE, type TypeSpec } from "./type-spec";
 
 /** Builds the package schema; throws SchemaSourceError naming a property the sources do not describe. */
 export function buildPackageSchema(docs: DocLookup): PackageSpec {
@@ -37,10 +40,10 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
     types[`${PACKAGE}:index:${name}`] = spec;
   }
 
-  const inputs = schemaProperties(KVM_PROXY_INPUTS, docs, "KvmProxyArgs", {
+  const inputs = schemaProperties(KVM_PROXY_INPUT_PROPERTIES, docs, "KvmProxyArgs", {
     replaceOnChanges: REPLACE_PROPERTIES,
   });
-  const outputs = schemaProperties(KVM_PROXY_OUTPUTS, docs, "KvmProxyOutputs", {
+  const outputs = schemaProperties(KVM_PROXY_OUTPUT_PROPERTIES, docs, "KvmProxyOutputs", {
     fallbacks: ["KvmProxyCredentialUrls", "KvmProxyArgs", "CheckedInputs"],
   });
   for (const name of SECRET_OUTPUTS) {
@@ -145,7 +148,7 @@ function table(props: Record<string, PropertySpec>, required: readonly string[] 
  * else of a resource (the plugin keeps them out of its outputs).
  */
 export function dynamicOnlyOutputs(docs: DocLookup): Record<string, PropertySpec> {
-  const outputs = schemaProperties(KVM_PROXY_OUTPUTS, docs, "KvmProxyOutputs", {
+  const outputs = schemaProperties(KVM_PROXY_OUTPUT_PROPERTIES, docs, "KvmProxyOutputs", {
     fallbacks: ["KvmProxyCredentialUrls", "KvmProxyArgs", "CheckedInputs"],
   }).properties;
   const out: Record<string, PropertySpec> = {};

@@ -11,39 +11,7 @@
  * binds the result with (tools/pulumi/cmd/kvmproxy-schema).
  */
 
-/** A type as the schema writes it: a primitive, an array, a map, a reference or a union. */
-export type TypeSpec =
-  | { type: "string" | "integer" | "number" | "boolean" }
-  | { type: "array"; items: TypeSpec }
-  | { type: "object"; additionalProperties: TypeSpec }
-  | { $ref: string }
-  | { oneOf: TypeSpec[] };
-
-/** One property of a table: its type and what the TSDoc cannot say. */
-export interface Prop {
-  type: TypeSpec;
-  /** The value is kept secret in the state and masked in displays. */
-  secret?: true;
-  /** The default check applies (a primitive). */
-  default?: string | number | boolean;
-  /** Only where no TSDoc can carry it (stack config keys); otherwise the TSDoc is the one text. */
-  description?: string;
-}
-
-/**
- * Every property of `T`, each with its {@link Prop}: an input added to an
- * interface without its schema entry fails the type check.
- */
-export type Table<T> = { readonly [K in keyof T]-?: Prop };
-
-/** An object type of the schema and the interface whose TSDoc describes it. */
-export interface ObjectTable {
-  /** The interface in the source files named by {@link DocLookup}. */
-  source: string;
-  /** Only where the interface's own TSDoc describes something else (a type made from another's properties). */
-  description?: string;
-  properties: Readonly<Record<string, Prop>>;
-}
+import type { ObjectTable, Prop, TypeSpec } from "./type-spec";
 
 /** What the TSDoc of the sources says of an interface or one of its properties. */
 export interface SourceDoc {
@@ -135,11 +103,3 @@ export function objectType(table: ObjectTable, docs: DocLookup): ObjectTypeSpec 
   const { properties, required } = schemaProperties(table.properties, docs, table.source);
   return { type: "object", description, properties, ...(required.length > 0 ? { required } : {}) };
 }
-
-/** A reference to a type of this package. */
-export function ref(pkg: string, name: string): { $ref: string } {
-  return { $ref: `#/types/${pkg}:index:${name}` };
-}
-
-/** The schema's builtin "any value" type. */
-export const ANY: TypeSpec = { $ref: "pulumi.json#/Any" };

@@ -1,11 +1,12 @@
 /**
- * The property tables of the `kvmproxy` package: one entry per property of
+ * The property tables of the `kvmproxy` package's object types and of
+ * ProxyFleet and the provider's configuration: one entry per property of
  * the interfaces users write and read (provider/resource/args.ts,
  * proxy-fleet.ts), each typed `Table<Interface>` so that a property added to
- * an interface without its entry fails `tsc`. Types, secrets and defaults
- * are here; descriptions are the interfaces' TSDoc; which inputs replace
- * and which outputs are secret come from the lists the resource itself
- * uses (REPLACE_PROPERTIES, SECRET_OUTPUTS).
+ * an interface without its entry fails `tsc`. KvmProxy's own inputs and
+ * outputs are its property registry's rows
+ * (provider/resource/kvm-proxy-properties.ts). Types, secrets and defaults
+ * are here; descriptions are the interfaces' TSDoc.
  */
 import type {
   EgressCheck,
@@ -14,7 +15,6 @@ import type {
   HostInput,
   HostPoolInput,
   InlineImage,
-  KvmProxyArgs,
   NicAddressPoolInput,
   NicBandwidthInput,
   NicDirectInput,
@@ -28,31 +28,29 @@ import type {
   TlsKeyPair,
 } from "../resource/args";
 import { DEFAULTS } from "../resource/args";
-import type {
-  KeptAfterFailure,
-  KvmProxyCredentialUrls,
-  KvmProxyOutputs,
-  NicAddresses,
-  ProxyHealth,
-} from "../resource/outputs";
+import { KVM_PROXY_INPUT_PROPERTIES } from "../resource/kvm-proxy-properties";
+import type { KeptAfterFailure, NicAddresses, ProxyHealth } from "../resource/outputs";
 import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
-import { ANY, type ObjectTable, type Prop, ref, type Table, type TypeSpec } from "./package-schema";
+import {
+  ANY,
+  BOOLEAN,
+  DURATION as duration,
+  INTEGER,
+  type ObjectTable,
+  PACKAGE,
+  type Prop,
+  STRING,
+  STRINGS as strings,
+  type Table,
+  type TypeSpec,
+  typeRef as t,
+} from "./type-spec";
 
-/** The package's name: type tokens are `kvmproxy:index:<Name>`. */
-export const PACKAGE = "kvmproxy";
 /** The plugin's resource types (the dynamic provider's KvmProxy is `pulumi-nodejs:dynamic:KvmProxy`). */
 export const KVM_PROXY_TOKEN = `${PACKAGE}:index:KvmProxy`;
 /** The token the ProxyFleet component has in both (PROXY_FLEET_TYPE). */
 export const PROXY_FLEET_TOKEN = `${PACKAGE}:index:ProxyFleet`;
 
-const t = (name: string) => ref(PACKAGE, name);
-const STRING: TypeSpec = { type: "string" };
-const INTEGER: TypeSpec = { type: "integer" };
-const NUMBER: TypeSpec = { type: "number" };
-const BOOLEAN: TypeSpec = { type: "boolean" };
-const strings: TypeSpec = { type: "array", items: STRING };
-const stringMap: TypeSpec = { type: "object", additionalProperties: STRING };
-const duration: TypeSpec = { oneOf: [STRING, NUMBER] };
 const p = (type: TypeSpec, extra: Omit<Prop, "type"> = {}): Prop => ({ type, ...extra });
 
 const inlineImage: Table<InlineImage> = {
@@ -195,91 +193,6 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   KeptAfterFailure: { source: "KeptAfterFailure", properties: keptAfterFailure },
 };
 
-const waitForIp: TypeSpec = { oneOf: [BOOLEAN, STRING] };
-
-/** The inputs of `KvmProxy`. */
-export const KVM_PROXY_INPUTS: Table<KvmProxyArgs> = {
-  host: p({ oneOf: [STRING, t("HostInput"), t("HostPool")] }),
-  image: p({ oneOf: [STRING, t("InlineImage")] }),
-  userData: p(STRING, { secret: true }),
-  userDataBase64: p(STRING, { secret: true }),
-  vendorData: p(STRING, { secret: true }),
-  vendorDataBase64: p(STRING, { secret: true }),
-  installGuestAgent: p(BOOLEAN, { default: DEFAULTS.installGuestAgent }),
-  memoryMiB: p(INTEGER, { default: DEFAULTS.memoryMiB }),
-  vcpus: p(INTEGER, { default: DEFAULTS.vcpus }),
-  diskGiB: p(INTEGER, { default: DEFAULTS.diskGiB }),
-  network: p(STRING),
-  bridge: p(STRING),
-  macAddress: p(STRING),
-  nics: p({ type: "array", items: t("Nic") }),
-  networkConfig: p(STRING),
-  name: p(STRING),
-  proxy: p(t("Proxy")),
-  proxyPort: p(INTEGER),
-  healthCheck: p({ oneOf: [BOOLEAN, t("HealthCheck")] }),
-  egressCheck: p(t("EgressCheck")),
-  waitForIp: p(waitForIp),
-  timeouts: p(t("Timeouts")),
-  keepOnFailure: p(BOOLEAN, { default: DEFAULTS.keepOnFailure }),
-  tags: p(stringMap),
-  rotation: p(t("Rotation")),
-};
-
-/**
- * The outputs of `KvmProxy`: the provider's (secrets as SECRET_OUTPUTS
- * names them, applied by the schema builder) and the two the class adds.
- * What check resolves for the provider itself (the image, the NICs, the
- * owner, a host in full) is `Any`: a shape of the state, not of the API.
- */
-export const KVM_PROXY_OUTPUTS: Table<KvmProxyOutputs & KvmProxyCredentialUrls> = {
-  host: p(STRING),
-  hostPool: p(strings),
-  hostConnection: p(ANY),
-  image: p({ oneOf: [STRING, t("InlineImage")] }),
-  resolvedImage: p(ANY),
-  installGuestAgent: p(BOOLEAN),
-  memoryMiB: p(INTEGER),
-  vcpus: p(INTEGER),
-  diskGiB: p(INTEGER),
-  network: p(STRING),
-  bridge: p(STRING),
-  nics: p({ type: "array", items: ANY }),
-  networkConfig: p(STRING),
-  name: p(STRING),
-  autoname: p(BOOLEAN),
-  proxy: p(ANY),
-  proxyPort: p(INTEGER),
-  healthCheck: p({ oneOf: [BOOLEAN, t("HealthCheck")] }),
-  egressCheck: p(t("EgressCheck")),
-  waitForIp: p(waitForIp),
-  timeouts: p({ type: "object", additionalProperties: NUMBER }),
-  keepOnFailure: p(BOOLEAN),
-  tags: p(stringMap),
-  rotation: p(ANY),
-  owner: p(ANY),
-  createdAt: p(STRING),
-  bakedImage: p(STRING),
-  proxyPasswordHash: p(STRING),
-  health: p(t("ProxyHealth")),
-  userDataSha256: p(STRING),
-  vendorDataSha256: p(STRING),
-  domainName: p(STRING),
-  uuid: p(STRING),
-  ipAddress: p(STRING),
-  ipv6Address: p(STRING),
-  ipAddresses: p({ type: "array", items: t("NicAddresses") }),
-  macAddress: p(STRING),
-  proxyUrl: p(STRING),
-  proxyCaCertificate: p(STRING),
-  socksUrl: p(STRING),
-  egressAddress: p(STRING),
-  state: p(STRING),
-  keptAfterFailure: p(t("KeptAfterFailure")),
-  proxyUrlWithCredentials: p(STRING, { secret: true }),
-  socksUrlWithCredentials: p(STRING, { secret: true }),
-};
-
 /** The inputs of the `ProxyFleet` component. */
 export const PROXY_FLEET_INPUTS: Table<ProxyFleetArgs> = {
   size: p(INTEGER),
@@ -290,7 +203,14 @@ export const PROXY_FLEET_INPUTS: Table<ProxyFleetArgs> = {
 };
 
 type FleetProxy = ProxyFleetArgs["proxy"];
-const { host: _h, name: _n, rotation: _r, macAddress: _m, proxy: _p, ...memberArgs } = KVM_PROXY_INPUTS;
+const {
+  host: _h,
+  name: _n,
+  rotation: _r,
+  macAddress: _m,
+  proxy: _p,
+  ...memberArgs
+} = KVM_PROXY_INPUT_PROPERTIES;
 const fleetProxy: Table<FleetProxy> = { ...memberArgs, proxy: p(t("FleetProxyConfig")) };
 const fleetProxyConfig: Table<ProxyInput<FleetProxyAuth>> = { ...proxy, auth: p(t("FleetProxyAuth")) };
 const fleetProxyAuth: Table<FleetProxyAuth> = { ...proxyAuth };

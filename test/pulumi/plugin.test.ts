@@ -16,7 +16,7 @@ import { mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "nod
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageVersion } from "../../provider/plugin/served-schema";
-import { SECRET_DERIVED_OUTPUTS } from "../../provider/resource/args";
+import { SECRET_DERIVED_OUTPUTS } from "../../provider/resource/kvm-proxy-properties";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,

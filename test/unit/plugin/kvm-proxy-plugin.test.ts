@@ -21,8 +21,9 @@ import {
   withoutPassword,
 } from "../../../provider/plugin/kvm-proxy-plugin";
 import { isSecret, reveal, SECRET_SIG, SECRET_VALUE } from "../../../provider/plugin/property-values";
-import { SECRET_DERIVED_OUTPUTS, UNKNOWN } from "../../../provider/resource/args";
+import { UNKNOWN } from "../../../provider/resource/args";
 import { asChecked } from "../../../provider/resource/check";
+import { SECRET_DERIVED_OUTPUTS } from "../../../provider/resource/kvm-proxy-properties";
 import { outputsFrom, specHashOf } from "../../../provider/resource/mapping";
 import { KvmProxyRuntime, PartialCreateError } from "../../../provider/resource/provider";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";

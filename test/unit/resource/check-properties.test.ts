@@ -33,7 +33,8 @@ import { type AddressPool, allocate } from "../../../provider/kvm/network/addres
 import { bare as bareAddress, canonicalIp } from "../../../provider/kvm/network/ip";
 import type { ValidationFailure } from "../../../provider/kvm/validation";
 import { UNKNOWN } from "../../../provider/resource/args";
-import { checkInputs, INPUT_PROPERTIES } from "../../../provider/resource/check";
+import { checkInputs } from "../../../provider/resource/check";
+import { INPUT_PROPERTIES } from "../../../provider/resource/kvm-proxy-properties";
 import { decodeConfigValue, readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
 

@@ -11,8 +11,9 @@ import { type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy/access";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import { type ProxyTls, tlsPublic } from "../../../provider/kvm/tls/proxy-tls";
-import { type CheckedInputs, REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/args";
+import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
+import { REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/kvm-proxy-properties";
 import {
   createSpec,
   liveOutputs,

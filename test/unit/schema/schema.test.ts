@@ -9,12 +9,12 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { DEFAULTS } from "../../../provider/resource/args";
 import {
-  DEFAULTS,
   REPLACE_PROPERTIES,
   SECRET_OUTPUTS,
   UPDATE_PROPERTIES,
-} from "../../../provider/resource/args";
+} from "../../../provider/resource/kvm-proxy-properties";
 import { PROXY_FLEET_TYPE } from "../../../provider/resource/proxy-fleet";
 import {
   buildPackageSchema,

@@ -16,16 +16,14 @@ import {
   attachmentOf,
   canonicalNic,
   deriveMac,
-  type NicAttachment,
   type NicSpec,
   readNics,
   resolveHostNics,
-  shorthandNic,
 } from "../kvm/network/nic";
 import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "../kvm/network/vm-address";
 import type { Failures } from "../kvm/validation";
 import { quote } from "../kvm/validation";
-import { type CheckedInputs, UNKNOWN, type WaitForIp } from "./args";
+import { UNKNOWN, type WaitForIp } from "./args";
 
 /** Records that `owner` gives `address` to a VM on `host`; returns the owner that claimed it first, if another. */
 export type AddressClaim = (host: string, address: string, owner: string) => string | undefined;
@@ -40,23 +38,6 @@ export function checkWaitForIp(f: Failures, v: unknown): WaitForIp {
   if (typeof v === "string" && (WAIT_MODES as readonly string[]).includes(v)) return v as WaitForIp;
   f.fail("waitForIp", 'must be true, false, "ipv4", "ipv6" or "any"');
   return true;
-}
-
-/**
- * The VM's NICs, from the checked inputs: those of `nics`, or the one of the
- * shorthand (`network` or `bridge`, `macAddress`; none of them: the host's
- * NIC). The one door from the state's inputs to the KVM core, which knows
- * no shorthand: check builds the preview's seed from it, create the VM.
- */
-export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): NicSpec[] {
-  if (c.nics !== undefined) return c.nics;
-  const attachment: NicAttachment | undefined =
-    c.bridge !== undefined
-      ? { kind: "bridge", bridge: c.bridge }
-      : c.network !== undefined
-        ? { kind: "network", network: c.network }
-        : undefined;
-  return [shorthandNic(attachment, c.macAddress)];
 }
 
 /**

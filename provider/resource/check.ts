@@ -47,14 +47,13 @@ import {
   macClaimProblem,
   outgoingAddressProblem,
   unreachableAddressWarning,
-  vmNicsOf,
 } from "./check-nics";
 import { candidateHosts, checkHost, checkRotation, type HostClaim, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import { defaultUserData } from "./default-user-data";
 import { INPUT_PROPERTIES, KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED } from "./kvm-proxy-properties";
-import { proxySetupOf } from "./mapping";
+import { proxySetupOf, vmNicsOf } from "./mapping";
 import type { StackConfig } from "./stack-config";
 
 /** The properties check accepts: the inputs, and what the class (`owner`), check itself or the engine set. */

@@ -10,14 +10,13 @@ import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import { namesHostPool, type PoolHost, resolveHostPools } from "../kvm/network/host-pools";
 import { bare, hostPort, subnetOf } from "../kvm/network/ip";
-import type { NicSpec } from "../kvm/network/nic";
+import { type NicAttachment, type NicSpec, shorthandNic } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/proxy/setup";
 import { issuedAtCreate, tlsPublic } from "../kvm/tls/proxy-tls";
 import { Failures, ValidationError } from "../kvm/validation";
 import { addressOutputs } from "./address-outputs";
 import { type CheckedInputs, DEFAULTS, hostEntryOf, placementOf } from "./args";
-import { vmNicsOf } from "./check-nics";
 import { decodeBase64 } from "./check-seed";
 import { REPLACE_PROPERTIES } from "./kvm-proxy-properties";
 import type { KvmProxyOutputs, ProxyHealth } from "./outputs";
@@ -35,6 +34,23 @@ export function seedDigest(data: string | Buffer): string {
 export function defined<T extends Props>(o: T): T {
   for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
   return o;
+}
+
+/**
+ * The VM's NICs, from the checked inputs: those of `nics`, or the one of the
+ * shorthand (`network` or `bridge`, `macAddress`; none of them: the host's
+ * NIC). The one door from the state's inputs to the KVM core, which knows
+ * no shorthand: check builds the preview's seed from it, create the VM.
+ */
+export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): NicSpec[] {
+  if (c.nics !== undefined) return c.nics;
+  const attachment: NicAttachment | undefined =
+    c.bridge !== undefined
+      ? { kind: "bridge", bridge: c.bridge }
+      : c.network !== undefined
+        ? { kind: "network", network: c.network }
+        : undefined;
+  return [shorthandNic(attachment, c.macAddress)];
 }
 
 /**

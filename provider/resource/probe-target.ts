@@ -12,9 +12,9 @@ import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
 import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/proxy/setup";
 import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
 import { type CheckedInputs, DEFAULTS } from "./args";
-import { hostOnlyNetwork, vmNicsOf } from "./check-nics";
+import { hostOnlyNetwork } from "./check-nics";
 import type { ProbeTarget } from "./health-check";
-import { squidConfOf } from "./mapping";
+import { squidConfOf, vmNicsOf } from "./mapping";
 import type { KvmProxyOutputs } from "./outputs";
 
 type Props = Record<string, unknown>;

@@ -3,12 +3,8 @@ import { parse } from "yaml";
 import type { HostConfig } from "../../../provider/kvm/config/host-config";
 import { seedFiles } from "../../../provider/kvm/guest/seed";
 import { asChecked, checkInputs } from "../../../provider/resource/check";
-import {
-  outgoingAddressProblem,
-  unreachableAddressWarning,
-  vmNicsOf,
-} from "../../../provider/resource/check-nics";
-import { createSpec } from "../../../provider/resource/mapping";
+import { outgoingAddressProblem, unreachableAddressWarning } from "../../../provider/resource/check-nics";
+import { createSpec, vmNicsOf } from "../../../provider/resource/mapping";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
 

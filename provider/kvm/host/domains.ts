@@ -80,6 +80,25 @@ export async function stateByUuid(
   }
 }
 
+/**
+ * Domain `name` and its state: by `uuid` when the caller knows it (one call,
+ * no lookup: libvirtd resolves the handle by its UUID), else, or when
+ * libvirt has no such UUID any more, by name. `byUuid` says which; a caller
+ * that must know the UUID still names `name` (a domain renamed since)
+ * compares the name in the XML it reads anyway. Undefined when libvirt has
+ * neither.
+ */
+export async function findDomain(
+  lv: Libvirt,
+  name: string,
+  uuid?: string,
+): Promise<{ dom: Domain; libvirtState: LibvirtState; byUuid: boolean } | undefined> {
+  const known = uuid === undefined ? undefined : await stateByUuid(lv, name, uuid);
+  if (known !== undefined) return { ...known, byUuid: true };
+  const dom = await lookupDomain(lv, name);
+  return dom === undefined ? undefined : { dom, libvirtState: await lv.domainGetState(dom), byUuid: false };
+}
+
 /** Starts a defined domain; one already running is fine. */
 export async function startDomain(lv: Libvirt, dom: Domain): Promise<void> {
   try {

@@ -31,7 +31,14 @@ import { ConsoleTail } from "./console";
 import { type CreateOptions, type CreateResult, type CreateSpec, createOnce } from "./create";
 import { DefineInDoubtError, DefineLedger } from "./define-ledger";
 import { deleteOnce } from "./delete";
-import { domainByUuid, lookupDomain, managedMetadata, setManagedMetadata, stateByUuid } from "./domains";
+import {
+  domainByUuid,
+  findDomain,
+  lookupDomain,
+  managedMetadata,
+  setManagedMetadata,
+  stateByUuid,
+} from "./domains";
 import { type FirstBootOptions, outputTail, waitFirstBoot } from "./first-boot";
 import { type GroupMatch, type GroupMember, groupMembers } from "./fleet-members";
 import { runInGuest } from "./guest-agent";
@@ -173,11 +180,6 @@ export class KvmOperations {
   }
 
   /**
-   * As {@link get}; `known.domain`, XML the caller parsed just now (create's),
-   * saves the XML read too. For the core's own sequences (provision), which
-   * hold that XML: the resource layer reads with {@link get}.
-   */
-  /**
    * The state of the domain with `uuid` as one virDomainGetState reads it
    * ("provisioning" while it runs: no address is looked for), "absent" when
    * libvirt has none. No retry: a watch reads again.
@@ -187,6 +189,11 @@ export class KvmOperations {
     return mapDomainState(found?.libvirtState, undefined);
   }
 
+  /**
+   * As {@link get}; `known.domain`, XML the caller parsed just now (create's),
+   * saves the XML read too. For the core's own sequences (provision), which
+   * hold that XML: the resource layer reads with {@link get}.
+   */
   async readStatus(
     hostKey: string,
     name: string,
@@ -195,16 +202,17 @@ export class KvmOperations {
     const ctx: OperationContext = { operation: "get", host: hostKey, domain: name };
     return this.retrying(ctx, async () => {
       const lv = this.hosts.libvirt(hostKey);
-      let found = known.uuid === undefined ? undefined : await stateByUuid(lv, name, known.uuid);
+      let found = await findDomain(lv, name, known.uuid);
+      if (found === undefined) return { host: hostKey, name, state: "absent" };
       let domain =
-        found === undefined
-          ? undefined
-          : (known.domain ?? parseDomainXml(await lv.domainGetXmlDesc(found.dom)));
-      if (found === undefined || domain?.name !== name) {
-        const byName = await lookupDomain(lv, name);
-        if (byName === undefined) return { host: hostKey, name, state: "absent" };
-        found = { dom: byName, libvirtState: await lv.domainGetState(byName) };
-        domain = parseDomainXml(await lv.domainGetXmlDesc(byName));
+        found.byUuid && known.domain !== undefined
+          ? known.domain
+          : parseDomainXml(await lv.domainGetXmlDesc(found.dom));
+      if (domain.name !== name) {
+        // The UUID names another domain now (this one renamed or recreated): by name.
+        found = await findDomain(lv, name);
+        if (found === undefined) return { host: hostKey, name, state: "absent" };
+        domain = parseDomainXml(await lv.domainGetXmlDesc(found.dom));
       }
       const { dom, libvirtState } = found;
       const ip = isActiveState(libvirtState.state) ? await guestAddresses(lv, dom, domain) : undefined;
@@ -269,13 +277,9 @@ export class KvmOperations {
     const ctx: OperationContext = { operation: "update metadata", host: hostKey, domain: name };
     await this.retrying(ctx, async () => {
       const lv = this.hosts.libvirt(hostKey);
-      let found = known.uuid === undefined ? undefined : await stateByUuid(lv, name, known.uuid);
-      if (found === undefined) {
-        const dom = await lookupDomain(lv, name);
-        if (dom === undefined)
-          throw new ProviderError("permanent", `domain ${name} is gone from host ${hostKey}`);
-        found = { dom, libvirtState: await lv.domainGetState(dom) };
-      }
+      const found = await findDomain(lv, name, known.uuid);
+      if (found === undefined)
+        throw new ProviderError("permanent", `domain ${name} is gone from host ${hostKey}`);
       const m = await managedMetadata(lv, found.dom);
       if (m === undefined) {
         throw new ProviderError(

@@ -851,6 +851,32 @@ describe("get", () => {
     expect(await o.get("local", name)).toEqual({ host: "local", name, state: "absent" });
   });
 
+  it("with the UUID the state recorded, reads the domain now of that name: one made again, none when the UUID's was renamed", async () => {
+    const o = ops();
+    const name = track(uniqueName("uuid"));
+    const first = await o.create(baseSpec("local", name, sharedImage));
+    await o.delete("local", name, ownedBy(name));
+    const second = await o.create(baseSpec("local", name, sharedImage));
+    expect(second.uuid).not.toBe(first.uuid);
+    expect(await o.get("local", name, { uuid: first.uuid })).toMatchObject({
+      uuid: second.uuid,
+      state: "provisioning",
+    });
+    await o.setTags("local", name, { team: "edge" }, { uuid: first.uuid });
+    expect((await o.get("local", name, { uuid: second.uuid })).metadata?.tags).toEqual({ team: "edge" });
+
+    // libvirt renames a shut-off domain only; the UUID then names the other one.
+    const renamed = track(uniqueName("uuid-renamed"));
+    virsh(host, "destroy", name);
+    virsh(host, "domrename", name, renamed);
+    expect(await o.get("local", name, { uuid: second.uuid })).toEqual({
+      host: "local",
+      name,
+      state: "absent",
+    });
+    expect(await o.get("local", renamed)).toMatchObject({ uuid: second.uuid, state: "stopped" });
+  });
+
   it("fails permanently for a host not in the configuration", async () => {
     const o = ops();
     const err = await o.get("gone-host", "x").catch((e: unknown) => e);

@@ -238,6 +238,28 @@ export class KvmProxyRuntime {
     return r.address;
   }
 
+  /**
+   * The proxy of a running VM probed now, as refresh and update both do:
+   * its health (one request, no libvirt call), then, once healthy, the
+   * egress check (egressOf). Nothing for a VM that does not run.
+   */
+  private async probeProxy(
+    c: ProbeInputs,
+    vm: { host: string; name: string; state: string },
+    ip: string | undefined,
+    urn: string | undefined,
+    egressAttempts: number,
+  ): Promise<{ health?: ProxyHealth; egressAddress?: string }> {
+    if (vm.state !== "running") return {};
+    const health = await this.readiness().probeNow(c, vm.host, ip);
+    if (health?.ok === false) return { health };
+    const egressAddress = await this.egressOf(c, vm, ip, urn, egressAttempts);
+    return {
+      ...(health !== undefined ? { health } : {}),
+      ...(egressAddress !== undefined ? { egressAddress } : {}),
+    };
+  }
+
   async check(
     olds: Props,
     news: Props,
@@ -508,21 +530,19 @@ export class KvmProxyRuntime {
       delete next.proxyUrl;
       delete next.socksUrl;
     }
-    // The proxy itself: one request from here, no libvirt call. A VM that runs but whose proxy fails is degraded.
-    const health =
-      status.state === "running"
-        ? await this.readiness().probeNow(probeInputsOf(props), host, ip)
-        : undefined;
+    // A VM that runs but whose proxy fails is degraded.
+    const { health, egressAddress } = await this.probeProxy(
+      probeInputsOf(props),
+      { host, name, state: status.state },
+      ip,
+      ownerUrnOf(props),
+      1,
+    );
     if (health !== undefined) {
       next.health = health;
       if (!health.ok) next.state = "degraded";
     } else delete next.health;
-    const probed = probeInputsOf(props);
-    const egress =
-      status.state === "running" && health?.ok !== false
-        ? await this.egressOf(probed, { host, name }, ip, ownerUrnOf(props), 1)
-        : undefined;
-    if (egress !== undefined) next.egressAddress = egress;
+    if (egressAddress !== undefined) next.egressAddress = egressAddress;
     else delete next.egressAddress;
     await this.engineLog()
       .flush()
@@ -594,20 +614,20 @@ export class KvmProxyRuntime {
       });
     }
     // A degraded proxy (or any) is probed again: the outputs say what it is now.
-    const health =
-      status.state === "running"
-        ? await this.readiness().probeNow(c, host, proxyAddressOf(c.nics, status))
-        : undefined;
+    const ip = proxyAddressOf(c.nics, status);
+    const { health, egressAddress } = await this.probeProxy(
+      c,
+      { host, name, state: status.state },
+      ip,
+      c.owner?.urn,
+      3,
+    );
     if (health !== undefined && !health.ok) {
-      const why = this.readiness().explained(c, host, proxyAddressOf(c.nics, status), health.reason ?? "");
+      const why = this.readiness().explained(c, host, ip, health.reason ?? "");
       this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${why}`);
     }
     const outs = outputsFrom(c, status, health);
-    const ip = proxyAddressOf(c.nics, status);
-    if (status.state === "running" && health?.ok !== false) {
-      const egress = await this.egressOf(c, { host, name }, ip, c.owner?.urn, 3);
-      if (egress !== undefined) outs.egressAddress = egress;
-    }
+    if (egressAddress !== undefined) outs.egressAddress = egressAddress;
     await this.engineLog().flush();
     return { outs: this.hostsInFull.sealed(outs) };
   }

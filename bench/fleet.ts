@@ -30,6 +30,7 @@ import path from "node:path";
 import { buildDomainXml } from "../provider/kvm/domain/domain-xml";
 import type { ProxyMetadata } from "../provider/kvm/domain/metadata";
 import { shorthandNic } from "../provider/kvm/network/nic";
+import { decodeNics } from "../provider/kvm/network/nic-rules";
 import { benchDir, config, cpuTicks, libvirtdPid, log, host as mainHost, TICKS_PER_SECOND } from "./common";
 import {
   cleanHost,
@@ -213,7 +214,7 @@ async function virshLoop(h: FleetHost, domains: number, transport: "ssh" | "unix
           firmware: "bios",
           diskPath: path.join(poolPath, `${name}-root.qcow2`),
           seedPath,
-          nics: [shorthandNic({ kind: "network", network: h.network }, undefined)],
+          nics: decodeNics([shorthandNic({ kind: "network", network: h.network }, undefined)]),
           metadata,
         }),
       );

@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import type { ImageConfig } from "../provider/kvm/config/image";
 import type { CreateSpec } from "../provider/kvm/host/operations";
 import { shorthandNic } from "../provider/kvm/network/nic";
+import { decodeNics } from "../provider/kvm/network/nic-rules";
 import { DEFAULT_ALLOWED_CLIENTS } from "../provider/kvm/proxy/access";
 import type { ProxySetup } from "../provider/kvm/proxy/setup";
 
@@ -41,6 +42,6 @@ export function guestProxySpec(
     owner: { project, stack: "bench", urn: `urn:pulumi:bench::${project}::kvm:Proxy::${name}` },
     specHash: createHash("sha256").update(name).digest("hex"),
     proxyPort: PROXY_PORT,
-    nics: [shorthandNic(undefined, undefined)],
+    nics: decodeNics([shorthandNic(undefined, undefined)]),
   };
 }

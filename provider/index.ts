@@ -30,6 +30,8 @@ export { buildOverlayVolumeXml, buildSeedVolumeXml } from "./kvm/domain/volume-x
 export { buildSeed, type SeedSpec } from "./kvm/guest/seed";
 export { buildMetaData, buildSeedIso, MAX_SEED_FILE_BYTES, type SeedIsoFiles } from "./kvm/guest/seed-iso";
 export { buildVendorData, GUEST_AGENT_SCRIPT, type VendorDataOptions } from "./kvm/guest/vendor-data";
+export { type NicSpec, shorthandNic } from "./kvm/network/nic";
+export { type CheckedNic, decodeNics } from "./kvm/network/nic-rules";
 export { ValidationError, type ValidationFailure } from "./kvm/validation";
 export {
   DEFAULTS,

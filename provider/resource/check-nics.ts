@@ -12,14 +12,8 @@ import type { HostConfig } from "../kvm/config/host-config";
 import { given } from "../kvm/fields";
 import { inPool, poolRangeText, rangesOf } from "../kvm/network/address-pool";
 import { bare, family, parseCidr, sameAddress } from "../kvm/network/ip";
-import {
-  attachmentOf,
-  canonicalNic,
-  deriveMac,
-  type NicSpec,
-  readNics,
-  resolveHostNics,
-} from "../kvm/network/nic";
+import { attachmentOf, canonicalNic, deriveMac, type NicSpec } from "../kvm/network/nic";
+import { readNics } from "../kvm/network/nic-rules";
 import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "../kvm/network/vm-address";
 import type { Failures } from "../kvm/validation";
 import { quote } from "../kvm/validation";
@@ -49,10 +43,10 @@ export function checkWaitForIp(f: Failures, v: unknown): WaitForIp {
  */
 export function hostOnlyNetwork(nics: readonly NicSpec[], host: HostConfig): string | undefined {
   if (host.endpoint.kind !== "ssh") return undefined;
-  const resolved = resolveHostNics(nics, host.nic);
-  const primary = resolved.find((n) => n.primary) ?? resolved[0];
+  const primary = nics.find((n) => n.primary) ?? nics[0];
   if (primary === undefined || primary.addresses.length > 0) return undefined;
-  const a = attachmentOf(primary);
+  const own = attachmentOf(primary);
+  const a = own.kind === "host" ? host.nic : own;
   return a.kind === "network" ? a.network : undefined;
 }
 

@@ -11,7 +11,7 @@
 
 import { type SeedField, seedFiles } from "../kvm/guest/seed";
 import { MAX_SEED_FILE_BYTES } from "../kvm/guest/seed-iso";
-import type { NicSpec } from "../kvm/network/nic";
+import type { CheckedNic } from "../kvm/network/nic-rules";
 import type { ProxySetup } from "../kvm/proxy/setup";
 import { type Failures, ValidationError } from "../kvm/validation";
 import { UNKNOWN } from "./args";
@@ -111,7 +111,7 @@ export function checkSeed(
     /** The user's own network-config, when given. */
     networkConfig?: string | undefined;
     /** The VM's NICs (vmNicsOf), from which the seed builds a network-config when they need one. */
-    nics: readonly NicSpec[];
+    nics: readonly CheckedNic[];
     userData: SeedInput;
     vendorData: SeedInput;
     installGuestAgent: boolean;

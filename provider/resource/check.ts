@@ -34,6 +34,7 @@ import {
   resolveHostPools,
 } from "../kvm/network/host-pools";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
+import type { CheckedNic } from "../kvm/network/nic-rules";
 import type { ProxySetup } from "../kvm/proxy/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";
 import { issuedAtCreate, type TlsCa } from "../kvm/tls/proxy-tls";
@@ -171,6 +172,19 @@ function checkValues(f: Failures, news: Record<string, unknown>): Record<string,
     }
   }
   return out;
+}
+
+/**
+ * The NICs the preview's seed is built with (vmNicsOf); none when they break
+ * a rule, which check reported at the NIC's own field already.
+ */
+function previewNics(c: Parameters<typeof vmNicsOf>[0]): CheckedNic[] {
+  try {
+    return vmNicsOf(c);
+  } catch (err) {
+    if (err instanceof ValidationError) return [];
+    throw err;
+  }
 }
 
 /** The image reference resolved against the config, or undefined (failures recorded at `image`). */
@@ -573,7 +587,7 @@ export function checkInputs(
     checkSeed(f, {
       name,
       networkConfig: typeof networking.networkConfig === "string" ? networking.networkConfig : undefined,
-      nics: vmNicsOf({
+      nics: previewNics({
         ...(Array.isArray(networking.nics) ? { nics: networking.nics } : {}),
         ...(typeof network === "string" && network !== UNKNOWN ? { network } : {}),
         ...(typeof bridge === "string" && bridge !== UNKNOWN ? { bridge } : {}),

@@ -11,6 +11,7 @@ import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import { namesHostPool, type PoolHost, resolveHostPools } from "../kvm/network/host-pools";
 import { bare, hostPort, subnetOf } from "../kvm/network/ip";
 import { type NicAttachment, type NicSpec, shorthandNic } from "../kvm/network/nic";
+import { type CheckedNic, decodeNics } from "../kvm/network/nic-rules";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/proxy/setup";
 import { issuedAtCreate, tlsPublic } from "../kvm/tls/proxy-tls";
@@ -39,18 +40,20 @@ export function defined<T extends Props>(o: T): T {
 /**
  * The VM's NICs, from the checked inputs: those of `nics`, or the one of the
  * shorthand (`network` or `bridge`, `macAddress`; none of them: the host's
- * NIC). The one door from the state's inputs to the KVM core, which knows
- * no shorthand: check builds the preview's seed from it, create the VM.
+ * NIC), held to the rules of `nics` (they may come from the state). The one
+ * door from the inputs to the KVM core, which knows no shorthand and trusts
+ * a checked NIC: check builds the preview's seed from it, create the VM.
+ * Throws a ValidationError naming a NIC that breaks a rule.
  */
-export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): NicSpec[] {
-  if (c.nics !== undefined) return c.nics;
+export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): CheckedNic[] {
+  if (c.nics !== undefined) return decodeNics(c.nics, "invalid NICs in the inputs");
   const attachment: NicAttachment | undefined =
     c.bridge !== undefined
       ? { kind: "bridge", bridge: c.bridge }
       : c.network !== undefined
         ? { kind: "network", network: c.network }
         : undefined;
-  return [shorthandNic(attachment, c.macAddress)];
+  return decodeNics([shorthandNic(attachment, c.macAddress)], "invalid NIC in the inputs");
 }
 
 /**

@@ -28,7 +28,6 @@ import { backendIdentity } from "./backend";
 import { asChecked, checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { bandwidthChanges, collisions, diffProxy, keptReplaceNote, same } from "./diff";
-import { egressExpectationOf, egressMismatch } from "./egress";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { isSealed } from "./host-connection";
 import { HostsInFull, secretStrings } from "./hosts-in-full";
@@ -42,7 +41,7 @@ import {
   withPoolAddresses,
 } from "./mapping";
 import type { KeptAfterFailure, ProxyHealth } from "./outputs";
-import { type ProbeInputs, probeInputsOf } from "./probe-target";
+import { probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
 import { ageSeconds, type Member, RotationRounds, type RotationSettings } from "./rotation";
@@ -214,52 +213,6 @@ export class KvmProxyRuntime {
     });
   }
 
-  /**
-   * The egress check of a healthy proxy (readiness.ts egressNow): the
-   * address its echo saw, or undefined; a failure, or an address other than
-   * the one expected (egress.ts), is a warning on the resource.
-   */
-  private async egressOf(
-    c: ProbeInputs,
-    vm: { host: string; name: string },
-    ip: string | undefined,
-    urn: string | undefined,
-    attempts: number,
-  ): Promise<string | undefined> {
-    const r = await this.readiness().egressNow(c, vm, ip, attempts);
-    if (r === undefined) return undefined;
-    if (!r.ok) {
-      this.engineLog().warn(urn, `egress check failed: ${r.reason}`);
-      return undefined;
-    }
-    const url = c.egressCheck?.url ?? "";
-    const mismatch = egressMismatch(r.address, egressExpectationOf(c), url);
-    if (mismatch !== undefined) this.engineLog().warn(urn, mismatch);
-    return r.address;
-  }
-
-  /**
-   * The proxy of a running VM probed now, as refresh and update both do:
-   * its health (one request, no libvirt call), then, once healthy, the
-   * egress check (egressOf). Nothing for a VM that does not run.
-   */
-  private async probeProxy(
-    c: ProbeInputs,
-    vm: { host: string; name: string; state: string },
-    ip: string | undefined,
-    urn: string | undefined,
-    egressAttempts: number,
-  ): Promise<{ health?: ProxyHealth; egressAddress?: string }> {
-    if (vm.state !== "running") return {};
-    const health = await this.readiness().probeNow(c, vm.host, ip);
-    if (health?.ok === false) return { health };
-    const egressAddress = await this.egressOf(c, vm, ip, urn, egressAttempts);
-    return {
-      ...(health !== undefined ? { health } : {}),
-      ...(egressAddress !== undefined ? { egressAddress } : {}),
-    };
-  }
-
   async check(
     olds: Props,
     news: Props,
@@ -429,7 +382,13 @@ export class KvmProxyRuntime {
       const outs = outputsFrom(made, status, health);
       // Once it is healthy (or not checked), which address targets see: a warning at worst, never a rollback.
       if (health?.ok !== false) {
-        const egress = await this.egressOf(made, status, proxyAddressOf(made.nics, status), c.owner?.urn, 3);
+        const egress = await this.readiness().egressChecked(
+          made,
+          status,
+          proxyAddressOf(made.nics, status),
+          c.owner?.urn,
+          3,
+        );
         if (egress !== undefined) outs.egressAddress = egress;
       }
       return { id: formatProviderId(status.host, c.name), outs: this.hostsInFull.sealed(outs) };
@@ -531,7 +490,7 @@ export class KvmProxyRuntime {
       delete next.socksUrl;
     }
     // A VM that runs but whose proxy fails is degraded.
-    const { health, egressAddress } = await this.probeProxy(
+    const { health, egressAddress } = await this.readiness().probeProxy(
       probeInputsOf(props),
       { host, name, state: status.state },
       ip,
@@ -615,7 +574,7 @@ export class KvmProxyRuntime {
     }
     // A degraded proxy (or any) is probed again: the outputs say what it is now.
     const ip = proxyAddressOf(c.nics, status);
-    const { health, egressAddress } = await this.probeProxy(
+    const { health, egressAddress } = await this.readiness().probeProxy(
       c,
       { host, name, state: status.state },
       ip,

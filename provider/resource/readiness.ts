@@ -14,7 +14,7 @@ import { tlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs } from "./args";
-import { ECHO_BODY_LIMIT, readEchoReply } from "./egress";
+import { ECHO_BODY_LIMIT, egressExpectationOf, egressMismatch, readEchoReply } from "./egress";
 import { withProbeHint } from "./failure-hints";
 import {
   fetchThrough,
@@ -241,6 +241,52 @@ export class Readiness {
       }
       await sleep(this.o.pollMs);
     }
+  }
+
+  /**
+   * The egress check of a healthy proxy ({@link egressNow}): the
+   * address its echo saw, or undefined; a failure, or an address other than
+   * the one expected (egress.ts), is a warning on the resource.
+   */
+  async egressChecked(
+    c: ProbeInputs,
+    vm: { host: string; name: string },
+    ip: string | undefined,
+    urn: string | undefined,
+    attempts: number,
+  ): Promise<string | undefined> {
+    const r = await this.egressNow(c, vm, ip, attempts);
+    if (r === undefined) return undefined;
+    if (!r.ok) {
+      this.o.warn(urn, `egress check failed: ${r.reason}`);
+      return undefined;
+    }
+    const url = c.egressCheck?.url ?? "";
+    const mismatch = egressMismatch(r.address, egressExpectationOf(c), url);
+    if (mismatch !== undefined) this.o.warn(urn, mismatch);
+    return r.address;
+  }
+
+  /**
+   * The proxy of a running VM probed now, as refresh and update both do:
+   * its health (one request, no libvirt call), then, once healthy, the
+   * egress check ({@link egressChecked}). Nothing for a VM that does not run.
+   */
+  async probeProxy(
+    c: ProbeInputs,
+    vm: { host: string; name: string; state: string },
+    ip: string | undefined,
+    urn: string | undefined,
+    egressAttempts: number,
+  ): Promise<{ health?: ProxyHealth; egressAddress?: string }> {
+    if (vm.state !== "running") return {};
+    const health = await this.probeNow(c, vm.host, ip);
+    if (health?.ok === false) return { health };
+    const egressAddress = await this.egressChecked(c, vm, ip, urn, egressAttempts);
+    return {
+      ...(health !== undefined ? { health } : {}),
+      ...(egressAddress !== undefined ? { egressAddress } : {}),
+    };
   }
 
   /**

@@ -33,6 +33,7 @@ import {
   type VmStatus,
 } from "../../provider/kvm/host/operations";
 import { shorthandNic } from "../../provider/kvm/network/nic";
+import { decodeNics } from "../../provider/kvm/network/nic-rules";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
@@ -141,7 +142,7 @@ function spec(g: Guest): CreateSpec {
     },
     specHash: createHash("sha256").update(g.name).digest("hex"),
     proxyPort: 3128,
-    nics: [shorthandNic(undefined, undefined)],
+    nics: decodeNics([shorthandNic(undefined, undefined)]),
   };
 }
 

@@ -10,7 +10,8 @@
  */
 import { DOMAIN_TYPES, type DomainType } from "../config/host-config";
 import { FIRMWARES, type Firmware } from "../config/image";
-import { attachmentOf, checkNicSpecs, type NicAttachment, type NicSpec } from "../network/nic";
+import { attachmentOf, type NicAttachment } from "../network/nic";
+import type { CheckedNic } from "../network/nic-rules";
 import { Failures } from "../validation";
 import {
   buildInterfaceElement,
@@ -71,7 +72,7 @@ export interface DomainSpec {
    * host: no host-default left), MAC (libvirt generates one when absent),
    * rate limits and nwfilter.
    */
-  nics: readonly NicSpec[];
+  nics: readonly CheckedNic[];
   /** Our metadata; a bake's builder (host/image-bake.ts), no proxy, has none. */
   metadata?: ProxyMetadata;
 }
@@ -116,13 +117,12 @@ export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()):
   return f;
 }
 
-/** The NICs of a spec: at least one, by the rules of `nics`, each attached to something libvirt knows. */
-function checkNics(nics: readonly NicSpec[] | undefined, f: Failures): void {
+/** The NICs of a spec (checked NICs, kept as they are): at least one, each attached to something libvirt knows. */
+function checkNics(nics: readonly CheckedNic[] | undefined, f: Failures): void {
   if (!Array.isArray(nics) || nics.length === 0) {
     f.fail("nics", "must list at least one NIC");
     return;
   }
-  checkNicSpecs(nics, f);
   nics.forEach((n, i) => {
     if (attachmentOf(n).kind === "host") {
       f.fail(`nics[${i}]`, "attaches to the host's NIC: resolve it against the host's configuration first");

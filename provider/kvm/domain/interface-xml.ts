@@ -17,9 +17,9 @@ import {
   libvirtBandwidth,
   type NicAttachment,
   type NicBandwidth,
-  type NicSpec,
   normaliseMac,
 } from "../network/nic";
+import type { CheckedNic } from "../network/nic-rules";
 import { attribute, childElement, childElements, el, type XmlElement, type XmlNode } from "./xml";
 
 /** The `<bandwidth>` element of a NIC's limits (KiB/s), or undefined when it has none. */
@@ -34,11 +34,8 @@ export function bandwidthElement(bandwidth: NicBandwidth | undefined): XmlElemen
   );
 }
 
-/**
- * The `<interface>` element of one NIC. Assumes the NIC was checked
- * (checkNicSpecs) and names its attachment (resolveHostNics).
- */
-export function buildInterfaceElement(nic: NicSpec): XmlElement {
+/** The `<interface>` element of one checked NIC, which names its attachment (resolveHostNics). */
+export function buildInterfaceElement(nic: CheckedNic): XmlElement {
   const a = attachmentOf(nic);
   if (a.kind === "host") throw new Error("a NIC attached to the host's NIC must be resolved first");
   return el(

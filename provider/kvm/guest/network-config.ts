@@ -30,7 +30,8 @@
  */
 import { stringify } from "yaml";
 import { family } from "../network/ip";
-import { checkNicSpecs, type NicSpec } from "../network/nic";
+import type { NicSpec } from "../network/nic";
+import type { CheckedNic } from "../network/nic-rules";
 import { Failures } from "../validation";
 
 /** One `ethernets` entry of the document. */
@@ -81,8 +82,8 @@ function ethernetOf(nic: NicSpec): EthernetConfig {
  * The network-config document of `nics`. Throws ValidationError when a NIC
  * has no MAC (`nics[i].macAddress`) or breaks the rules of `nics`.
  */
-export function networkConfigOf(nics: readonly NicSpec[]): NetworkConfig {
-  const f = checkNicSpecs(nics, new Failures());
+export function networkConfigOf(nics: readonly CheckedNic[]): NetworkConfig {
+  const f = new Failures();
   nics.forEach((n, i) => {
     if (n.mac === undefined) f.fail(`nics[${i}].macAddress`, "is needed: network-config matches NICs by MAC");
   });
@@ -95,7 +96,7 @@ export function networkConfigOf(nics: readonly NicSpec[]): NetworkConfig {
 }
 
 /** The NoCloud `network-config` file (version 2 YAML) of `nics`. Throws as {@link networkConfigOf}. */
-export function buildNetworkConfig(nics: readonly NicSpec[]): string {
+export function buildNetworkConfig(nics: readonly CheckedNic[]): string {
   return stringify(networkConfigOf(nics), {
     defaultStringType: "QUOTE_DOUBLE",
     defaultKeyType: "PLAIN",

@@ -10,7 +10,7 @@
  */
 
 import { messageOf } from "../../errors";
-import type { NicSpec } from "../network/nic";
+import type { CheckedNic } from "../network/nic-rules";
 import { buildProxySetupScript, type ProxySetup } from "../proxy/setup";
 import { Failures } from "../validation";
 import { buildNetworkConfig, needsNetworkConfig } from "./network-config";
@@ -34,7 +34,7 @@ export interface SeedSpec {
   /** A NoCloud network-config of the user's own, byte for byte; otherwise built from `nics` when they need one. */
   networkConfig?: string | Buffer;
   /** The VM's NICs (at least one): the network-config is built from them when they need one. */
-  nics: readonly NicSpec[];
+  nics: readonly CheckedNic[];
   /** The guest's proxy, set up by a vendor-data script (proxy-setup.ts). */
   proxy?: ProxySetup;
 }

@@ -32,7 +32,8 @@ import type { MetadataAddress } from "../domain/metadata";
 import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import { type AddressPool, allocate } from "../network/address-pool";
 import { bare } from "../network/ip";
-import { type NicSpec, resolveHostNics, segmentOf } from "../network/nic";
+import { segmentOf } from "../network/nic";
+import { type CheckedNic, filledFromPool, resolveHostNics } from "../network/nic-rules";
 import { managedMetadata } from "./domains";
 import { underHostLock } from "./host-lock";
 import type { HostPool } from "./hosts";
@@ -48,7 +49,7 @@ export const RESERVATION_STALE_SECONDS = 25 * 3600;
 
 /** A create's pool NICs given addresses, and the reservations to drop once its domain is defined. */
 export interface Allocation {
-  nics: NicSpec[];
+  nics: CheckedNic[];
   /** The host the reservations are on (the lock host) and their volume names. */
   reservations: { host: string; volumes: string[] };
 }
@@ -101,7 +102,7 @@ export class AddressPools {
     name: string,
     host: string,
     shared: readonly string[],
-    nics: readonly NicSpec[],
+    nics: readonly CheckedNic[],
   ): Promise<Allocation> {
     const wanted = nics.some((n) => n.addressPool !== undefined && n.addresses.length === 0);
     if (!wanted) return Promise.resolve({ nics: [...nics], reservations: { host, volumes: [] } });
@@ -154,7 +155,7 @@ export class AddressPools {
     name: string,
     host: string,
     shared: readonly string[],
-    nics: readonly NicSpec[],
+    nics: readonly CheckedNic[],
   ): Promise<Allocation> {
     const lockHost = lockHostOf(shared);
     return underHostLock(
@@ -165,7 +166,7 @@ export class AddressPools {
       this.env,
       async ({ lv, pool: storage }) => {
         const resolved = resolveHostNics(nics, this.hosts.config(host).nic);
-        const filled: NicSpec[] = [];
+        const filled: CheckedNic[] = [];
         const volumes: string[] = [];
         for (const nic of resolved) {
           const pool: AddressPool | undefined = nic.addressPool;
@@ -188,7 +189,7 @@ export class AddressPools {
             await reserve(lv, storage, volume);
             volumes.push(volume);
           }
-          filled.push({ ...nic, addresses: choice.addresses });
+          filled.push(filledFromPool(nic, choice.addresses));
         }
         return { nics: filled, reservations: { host: lockHost, volumes } };
       },

@@ -59,7 +59,8 @@ import { buildOverlayVolumeXml, buildSeedVolumeXml } from "../domain/volume-xml"
 import { bakeKey, buildBakeScript, parseBakeResult } from "../guest/bake-script";
 import { consoleLines } from "../guest/console-text";
 import { buildSeed } from "../guest/seed";
-import { resolveHostNics, shorthandNic } from "../network/nic";
+import { shorthandNic } from "../network/nic";
+import { decodeNics, resolveHostNics } from "../network/nic-rules";
 import { type ProgressListener, report } from "../progress";
 import { ConsoleTail } from "./console";
 import { lookupDomain, removeDomain } from "./domains";
@@ -295,7 +296,7 @@ export class ImageBaker {
         }),
         env,
       );
-      const nic = resolveHostNics([shorthandNic(undefined, undefined)], loc.hostConfig.nic);
+      const nic = resolveHostNics(decodeNics([shorthandNic(undefined, undefined)]), loc.hostConfig.nic);
       const iso = buildSeed({
         name: names.builder,
         userData: req.userData ?? "",

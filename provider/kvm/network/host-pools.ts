@@ -12,15 +12,8 @@
 import { given, isObject, rejectUnknown } from "../fields";
 import { Failures, quote } from "../validation";
 import { poolCapacity, poolNameProblem } from "./address-pool";
-import {
-  attachmentFields,
-  attachmentOf,
-  canonicalNic,
-  checkNicSpecs,
-  type NicAttachment,
-  type NicSpec,
-  readPoolNic,
-} from "./nic";
+import { attachmentFields, attachmentOf, canonicalNic, type NicAttachment, type NicSpec } from "./nic";
+import { type CheckedNic, checkedNics, readPoolNic } from "./nic-rules";
 
 /** One pool of a host's addresses, read by a NIC's rules (nic.ts readHostPoolNic). */
 export type HostAddressPool = Pick<
@@ -134,7 +127,7 @@ export function resolveHostPools(
   nics: readonly NicSpec[],
   host: PoolHost,
   f: Failures = new Failures(),
-): NicSpec[] | undefined {
+): CheckedNic[] | undefined {
   const before = f.list.length;
   missingHostPools(nics, host, f);
   if (f.list.length > before) return undefined;
@@ -167,9 +160,10 @@ export function resolveHostPools(
   });
   if (f.list.length > before) return undefined;
   // The merged NICs by a NIC's own rules: a gateway of the NIC's outside the pool's subnet, say.
-  const merged = checkNicSpecs(out);
+  const merged = new Failures();
+  const checked = checkedNics(out, merged);
   for (const x of merged.list) f.fail(x.property, `with host ${quote(host.key)}'s address pool: ${x.reason}`);
-  return f.list.length > before ? undefined : out;
+  return f.list.length > before ? undefined : checked;
 }
 
 function poolAttachment(pool: HostAddressPool): NicAttachment | undefined {

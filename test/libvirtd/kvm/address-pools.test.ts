@@ -30,6 +30,7 @@ import { KvmOperations } from "../../../provider/kvm/host/operations";
 import { type AddressPool, inPool } from "../../../provider/kvm/network/address-pool";
 import { resolveHostPools } from "../../../provider/kvm/network/host-pools";
 import { canonicalNic, deriveMac, type NicSpec } from "../../../provider/kvm/network/nic";
+import { type CheckedNic, decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { staticBridgeOf, type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,
@@ -63,16 +64,18 @@ function ops(): KvmOperations {
   return new KvmOperations(pool, { retry });
 }
 
-function poolNic(name: string, addressPool: AddressPool): NicSpec {
-  return canonicalNic({
-    bridge,
-    mac: deriveMac(`${name}/0`),
-    addresses: [],
-    addressPool,
-    gateway4: "192.0.2.1",
-    nameservers: [],
-    primary: true,
-  });
+function poolNic(name: string, addressPool: AddressPool): CheckedNic {
+  return decodeNics([
+    canonicalNic({
+      bridge,
+      mac: deriveMac(`${name}/0`),
+      addresses: [],
+      addressPool,
+      gateway4: "192.0.2.1",
+      nameservers: [],
+      primary: true,
+    }),
+  ])[0] as CheckedNic;
 }
 
 function spec(name: string, addressPool: AddressPool) {
@@ -253,14 +256,16 @@ function operations(): KvmOperations {
 }
 
 /** A NIC as check leaves it over a pool of hosts: the pool named, not yet taken. */
-function namedNic(name: string): NicSpec {
-  return canonicalNic({
-    mac: deriveMac(`${name}/0`),
-    addresses: [],
-    hostPool: "public",
-    nameservers: [],
-    primary: true,
-  });
+function namedNic(name: string): CheckedNic {
+  return decodeNics([
+    canonicalNic({
+      mac: deriveMac(`${name}/0`),
+      addresses: [],
+      hostPool: "public",
+      nameservers: [],
+      primary: true,
+    }),
+  ])[0] as CheckedNic;
 }
 
 /** Provisions `name` placed on `key` (a pool of that one host), its NIC resolved on the host placement chose. */

@@ -23,6 +23,7 @@ import {
 import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { KvmOperations, type WaitForIpOptions } from "../../../provider/kvm/host/operations";
 import { shorthandNic } from "../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
@@ -237,7 +238,7 @@ describe("waitForIp: static addresses", () => {
     domains.add(name);
     const mac = `52:54:00:7e:${((process.pid >> 8) & 0xff).toString(16).padStart(2, "0")}:${(process.pid & 0xff).toString(16).padStart(2, "0")}`;
     const s = await p.o.provision(
-      { ...baseSpec("local", name, image), nics: [shorthandNic(undefined, mac)] },
+      { ...baseSpec("local", name, image), nics: decodeNics([shorthandNic(undefined, mac)]) },
       { deadlineMs: 60_000, family: "any", staticAddresses: [{ mac, addresses: ["2001:db8:7::8/64"] }] },
     );
     expect(s).toMatchObject({ state: "running", ipv6Address: "2001:db8:7::8" });

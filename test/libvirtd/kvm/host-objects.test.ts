@@ -20,6 +20,7 @@ import { ImageCache } from "../../../provider/kvm/host/image-cache";
 import { libvirtHint } from "../../../provider/kvm/host/libvirt-hints";
 import { KvmOperations } from "../../../provider/kvm/host/operations";
 import { shorthandNic } from "../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { isLibvirtError, type LibvirtError } from "../../../provider/libvirt/errors";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
@@ -160,7 +161,7 @@ describe("a create on a host without the pool or network it needs", () => {
     const missing = uniqueName("net");
     const spec = {
       ...baseSpec("local", name, image),
-      nics: [shorthandNic({ kind: "network", network: missing }, undefined)],
+      nics: decodeNics([shorthandNic({ kind: "network", network: missing }, undefined)]),
     };
     const err = await failure(opsWith().create(spec));
     expect(err.message).toContain(`nics[0].network: host local has no libvirt network "${missing}"`);

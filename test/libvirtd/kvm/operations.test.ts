@@ -19,6 +19,7 @@ import { CREATE_STEPS, KvmOperations } from "../../../provider/kvm/host/operatio
 import { ProvisionError } from "../../../provider/kvm/host/provision";
 import { KvmOperationError } from "../../../provider/kvm/host/retry";
 import { shorthandNic } from "../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { DomainMetadataType } from "../../../provider/libvirt/constants";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
@@ -902,7 +903,7 @@ describe("get", () => {
         firmware: "bios",
         diskPath: "/tmp/kvmpt-none.qcow2",
         seedPath: "/tmp/kvmpt-none.iso",
-        nics: [shorthandNic({ kind: "network", network: "default" }, undefined)],
+        nics: decodeNics([shorthandNic({ kind: "network", network: "default" }, undefined)]),
         metadata: {
           owner: spec.owner,
           image: { ref: "x", url: sharedImage.url, format: "qcow2" },

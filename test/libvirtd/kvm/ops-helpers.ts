@@ -13,6 +13,7 @@ import { CallTracer, type TraceRecord } from "../../../provider/kvm/host/call-tr
 import { buildTransport, HostPool, type HostPoolOptions } from "../../../provider/kvm/host/hosts";
 import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { shorthandNic } from "../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { Failures } from "../../../provider/kvm/validation";
 import type { Transport } from "../../../provider/transport/types";
 import { type TestHost, virshUri } from "../../support/test-host";
@@ -190,7 +191,7 @@ export function baseSpec(hostKey: string, name: string, image: ImageConfig): Cre
     specHash: createHash("sha256").update(name).digest("hex"),
     proxyPort: 3128,
     // The shorthand's one NIC on the host's NIC (create resolves it).
-    nics: [shorthandNic(undefined, undefined)],
+    nics: decodeNics([shorthandNic(undefined, undefined)]),
   };
 }
 

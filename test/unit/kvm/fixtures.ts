@@ -1,6 +1,7 @@
 import type { DomainSpec } from "../../../provider/kvm/domain/domain-xml";
 import type { ProxyMetadata } from "../../../provider/kvm/domain/metadata";
-import { type NicAttachment, type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
+import { type NicAttachment, shorthandNic } from "../../../provider/kvm/network/nic";
+import { type CheckedNic, decodeNics } from "../../../provider/kvm/network/nic-rules";
 
 export const SHA = "a".repeat(64);
 
@@ -22,12 +23,12 @@ export function sampleMetadata(overrides: Partial<ProxyMetadata> = {}): ProxyMet
   };
 }
 
-/** The NICs of the one-NIC shorthand (the resource's `network`/`bridge`/`macAddress`): default network "default". */
+/** The NICs of the one-NIC shorthand (the resource's `network`/`bridge`/`macAddress`), checked: default network "default". */
 export function oneNic(
   attachment: NicAttachment = { kind: "network", network: "default" },
   macAddress?: string,
-): NicSpec[] {
-  return [shorthandNic(attachment, macAddress)];
+): CheckedNic[] {
+  return decodeNics([shorthandNic(attachment, macAddress)]);
 }
 
 export function sampleSpec(overrides: Partial<DomainSpec> = {}): DomainSpec {

@@ -14,7 +14,7 @@ import { describe, expect, it } from "vitest";
 import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
 import { buildSeed, seedFiles } from "../../../provider/kvm/guest/seed";
 import { MAX_SEED_FILE_BYTES } from "../../../provider/kvm/guest/seed-iso";
-import { resolveHostNics } from "../../../provider/kvm/network/nic";
+import { resolveHostNics } from "../../../provider/kvm/network/nic-rules";
 import { asChecked, checkInputs } from "../../../provider/resource/check";
 import { createSpec } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";

@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { buildNetworkConfig, needsNetworkConfig } from "../../../../provider/kvm/guest/network-config";
 import { type NicSpec, shorthandNic } from "../../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../../provider/kvm/network/nic-rules";
 import { ValidationError } from "../../../../provider/kvm/validation";
 
 function nic(over: Partial<NicSpec> = {}): NicSpec {
@@ -21,7 +22,7 @@ function nic(over: Partial<NicSpec> = {}): NicSpec {
 }
 
 function parsed(nics: NicSpec[]): unknown {
-  return YAML.parse(buildNetworkConfig(nics));
+  return YAML.parse(buildNetworkConfig(decodeNics(nics)));
 }
 
 describe("needsNetworkConfig", () => {
@@ -124,27 +125,40 @@ describe("buildNetworkConfig", () => {
   it("quotes every string, so a YAML 1.1 reader (cloud-init's PyYAML) keeps MACs and addresses as text", () => {
     // A plain 52:54:00:12:34:56 is a base-60 integer in YAML 1.1.
     expect(typeof YAML.parse("m: 52:54:00:12:34:56", { version: "1.1" }).m).toBe("number");
-    const text = buildNetworkConfig([
-      nic({ mac: "52:54:00:12:34:56", addresses: ["1:2:3:4:5:6:7:8/64"], nameservers: ["1:2:3:4:5:6:7:9"] }),
-    ]);
+    const text = buildNetworkConfig(
+      decodeNics([
+        nic({
+          mac: "52:54:00:12:34:56",
+          addresses: ["1:2:3:4:5:6:7:8/64"],
+          nameservers: ["1:2:3:4:5:6:7:9"],
+        }),
+      ]),
+    );
     expect(YAML.parse(text, { version: "1.1" })).toEqual(YAML.parse(text));
   });
 
   it("uses no key Debian 12's cloud-init 22.4 mishandles (to: default, a ::/0 route, set-name, a network: wrapper)", () => {
-    const text = buildNetworkConfig([
-      nic({
-        addresses: ["203.0.113.7/24", "2001:db8::7/64"],
-        gateway4: "203.0.113.1",
-        gateway6: "2001:db8::1",
-      }),
-      nic({ mac: "52:54:00:00:00:02", addresses: ["2001:db8:1::7/64"], gateway6: "fe80::1", primary: false }),
-    ]);
+    const text = buildNetworkConfig(
+      decodeNics([
+        nic({
+          addresses: ["203.0.113.7/24", "2001:db8::7/64"],
+          gateway4: "203.0.113.1",
+          gateway6: "2001:db8::1",
+        }),
+        nic({
+          mac: "52:54:00:00:00:02",
+          addresses: ["2001:db8:1::7/64"],
+          gateway6: "fe80::1",
+          primary: false,
+        }),
+      ]),
+    );
     expect(text).not.toMatch(/default|::\/0|set-name|^network:/m);
     expect(text).toMatch(/^version: 2$/m);
   });
 
   it("is block-style YAML ending in a newline", () => {
-    expect(buildNetworkConfig([nic({ addresses: ["203.0.113.7/24"] })])).toBe(
+    expect(buildNetworkConfig(decodeNics([nic({ addresses: ["203.0.113.7/24"] })]))).toBe(
       [
         "version: 2",
         "ethernets:",
@@ -164,7 +178,7 @@ describe("buildNetworkConfig", () => {
     const withoutMac = nic({ primary: false });
     delete withoutMac.mac;
     try {
-      buildNetworkConfig([nic(), withoutMac]);
+      buildNetworkConfig(decodeNics([nic(), withoutMac]));
       expect.unreachable();
     } catch (err) {
       expect(err).toBeInstanceOf(ValidationError);
@@ -172,11 +186,5 @@ describe("buildNetworkConfig", () => {
         { property: "nics[1].macAddress", reason: "is needed: network-config matches NICs by MAC" },
       ]);
     }
-  });
-
-  it("refuses NICs that break the rules of nics (a gateway outside its subnets)", () => {
-    expect(() =>
-      buildNetworkConfig([nic({ addresses: ["203.0.113.7/24"], gateway4: "198.51.100.1" })]),
-    ).toThrow(/nics\[0\]\.gateway4: 198\.51\.100\.1 is outside/);
   });
 });

@@ -12,7 +12,7 @@ import {
   poolSize,
   representativeAddresses,
 } from "../../../../provider/kvm/network/address-pool";
-import { readNics } from "../../../../provider/kvm/network/nic";
+import { readNics } from "../../../../provider/kvm/network/nic-rules";
 import { Failures } from "../../../../provider/kvm/validation";
 
 describe("a pool range", () => {

@@ -2,7 +2,6 @@ import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import {
   attachmentOf,
-  checkNicSpecs,
   DIRECT_MODES,
   deriveMac,
   filterParameters,
@@ -12,11 +11,16 @@ import {
   macAddressProblem,
   type NicAttachment,
   type NicSpec,
-  readNics,
-  resolveHostNics,
   shorthandNic,
 } from "../../../../provider/kvm/network/nic";
-import { Failures, type ValidationFailure } from "../../../../provider/kvm/validation";
+import {
+  type CheckedNic,
+  checkNicSpecs,
+  decodeNics,
+  readNics,
+  resolveHostNics,
+} from "../../../../provider/kvm/network/nic-rules";
+import { Failures, type ValidationError, type ValidationFailure } from "../../../../provider/kvm/validation";
 
 /** Stands for a Pulumi unknown at preview. */
 const PENDING = "<pending>";
@@ -31,10 +35,10 @@ function properties(input: unknown): string[] {
   return read(input).failures.map((x) => x.property);
 }
 
-function nics(input: unknown): NicSpec[] {
+function nics(input: unknown): CheckedNic[] {
   const { result, failures } = read(input);
   expect(failures).toEqual([]);
-  return result as NicSpec[];
+  return result as CheckedNic[];
 }
 
 describe("readNics: what it returns", () => {
@@ -485,6 +489,98 @@ describe("checkNicSpecs: NICs built in code, by the same rules", () => {
   });
 });
 
+describe("decodeNics: NICs from the state or from code, checked once before the builders take them", () => {
+  const base: NicSpec = {
+    network: "kvmp-nat",
+    mac: "52:54:00:aa:00:02",
+    addresses: [],
+    nameservers: [],
+    primary: true,
+  };
+  const nic = (over: Partial<NicSpec>): NicSpec => ({ ...base, ...over });
+  const failuresOf = (list: NicSpec[]): string[] => {
+    try {
+      decodeNics(list);
+      return [];
+    } catch (err) {
+      return (err as ValidationError).failures.map((x) => x.property);
+    }
+  };
+
+  it("returns the NICs as they are when they keep the rules", () => {
+    const list = [
+      nic({}),
+      nic({ network: undefined, direct: { dev: "eth1", mode: "vepa" }, mac: undefined, primary: false }),
+    ];
+    const got = decodeNics(list);
+    expect(got).toEqual(list);
+    for (const [i, n] of got.entries()) expect(n).toBe(list[i]);
+  });
+
+  it.each<[string, NicSpec[], string]>([
+    [
+      "a multicast MAC of the shorthand",
+      [shorthandNic(undefined, "01:00:5e:00:00:01")],
+      "nics[0].macAddress",
+    ],
+    [
+      "a malformed MAC of the shorthand",
+      [shorthandNic(undefined, "52-54-00-00-00-01")],
+      "nics[0].macAddress",
+    ],
+    ["a bad network name", [shorthandNic({ kind: "network", network: "a/b" }, undefined)], "nics[0].network"],
+    [
+      "a long bridge name",
+      [shorthandNic({ kind: "bridge", bridge: "bridge-name-too-long" }, undefined)],
+      "nics[0].bridge",
+    ],
+    [
+      "a bad mode of the shorthand's NIC",
+      [shorthandNic({ kind: "direct", dev: "eth1", mode: "x" as never }, undefined)],
+      "nics[0].direct.mode",
+    ],
+    [
+      "a bad device of the shorthand's NIC",
+      [shorthandNic({ kind: "direct", dev: "", mode: "bridge" }, undefined)],
+      "nics[0].direct.dev",
+    ],
+    [
+      "an unknown macvtap mode",
+      [nic({ network: undefined, direct: { dev: "eth1", mode: "x" as never } })],
+      "nics[0].direct.mode",
+    ],
+    ["a bad bridge name", [nic({ network: undefined, bridge: "a bridge" })], "nics[0].bridge"],
+    ["a multicast MAC", [nic({ mac: "03:00:00:00:00:01" })], "nics[0].macAddress"],
+    ["one MAC on two NICs", [nic({}), nic({ primary: false })], "nics[1].macAddress"],
+    ["a rate of 0", [nic({ bandwidth: { inboundKbps: 0 } })], "nics[0].bandwidth.inboundKbps"],
+    ["a bad filter name", [nic({ filter: "no/slash" })], "nics[0].filter"],
+    [
+      "a filter on a direct NIC",
+      [nic({ network: undefined, direct: { dev: "eth1", mode: "bridge" }, filter: "clean-traffic" })],
+      "nics[0].filter",
+    ],
+    [
+      "an address without its prefix (a filter's parameter)",
+      [nic({ addresses: ["203.0.113.7"] })],
+      "nics[0].addresses[0]",
+    ],
+    [
+      "a gateway outside its subnets",
+      [nic({ addresses: ["203.0.113.7/24"], gateway4: "198.51.100.1" })],
+      "nics[0].gateway4",
+    ],
+  ])("refuses %s", (_, list, property) => {
+    expect(failuresOf(list)).toContain(property);
+  });
+
+  it("holds NICs resolved onto the host's attachment to the rules too: a filter on a host's macvtap NIC", () => {
+    const filtered = decodeNics([{ ...shorthandNic(undefined, undefined), filter: "clean-traffic" }]);
+    expect(() => resolveHostNics(filtered, { kind: "direct", dev: "eth0", mode: "bridge" })).toThrow(
+      /nics\[0\]\.filter/,
+    );
+  });
+});
+
 describe("the one-NIC shorthand and the host's NIC", () => {
   it.each<[string, NicAttachment | undefined, string | undefined, NicSpec]>([
     [
@@ -514,12 +610,9 @@ describe("the one-NIC shorthand and the host's NIC", () => {
   });
 
   it("attaches a NIC that names nothing to the host's NIC, and leaves the others", () => {
-    const own = nics([{ bridge: "br1", macAddress: "52:54:00:00:00:01" }])[0] as NicSpec;
-    const resolved = resolveHostNics([shorthandNic(undefined, "52:54:00:00:00:02"), own], {
-      kind: "direct",
-      dev: "eth0",
-      mode: "bridge",
-    });
+    const own = nics([{ bridge: "br1", macAddress: "52:54:00:00:00:01" }])[0] as CheckedNic;
+    const given = decodeNics([shorthandNic(undefined, "52:54:00:00:00:02"), { ...own, primary: false }]);
+    const resolved = resolveHostNics(given, { kind: "direct", dev: "eth0", mode: "bridge" });
     expect(resolved.map(attachmentOf)).toEqual([
       { kind: "direct", dev: "eth0", mode: "bridge" },
       { kind: "bridge", bridge: "br1" },
@@ -532,7 +625,7 @@ describe("the one-NIC shorthand and the host's NIC", () => {
       "nameservers",
       "primary",
     ]);
-    expect(resolved[1]).toBe(own);
+    expect(resolved[1]).toBe(given[1]);
   });
 });
 

@@ -68,8 +68,8 @@ export interface OutputProperty extends Prop {
   /**
    * `derived`: computed from a secret (a digest, a hash, key material): a
    * secret output of the dynamic provider, never returned by the plugin.
-   * `internal`: what the provider keeps for itself (typed Any in the schema),
-   * not an output of the class. `program`: made by the class in the program,
+   * `internal`: what the provider keeps for itself (the resolved image, the
+   * owner, whether check chose the name): in the schema, not in the class. `program`: made by the class in the program,
    * never by the provider.
    */
   role?: "derived" | "internal" | "program";

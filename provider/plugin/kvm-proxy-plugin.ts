@@ -27,7 +27,8 @@
  *   hash is kept in the inputs themselves.
  */
 import { ownerUrnOf, UNKNOWN } from "../resource/args";
-import { asChecked, engineTimeout } from "../resource/check";
+import { engineTimeout } from "../resource/check";
+import { decodeChecked } from "../resource/checked-inputs";
 import { SECRET_DERIVED_OUTPUTS } from "../resource/kvm-proxy-properties";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
@@ -89,7 +90,7 @@ export function published(outs: Props): Props {
  */
 export function runtimeOlds(outputs: Props, oldInputs: Props): Props {
   if (oldInputs.resolvedImage === undefined || typeof outputs.host !== "string") return outputs;
-  const checked = asChecked(oldInputs);
+  const checked = decodeChecked(oldInputs);
   const derived: Props = secretDerivedOutputsOf(checked, outputs.host);
   const adopted = oldInputs.adoptedSpecHash;
   if (typeof adopted === "string") {

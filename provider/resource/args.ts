@@ -13,6 +13,17 @@ import type { ProxyTls } from "../kvm/tls/proxy-tls";
 /** The value Pulumi sends for an input not known yet (during preview). */
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
+/** True when `v` is (or, for objects and arrays, contains) an unknown value. Iterative: no depth overflows it. */
+export function isUnknown(v: unknown): boolean {
+  const todo: unknown[] = [v];
+  while (todo.length > 0) {
+    const x = todo.pop();
+    if (x === UNKNOWN) return true;
+    if (typeof x === "object" && x !== null) todo.push(...Object.values(x));
+  }
+  return false;
+}
+
 /** An image given inline rather than by a key of `kvm:images`. */
 export interface InlineImage {
   /** https://, http://, file:///path or an absolute local path, read from where Pulumi runs. */

@@ -12,8 +12,6 @@
 import { durationText } from "../errors";
 import {
   couldBeImageKey,
-  FIRMWARES,
-  IMAGE_FORMATS,
   type ImageConfig,
   type ImageIdentity,
   mayCarryCredentials,
@@ -39,7 +37,14 @@ import type { ProxySetup } from "../kvm/proxy/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";
 import { issuedAtCreate, type TlsCa } from "../kvm/tls/proxy-tls";
 import { Failures, internalFailure, quote, ValidationError, type ValidationFailure } from "../kvm/validation";
-import { type CheckedInputs, DEFAULTS, MAX_TIMEOUT_SECONDS, type OwnerInput, UNKNOWN } from "./args";
+import {
+  type CheckedInputs,
+  DEFAULTS,
+  isUnknown,
+  MAX_TIMEOUT_SECONDS,
+  type OwnerInput,
+  UNKNOWN,
+} from "./args";
 import {
   type AddressClaim,
   type CheckedNetworking,
@@ -52,6 +57,7 @@ import {
 import { candidateHosts, checkHost, checkRotation, type HostClaim, hostKeysOf } from "./check-placement";
 import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
+import { decodeChecked } from "./checked-inputs";
 import { defaultUserData } from "./default-user-data";
 import { INPUT_PROPERTIES, KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED } from "./kvm-proxy-properties";
 import { proxySetupOf, vmNicsOf } from "./mapping";
@@ -110,17 +116,6 @@ function withPreviewTls(c: Parameters<typeof proxySetupOf>[0]): ProxySetup {
 function defaultMakeCa(commonName: string): TlsCa {
   const ca = makeCaNow({ commonName, now: new Date() });
   return { certificate: ca.certificatePem, privateKey: ca.privateKeyPem, made: true };
-}
-
-/** True when `v` is (or, for objects and arrays, contains) an unknown value. Iterative: no depth overflows it. */
-export function isUnknown(v: unknown): boolean {
-  const todo: unknown[] = [v];
-  while (todo.length > 0) {
-    const x = todo.pop();
-    if (x === UNKNOWN) return true;
-    if (typeof x === "object" && x !== null) todo.push(...Object.values(x));
-  }
-  return false;
 }
 
 /**
@@ -656,7 +651,7 @@ export function checkInputs(
       ? undefined
       : // Advice: a bug in it fails nothing.
         guard(new Failures(), "network", undefined, () =>
-          unreachableAddressWarning(vmNicsOf(asChecked(out)), host),
+          unreachableAddressWarning(vmNicsOf(decodeChecked(out)), host),
         );
   const warnings = [
     ...(warning !== undefined ? [warning] : []),
@@ -665,16 +660,4 @@ export function checkInputs(
       : []),
   ];
   return { inputs: out, failures: [], ...(warnings.length > 0 ? { warnings } : {}) };
-}
-
-/** The checked inputs as the typed record create/update use (after preview, nothing is unknown). */
-export function asChecked(inputs: Record<string, unknown>): CheckedInputs {
-  const resolved = inputs.resolvedImage as ImageIdentity | undefined;
-  if (resolved === undefined || isUnknown(inputs)) {
-    throw new ValidationError([{ property: "", reason: "inputs were not checked or are still unknown" }]);
-  }
-  if (!IMAGE_FORMATS.includes(resolved.format) || !FIRMWARES.includes(resolved.firmware)) {
-    throw new ValidationError([{ property: "image", reason: "resolved image is malformed" }]);
-  }
-  return inputs as unknown as CheckedInputs;
 }

@@ -10,10 +10,10 @@ import { canonicalJson } from "../kvm/domain/metadata";
 import { inPool } from "../kvm/network/address-pool";
 import { bare } from "../kvm/network/ip";
 import type { NicBandwidth, NicSpec } from "../kvm/network/nic";
-import { type CheckedInputs, DEFAULTS, hostEntryOf, UNKNOWN } from "./args";
-import { asChecked, isUnknown } from "./check";
+import { type CheckedInputs, DEFAULTS, hostEntryOf, isUnknown, UNKNOWN } from "./args";
 import { hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeBase64 } from "./check-seed";
+import { decodeChecked } from "./checked-inputs";
 import { defaultUserData, legacyDefaultUserData } from "./default-user-data";
 import {
   type Change,
@@ -261,7 +261,7 @@ function adoptedDiff(olds: Props, news: Props): DiffOutcome | undefined {
   if (typeof olds.adoptedSpecHash !== "string" || isUnknown(news) || news.resolvedImage === undefined) {
     return undefined;
   }
-  if (specHashOf(asChecked(news)) !== olds.adoptedSpecHash) return undefined;
+  if (specHashOf(decodeChecked(news)) !== olds.adoptedSpecHash) return undefined;
   const updates = same(olds.tags ?? {}, news.tags ?? {}) ? [] : ["tags"];
   return { changes: updates.length > 0, replaces: [], updates, deleteBeforeReplace: false };
 }

@@ -10,7 +10,7 @@
 import { ProviderError } from "../errors";
 import { type HostConfig, mayCarryKeyMaterial } from "../kvm/config/host-config";
 import type { HostEntry } from "./args";
-import { isUnknown } from "./check";
+import { isUnknown } from "./args";
 import { isHostEntry } from "./check-placement";
 import { isSealed, openHostConnection, sealHostConnection } from "./host-connection";
 import type { StackConfig } from "./stack-config";

@@ -25,8 +25,9 @@ import { Failures, ValidationError } from "../kvm/validation";
 import { proxyAddressOf, waitOptionsOf } from "./address-outputs";
 import { type CheckedInputs, DEFAULTS, ownerUrnOf, placementOf } from "./args";
 import { backendIdentity } from "./backend";
-import { asChecked, checkInputs } from "./check";
+import { checkInputs } from "./check";
 import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
+import { decodeChecked } from "./checked-inputs";
 import { bandwidthChanges, collisions, diffProxy, keptReplaceNote, same } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
 import { isSealed } from "./host-connection";
@@ -335,7 +336,7 @@ export class KvmProxyRuntime {
    * maps the inputs onto its spec and the outcome onto outputs or errors.
    */
   async create(inputs: Props, options: DeadlineOptions = {}): Promise<{ id: string; outs: Props }> {
-    const checked = asChecked(inputs);
+    const checked = decodeChecked(inputs);
     const { pool } = placementOf(checked.host);
     this.registerHost(checked.host);
     // A NIC naming a host's address pool takes the pool of the host the VM goes to: placement's, with a pool.
@@ -516,7 +517,10 @@ export class KvmProxyRuntime {
     options: DeadlineOptions = {},
   ): Promise<{ outs: Props }> {
     // A pool NIC keeps the address its VM was made with (the state's).
-    const c = withPoolAddresses(asChecked(this.onVmHost(id, olds, news)), olds.nics as NicSpec[] | undefined);
+    const c = withPoolAddresses(
+      decodeChecked(this.onVmHost(id, olds, news)),
+      olds.nics as NicSpec[] | undefined,
+    );
     const { host, name } = parseProviderId(id);
     // How the host is reached now (a host given in full may have a new address or key).
     this.registerHost(c.host);

@@ -22,7 +22,7 @@ import {
 } from "../../../provider/plugin/kvm-proxy-plugin";
 import { isSecret, reveal, SECRET_SIG, SECRET_VALUE } from "../../../provider/plugin/property-values";
 import { UNKNOWN } from "../../../provider/resource/args";
-import { asChecked } from "../../../provider/resource/check";
+import { decodeChecked } from "../../../provider/resource/checked-inputs";
 import { SECRET_DERIVED_OUTPUTS } from "../../../provider/resource/kvm-proxy-properties";
 import { outputsFrom, specHashOf } from "../../../provider/resource/mapping";
 import { KvmProxyRuntime, PartialCreateError } from "../../../provider/resource/provider";
@@ -208,7 +208,7 @@ describe("what is computed from a secret stays out of the outputs", () => {
     expect(r.failures).toEqual([]);
     const plain = withoutPassword(reveal(r.inputs).props).inputs;
     const status = { host: "lab", name: "edge-plugin", state: "running" as const, uuid: "u-1" };
-    const all = outputsFrom(asChecked(plain), status);
+    const all = outputsFrom(decodeChecked(plain), status);
     return { inputs: r.inputs, all, outputs: published(all) };
   }
 
@@ -243,7 +243,7 @@ describe("what is computed from a secret stays out of the outputs", () => {
   it("keeps an import's spec hash in its inputs; the digests of inputs read back from a VM count only when they build its spec", async () => {
     const { inputs, all } = await built(PASSWORD);
     const plain = withoutPassword(reveal(inputs).props).inputs;
-    const spec = specHashOf(asChecked(plain));
+    const spec = specHashOf(decodeChecked(plain));
     const imported = await plugin.check(URN, {}, { ...news(), adoptedSpecHash: spec });
     expect(reveal(imported.inputs).props.adoptedSpecHash).toBe(spec);
     expect(runtimeOlds({ host: "lab" }, { ...plain, adoptedSpecHash: spec })).toMatchObject({

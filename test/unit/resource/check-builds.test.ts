@@ -15,7 +15,8 @@ import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
 import { buildSeed, seedFiles } from "../../../provider/kvm/guest/seed";
 import { MAX_SEED_FILE_BYTES } from "../../../provider/kvm/guest/seed-iso";
 import { resolveHostNics } from "../../../provider/kvm/network/nic-rules";
-import { asChecked, checkInputs } from "../../../provider/resource/check";
+import { checkInputs } from "../../../provider/resource/check";
+import { decodeChecked } from "../../../provider/resource/checked-inputs";
 import { createSpec } from "../../../provider/resource/mapping";
 import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
@@ -112,7 +113,7 @@ function casesPass(seed: number): void {
       };
       const r = checkInputs({}, news, { config, randomBytes: (n) => new Uint8Array(n).fill(7) });
       if (r.failures.length > 0) return;
-      const spec = createSpec(asChecked(r.inputs));
+      const spec = createSpec(decodeChecked(r.inputs));
       const files = seedFiles(spec);
       for (const f of [files.userData, files.vendorData, files.networkConfig]) {
         if (f !== undefined) expect(Buffer.byteLength(f)).toBeLessThanOrEqual(MAX_SEED_FILE_BYTES);

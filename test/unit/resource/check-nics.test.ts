@@ -2,8 +2,9 @@ import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import type { HostConfig } from "../../../provider/kvm/config/host-config";
 import { seedFiles } from "../../../provider/kvm/guest/seed";
-import { asChecked, checkInputs } from "../../../provider/resource/check";
+import { checkInputs } from "../../../provider/resource/check";
 import { outgoingAddressProblem, unreachableAddressWarning } from "../../../provider/resource/check-nics";
+import { decodeChecked } from "../../../provider/resource/checked-inputs";
 import { createSpec, vmNicsOf } from "../../../provider/resource/mapping";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
@@ -108,7 +109,7 @@ describe("nics at check", () => {
 
 /** The network-config file of the seed create builds for `inputs` (checked), as text, or undefined. */
 function seedNetworkConfig(inputs: Record<string, unknown>): string | undefined {
-  const file = seedFiles(createSpec(asChecked(inputs))).networkConfig;
+  const file = seedFiles(createSpec(decodeChecked(inputs))).networkConfig;
   return file === undefined ? undefined : file.toString();
 }
 
@@ -229,7 +230,7 @@ describe("preview's warning of an address only the host reaches", () => {
       false,
     ],
   ])("%s: %s", (_, host, news, warned) => {
-    const c = asChecked(check(news).inputs);
+    const c = decodeChecked(check(news).inputs);
     const text = unreachableAddressWarning(vmNicsOf(c), host);
     expect(text !== undefined).toBe(warned);
     if (warned) expect(text).toMatch(/libvirt network "(default|lan)" of host "remote"/);

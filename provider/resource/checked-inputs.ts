@@ -1,0 +1,113 @@
+/**
+ * The checked inputs as create, update, diff and the plugin read them back
+ * from the engine: what check returned (or, in a state, what an older
+ * version's check or an import's metadata made), decoded once into
+ * `CheckedInputs`. The fields every such record has (the resolved image,
+ * the host, the name, the port) must be there; each other field, when
+ * there, is held to the shape check gives it (an import's inputs and older
+ * states lack some: diff reads those by their rows' `stateDefault`). Below
+ * this door the code takes the types as they are. Pure.
+ */
+import { FIRMWARES, IMAGE_FORMATS } from "../kvm/config/image";
+import { domainNameProblem } from "../kvm/domain/names";
+import { isObject } from "../kvm/fields";
+import { checkedNics } from "../kvm/network/nic-rules";
+import { Failures, ValidationError } from "../kvm/validation";
+import { type CheckedInputs, isUnknown } from "./args";
+import { KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED } from "./kvm-proxy-properties";
+
+type Props = Record<string, unknown>;
+
+const WAIT_FOR_IP: readonly unknown[] = [true, false, "ipv4", "ipv6", "any"];
+
+/** Why `v` is no host as check keeps it (a key, a host in full, a pool of either), or undefined. */
+function hostProblem(v: unknown): string | undefined {
+  const isEntry = (h: unknown) => isObject(h) && typeof h.key === "string" && typeof h.uri === "string";
+  if (typeof v === "string" || isEntry(v)) return undefined;
+  if (isObject(v) && Array.isArray(v.pool) && v.pool.every((h) => typeof h === "string" || isEntry(h)))
+    return undefined;
+  return "must be a host key, a host in full ({key, uri, ...}) or {pool: [...]}";
+}
+
+/** Holds one field to `ok`, recording `reason` at it otherwise; an absent optional field passes. */
+function expect(f: Failures, c: Props, key: string, ok: (v: unknown) => boolean, reason: string): void {
+  if (c[key] !== undefined && !ok(c[key])) f.fail(key, reason);
+}
+
+/**
+ * The checked inputs `inputs` hold. Throws a ValidationError naming each
+ * malformed field (nothing of its value: the inputs may hold secrets), or
+ * saying that the inputs are still unknown (a preview's).
+ */
+export function decodeChecked(inputs: Props): CheckedInputs {
+  if (isUnknown(inputs)) {
+    throw new ValidationError([{ property: "", reason: "inputs are still unknown (a preview's)" }]);
+  }
+  const c = inputs;
+  const f = new Failures();
+  const image = c.resolvedImage;
+  if (
+    !isObject(image) ||
+    typeof image.url !== "string" ||
+    !IMAGE_FORMATS.includes(image.format as never) ||
+    !FIRMWARES.includes(image.firmware as never)
+  )
+    f.fail("image", "the resolved image is missing or malformed: the inputs were not checked");
+  const host = hostProblem(c.host);
+  if (host !== undefined) f.fail("host", host);
+  for (const key of VALUE_CHECKED) {
+    const row = KVM_PROXY_INPUT_PROPERTIES[key];
+    const check = row.check;
+    const v = c[key];
+    if (v === undefined) continue;
+    if (check === "boolean") {
+      if (typeof v !== "boolean") f.fail(key, "must be true or false");
+    } else if (check !== undefined) {
+      const { min, max } = check.integer;
+      if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max)
+        f.fail(key, `must be an integer from ${min} to ${max}`);
+    }
+  }
+  if (domainNameProblem(c.name) !== undefined)
+    f.fail("name", "must be a domain name check chose or accepted");
+  if (
+    typeof c.proxyPort !== "number" ||
+    !Number.isInteger(c.proxyPort) ||
+    c.proxyPort < 1 ||
+    c.proxyPort > 65535
+  )
+    f.fail("proxyPort", "must be a port from 1 to 65535");
+  expect(f, c, "waitForIp", (v) => WAIT_FOR_IP.includes(v), 'must be true, false, "ipv4", "ipv6" or "any"');
+  expect(f, c, "healthCheck", (v) => v === false || isObject(v), "must be false or {url, expectStatus, via}");
+  expect(f, c, "egressCheck", (v) => isObject(v) && typeof v.url === "string", "must be {url}");
+  expect(
+    f,
+    c,
+    "timeouts",
+    (v) => isObject(v) && typeof v.create === "number" && typeof v.delete === "number",
+    "must be {create, delete} in seconds",
+  );
+  expect(
+    f,
+    c,
+    "tags",
+    (v) => isObject(v) && Object.values(v).every((t) => typeof t === "string"),
+    "must be an object of string values",
+  );
+  expect(
+    f,
+    c,
+    "rotation",
+    (v) => isObject(v) && typeof v.maxAge === "number",
+    "must be {maxAge, batch, ...}",
+  );
+  expect(f, c, "proxy", isObject, "must be the proxy block check made");
+  for (const key of ["userData", "userDataBase64", "vendorData", "vendorDataBase64", "networkConfig"])
+    expect(f, c, key, (v) => typeof v === "string", "must be text");
+  if (c.nics !== undefined) {
+    if (!Array.isArray(c.nics)) f.fail("nics", "must be a list of NICs");
+    else checkedNics(c.nics, f);
+  }
+  f.throwIfAny("the checked inputs are malformed");
+  return c as unknown as CheckedInputs;
+}

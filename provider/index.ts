@@ -33,6 +33,8 @@ export { buildVendorData, GUEST_AGENT_SCRIPT, type VendorDataOptions } from "./k
 export { type NicSpec, shorthandNic } from "./kvm/network/nic";
 export { type CheckedNic, decodeNics } from "./kvm/network/nic-rules";
 export { ValidationError, type ValidationFailure } from "./kvm/validation";
+export { KvmProxy, PROVIDER_MODULE } from "./program/kvm-proxy";
+export { PROXY_FLEET_TYPE, ProxyFleet, type ProxyFleetArgs } from "./program/proxy-fleet";
 export {
   DEFAULTS,
   type HealthCheck,
@@ -43,7 +45,5 @@ export {
   type Timeouts,
 } from "./resource/args";
 export { defaultUserData } from "./resource/default-user-data";
-export { KvmProxy, PROVIDER_MODULE } from "./resource/kvm-proxy";
 export { REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "./resource/kvm-proxy-properties";
 export type { KvmProxyOutputs } from "./resource/outputs";
-export { PROXY_FLEET_TYPE, ProxyFleet, type ProxyFleetArgs } from "./resource/proxy-fleet";

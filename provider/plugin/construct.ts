@@ -24,8 +24,8 @@
  */
 import { createRequire } from "node:module";
 import * as pulumi from "@pulumi/pulumi";
+import { ProxyFleet, type ProxyFleetArgs } from "../program/proxy-fleet";
 import type { KvmProxyArgs } from "../resource/args";
-import { ProxyFleet, type ProxyFleetArgs } from "../resource/proxy-fleet";
 import { PROXY_FLEET_TOKEN } from "../schema/properties";
 import { PACKAGE } from "../schema/type-spec";
 import { PluginKvmProxy } from "./plugin-kvm-proxy";

@@ -26,14 +26,15 @@
  *   outputs are derived from them again (`runtimeOlds`); an import's spec
  *   hash is kept in the inputs themselves.
  */
+
+import { hashedProxyBlock, isPlain, urlWithCredentials } from "../program/proxy-auth";
+import { secretKeysOf } from "../program/secret-inputs";
 import { ownerUrnOf, UNKNOWN } from "../resource/args";
 import { engineTimeout } from "../resource/check";
 import { decodeChecked } from "../resource/checked-inputs";
 import { SECRET_DERIVED_OUTPUTS } from "../resource/kvm-proxy-properties";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
-import { hashedProxyBlock, isPlain, urlWithCredentials } from "../resource/proxy-auth";
-import { secretKeysOf } from "../resource/secret-inputs";
 import { conceal, ownerOfUrn, type Props, reveal } from "./property-values";
 
 /** The checked inputs without the password, and the password (undefined without auth). */

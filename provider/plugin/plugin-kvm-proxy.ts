@@ -8,8 +8,8 @@
  * with credentials among them, secret.
  */
 import * as pulumi from "@pulumi/pulumi";
+import type { FleetMember } from "../program/proxy-fleet";
 import type { KvmProxyArgs } from "../resource/args";
-import type { FleetMember } from "../resource/proxy-fleet";
 import { KVM_PROXY_TOKEN } from "../schema/properties";
 import { servedSchemaSpec } from "./served-schema";
 

@@ -10,8 +10,9 @@
  * - A resource's URN names its stack, project, type and name
  *   (`urn:pulumi:<stack>::<project>::<parent types$>type::<name>`).
  */
+
+import { isPlain as isObject } from "../program/proxy-auth";
 import { UNKNOWN } from "../resource/args";
-import { isPlain as isObject } from "../resource/proxy-auth";
 
 /** The key and value that mark an object as a secret wrapper (Pulumi's resource/sig). */
 export const SECRET_SIG = "4dabf18193072939515e22adb298388d";

@@ -8,6 +8,8 @@
  * (provider/resource/kvm-proxy-properties.ts). Types, secrets and defaults
  * are here; descriptions are the interfaces' TSDoc.
  */
+
+import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../program/proxy-fleet";
 import type {
   EgressCheck,
   HealthCheck,
@@ -30,7 +32,6 @@ import type {
 import { DEFAULTS } from "../resource/args";
 import { KVM_PROXY_INPUT_PROPERTIES } from "../resource/kvm-proxy-properties";
 import type { KeptAfterFailure, NicAddresses, ProxyHealth } from "../resource/outputs";
-import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../resource/proxy-fleet";
 import {
   ANY,
   BOOLEAN,

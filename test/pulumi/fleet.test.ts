@@ -16,7 +16,7 @@ import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../provider/kvm/host/operations";
 import { squidPasswordHash } from "../../provider/kvm/proxy/password-hash";
-import { memberPassword } from "../../provider/resource/proxy-auth";
+import { memberPassword } from "../../provider/program/proxy-auth";
 import { staticBridgeOf, type TestHost, testHost, virshUri } from "../support/test-host";
 import { cacheVolumeOf, TEST_IMAGE, TEST_PROXY_ARGS, virsh, virshQuiet, Workspace } from "./harness";
 

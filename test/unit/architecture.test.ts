@@ -220,6 +220,14 @@ describe("architecture", () => {
     },
   );
 
+  it.each(under("provider/program").map((s) => [s.file] as const))(
+    "%s, run in the user's program, touches no host: the KVM core's pure rules only",
+    (file) => {
+      const bad = edges(file).filter((i) => /^provider\/(kvm\/host|libvirt|transport)\//.test(i.target));
+      expect(bad.map((i) => i.from)).toEqual([]);
+    },
+  );
+
   it.each(under("provider/plugin").map((s) => [s.file] as const))(
     "%s, the plugin's front door, reaches the KVM core only through the resource layer",
     (file) => {
@@ -234,11 +242,13 @@ describe("architecture", () => {
   });
 
   const LAYERS: [string, RegExp][] = [
-    ["provider/transport", /^provider\/(libvirt|kvm|resource|gc|cli|plugin)\//],
-    ["provider/libvirt", /^provider\/(kvm|resource|gc|cli|plugin)\//],
-    ["provider/kvm", /^provider\/(resource|gc|cli|plugin)\//],
+    ["provider/transport", /^provider\/(libvirt|kvm|resource|program|gc|cli|plugin)\//],
+    ["provider/libvirt", /^provider\/(kvm|resource|program|gc|cli|plugin)\//],
+    ["provider/kvm", /^provider\/(resource|program|gc|cli|plugin)\//],
     // The resource layer writes its properties' types in the schema's words (a leaf with no imports).
-    ["provider/resource", /^provider\/(gc|cli|plugin)\/|^provider\/schema\/(?!type-spec\.ts$)/],
+    ["provider/resource", /^provider\/(program|gc|cli|plugin)\/|^provider\/schema\/(?!type-spec\.ts$)/],
+    // What runs in the user's program stands on the lifecycle's types and rules, never on a front door.
+    ["provider/program", /^provider\/(gc|cli|plugin)\//],
     ["provider/schema", /^provider\/(gc|cli|plugin)\//],
   ];
   it.each(LAYERS)("nothing in %s imports a layer above it", (folder, above) => {
@@ -262,7 +272,8 @@ describe("architecture", () => {
         .filter(
           (i) =>
             !/^provider\/schema\//.test(i.target) &&
-            !/^provider\/resource\/(args|outputs|proxy-fleet|kvm-proxy-properties)\.ts$/.test(i.target),
+            !/^provider\/resource\/(args|outputs|kvm-proxy-properties)\.ts$/.test(i.target) &&
+            i.target !== "provider/program/proxy-fleet.ts",
         )
         .map((i) => `${f} -> ${i.from}`),
     );

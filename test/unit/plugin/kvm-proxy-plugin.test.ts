@@ -21,12 +21,12 @@ import {
   withoutPassword,
 } from "../../../provider/plugin/kvm-proxy-plugin";
 import { isSecret, reveal, SECRET_SIG, SECRET_VALUE } from "../../../provider/plugin/property-values";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { decodeChecked } from "../../../provider/resource/checked-inputs";
 import { SECRET_DERIVED_OUTPUTS } from "../../../provider/resource/kvm-proxy-properties";
 import { outputsFrom, specHashOf } from "../../../provider/resource/mapping";
 import { KvmProxyRuntime, PartialCreateError } from "../../../provider/resource/provider";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 
 const URN = "urn:pulumi:dev::proj::kvmproxy:index:KvmProxy::edge";
 const OLD_URN = "urn:pulumi:dev::proj::pulumi-nodejs:dynamic:KvmProxy::edge";

@@ -15,10 +15,10 @@ import { buildDomainXml } from "../../../provider/kvm/domain/domain-xml";
 import { buildSeed, seedFiles } from "../../../provider/kvm/guest/seed";
 import { MAX_SEED_FILE_BYTES } from "../../../provider/kvm/guest/seed-iso";
 import { resolveHostNics } from "../../../provider/kvm/network/nic-rules";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import { checkInputs } from "../../../provider/resource/check";
 import { decodeChecked } from "../../../provider/resource/checked-inputs";
 import { createSpec } from "../../../provider/resource/mapping";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const FIXED_SEED = 230_001;

@@ -10,11 +10,11 @@ import { X509Certificate } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import type { TlsCa } from "../../../provider/kvm/tls/proxy-tls";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import { type CheckedInputs, UNKNOWN } from "../../../provider/resource/args";
 import { type CheckContext, checkInputs } from "../../../provider/resource/check";
 import { diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG, GOOD_INPUTS } from "../../support/bad-inputs";
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { parseDuration } from "../../../provider/kvm/duration";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs, engineTimeout } from "../../../provider/resource/check";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD, BAD_INPUT_CONFIG, GOOD_INPUTS, KEY } from "../../support/bad-inputs";
 

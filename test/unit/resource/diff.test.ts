@@ -1,6 +1,7 @@
 import { gzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
@@ -8,7 +9,6 @@ import { legacyDefaultUserData } from "../../../provider/resource/default-user-d
 import { collisions, diffProxy } from "../../../provider/resource/diff";
 import { REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/kvm-proxy-properties";
 import { outputsFrom, seedDigest } from "../../../provider/resource/mapping";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(

@@ -14,11 +14,11 @@ import { resolveHostPools } from "../../../provider/kvm/network/host-pools";
 import type { NicSpec } from "../../../provider/kvm/network/nic";
 import { readNics } from "../../../provider/kvm/network/nic-rules";
 import { Failures } from "../../../provider/kvm/validation";
+import { poolRoomProblem } from "../../../provider/program/proxy-fleet";
 import { checkInputs } from "../../../provider/resource/check";
 import { diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom } from "../../../provider/resource/mapping";
 import { KvmProxyRuntime } from "../../../provider/resource/provider";
-import { poolRoomProblem } from "../../../provider/resource/proxy-fleet";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const SOCKET = "unix:///run/libvirt/libvirt-sock";

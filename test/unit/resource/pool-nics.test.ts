@@ -7,9 +7,9 @@
 import { describe, expect, it } from "vitest";
 import type { NicSpec } from "../../../provider/kvm/network/nic";
 import { squidName } from "../../../provider/kvm/proxy/setup";
+import { poolRoomProblem } from "../../../provider/program/proxy-fleet";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { squidConfOf, withPoolAddresses } from "../../../provider/resource/mapping";
-import { poolRoomProblem } from "../../../provider/resource/proxy-fleet";
 
 const POOL = { ranges: ["203.0.113.10-203.0.113.14/24"] };
 const poolNic: NicSpec = {

@@ -9,6 +9,7 @@
 import { describe, expect, it } from "vitest";
 import { LOOPBACK_PROBE_PORT, squidName } from "../../../provider/kvm/proxy/setup";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
@@ -19,7 +20,6 @@ import {
   probeTargetOf,
   probeVia,
 } from "../../../provider/resource/probe-target";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(

@@ -7,10 +7,10 @@
  */
 import { describe, expect, it } from "vitest";
 import { buildSeed } from "../../../provider/kvm/guest/seed";
+import { hashedProxyBlock } from "../../../provider/program/proxy-auth";
 import type { CheckedInputs } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
 import { createSpec } from "../../../provider/resource/mapping";
-import { hashedProxyBlock } from "../../../provider/resource/proxy-auth";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(

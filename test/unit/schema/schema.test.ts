@@ -9,13 +9,13 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
+import { PROXY_FLEET_TYPE } from "../../../provider/program/proxy-fleet";
 import { DEFAULTS } from "../../../provider/resource/args";
 import {
   REPLACE_PROPERTIES,
   SECRET_OUTPUTS,
   UPDATE_PROPERTIES,
 } from "../../../provider/resource/kvm-proxy-properties";
-import { PROXY_FLEET_TYPE } from "../../../provider/resource/proxy-fleet";
 import {
   buildPackageSchema,
   dynamicOnlyOutputs,
@@ -30,8 +30,8 @@ const ROOT = path.resolve(__dirname, "../../..");
 const SOURCES = [
   "provider/resource/args.ts",
   "provider/resource/outputs.ts",
-  "provider/resource/proxy-fleet.ts",
-  "provider/resource/kvm-proxy.ts",
+  "provider/program/proxy-fleet.ts",
+  "provider/program/kvm-proxy.ts",
 ].map((f) => path.join(ROOT, f));
 const docs = docLookup(SOURCES);
 const schema = buildPackageSchema(docs);

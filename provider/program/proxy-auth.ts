@@ -8,7 +8,7 @@
 import { createHmac } from "node:crypto";
 import { given, isObject } from "../kvm/fields";
 import { passwordProblem, squidPasswordHash } from "../kvm/proxy/password-hash";
-import { UNKNOWN } from "./args";
+import { UNKNOWN } from "../resource/args";
 
 /** An object (not an array): the program's values as the class resolves them. */
 export const isPlain = isObject;

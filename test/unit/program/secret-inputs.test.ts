@@ -10,8 +10,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { mayCarryKeyMaterial } from "../../../provider/kvm/config/host-config";
-import { urlWithCredentials } from "../../../provider/resource/proxy-auth";
-import { secretKeysOf } from "../../../provider/resource/secret-inputs";
+import { urlWithCredentials } from "../../../provider/program/proxy-auth";
+import { secretKeysOf } from "../../../provider/program/secret-inputs";
 
 const KEY =
   "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";

@@ -6,7 +6,7 @@
  * in the checked inputs and the outputs it returns. Pure.
  */
 import { mayCarryKeyMaterial } from "../kvm/config/host-config";
-import { SECRET_OUTPUTS } from "./kvm-proxy-properties";
+import { SECRET_OUTPUTS } from "../resource/kvm-proxy-properties";
 import { isPlain } from "./proxy-auth";
 
 /** The top-level keys of `props` (inputs or outputs) to keep secret. */

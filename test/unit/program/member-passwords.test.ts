@@ -1,7 +1,7 @@
 /**
  * A fleet's per-member passwords (ProxyFleet `memberPasswords`): derived in
  * the program from one secret, deterministic, distinct per member, and what
- * the fleet's proxy block must say for them (provider/resource/proxy-auth.ts).
+ * the fleet's proxy block must say for them (provider/program/proxy-auth.ts).
  * That each works only on its own member's squid is shown with a real squid
  * (test/libvirtd/proxy/squid-rules.test.ts); that the state holds only their
  * hashes, through the CLI (test/pulumi/fleet.test.ts).
@@ -14,7 +14,7 @@ import {
   MIN_MEMBER_SECRET_LENGTH,
   memberPassword,
   memberProxyBlock,
-} from "../../../provider/resource/proxy-auth";
+} from "../../../provider/program/proxy-auth";
 
 const SECRET = "the fleet's one secret, 32 chars";
 

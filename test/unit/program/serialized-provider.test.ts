@@ -5,7 +5,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import * as pulumi from "@pulumi/pulumi";
 import { afterAll, describe, expect, it } from "vitest";
-import { PROVIDER_MODULE, serializedProvider } from "../../../provider/resource/kvm-proxy";
+import { PROVIDER_MODULE, serializedProvider } from "../../../provider/program/kvm-proxy";
 import * as implementation from "../../../provider/resource/provider";
 
 // The same serialization Pulumi applies to a dynamic resource's provider (dynamic/index.ts).
@@ -39,7 +39,7 @@ require.extensions[".ts"] = (module, file) => {
   const out = ts.transpileModule(fs.readFileSync(file, "utf8"), { compilerOptions: options, fileName: file });
   module._compile(out.outputText, file);
 };
-const { serializedProvider } = require(path.join(pkg, "provider/resource/kvm-proxy.ts"));
+const { serializedProvider } = require(path.join(pkg, "provider/program/kvm-proxy.ts"));
 const pulumi = require(require.resolve("@pulumi/pulumi", { paths: [pkg] }));
 pulumi.runtime
   .serializeFunction(() => serializedProvider, { allowSecrets: true })

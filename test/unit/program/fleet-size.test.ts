@@ -1,5 +1,5 @@
 /**
- * A ProxyFleet's size (provider/resource/proxy-fleet.ts): an integer from 0
+ * A ProxyFleet's size (provider/program/proxy-fleet.ts): an integer from 0
  * to MAX_FLEET_SIZE, refused otherwise by the constructor both doors use
  * (the KvmProxy class's program, the plugin's Construct) before the
  * component or any member registers.
@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import { fleetArgs } from "../../../provider/plugin/construct";
 import { PluginKvmProxy } from "../../../provider/plugin/plugin-kvm-proxy";
-import { fleetSizeProblem, MAX_FLEET_SIZE, ProxyFleet } from "../../../provider/resource/proxy-fleet";
+import { fleetSizeProblem, MAX_FLEET_SIZE, ProxyFleet } from "../../../provider/program/proxy-fleet";
 
 const REFUSED: [string, unknown, RegExp][] = [
   ["one over the maximum", MAX_FLEET_SIZE + 1, /got 1001$/],

@@ -14,9 +14,9 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { mayCarryKeyMaterial } from "../kvm/config/host-config";
-import { KVM_PROXY_TYPE, type KvmProxyArgs } from "./args";
-import { CLASS_OUTPUTS, type ClassOutputName, SECRET_OUTPUTS } from "./kvm-proxy-properties";
-import type { KvmProxyOutputs } from "./outputs";
+import { KVM_PROXY_TYPE, type KvmProxyArgs } from "../resource/args";
+import { CLASS_OUTPUTS, type ClassOutputName, SECRET_OUTPUTS } from "../resource/kvm-proxy-properties";
+import type { KvmProxyOutputs } from "../resource/outputs";
 import { hashedProxyBlock, isPlain, urlWithCredentials } from "./proxy-auth";
 
 /** The module the serialized provider requires: resolved from the program's folder. */

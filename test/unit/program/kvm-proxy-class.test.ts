@@ -5,7 +5,7 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { beforeAll, describe, expect, it } from "vitest";
-import { KvmProxy } from "../../../provider/resource/kvm-proxy";
+import { KvmProxy } from "../../../provider/program/kvm-proxy";
 import {
   CLASS_OUTPUTS,
   KVM_PROXY_OUTPUT_PROPERTIES,

@@ -12,12 +12,12 @@
 import * as pulumi from "@pulumi/pulumi";
 import { poolCapacity } from "../kvm/network/address-pool";
 import { hostPoolCapacity, type PoolHost } from "../kvm/network/host-pools";
-import type { HostInput, KvmProxyArgs, ProxyInput } from "./args";
-import { candidateHosts } from "./check-placement";
-import { sharedEgress } from "./egress";
+import type { HostInput, KvmProxyArgs, ProxyInput } from "../resource/args";
+import { candidateHosts } from "../resource/check-placement";
+import { sharedEgress } from "../resource/egress";
+import { readStackConfig } from "../resource/stack-config";
 import { KvmProxy } from "./kvm-proxy";
 import { memberProxyBlock } from "./proxy-auth";
-import { readStackConfig } from "./stack-config";
 
 export const PROXY_FLEET_TYPE = "kvmproxy:index:ProxyFleet";
 

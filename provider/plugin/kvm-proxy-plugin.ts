@@ -31,7 +31,7 @@ import { hashedProxyBlock, isPlain, urlWithCredentials } from "../program/proxy-
 import { secretKeysOf } from "../program/secret-inputs";
 import { ownerUrnOf, UNKNOWN } from "../resource/args";
 import { engineTimeout } from "../resource/check";
-import { decodeChecked } from "../resource/checked-inputs";
+import { recordedChecked } from "../resource/checked-inputs";
 import { SECRET_DERIVED_OUTPUTS } from "../resource/kvm-proxy-properties";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
@@ -91,7 +91,7 @@ export function published(outs: Props): Props {
  */
 export function runtimeOlds(outputs: Props, oldInputs: Props): Props {
   if (oldInputs.resolvedImage === undefined || typeof outputs.host !== "string") return outputs;
-  const checked = decodeChecked(oldInputs);
+  const checked = recordedChecked(oldInputs);
   const derived: Props = secretDerivedOutputsOf(checked, outputs.host);
   const adopted = oldInputs.adoptedSpecHash;
   if (typeof adopted === "string") {

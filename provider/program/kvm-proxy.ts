@@ -56,9 +56,9 @@ export interface KvmProxy extends ProviderOutputs {}
  * export const url = edge.proxyUrl;
  * ```
  *
- * Changing an input marked "replaces" in the reference (docs/reference/kvm-proxy.md;
- * the image also when the `kvm:images` entry behind its key changes) rebuilds the
- * VM; the other inputs update it in place. A VM kept after a failed create
+ * Changing an input that replaces (so marked in the package's reference and
+ * its schema; the image also when the `kvm:images` entry behind its key
+ * changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create
  * (`keepOnFailure`) is rebuilt by the next `up`.
  */
 // biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the outputs are declared by the property registry, and the engine sets each one (a key of the props)

@@ -1,12 +1,13 @@
 /**
- * The checked inputs as create, update, diff and the plugin read them back
- * from the engine: what check returned (or, in a state, what an older
- * version's check or an import's metadata made), decoded once into
- * `CheckedInputs`. The fields every such record has (the resolved image,
- * the host, the name, the port) must be there; each other field, when
- * there, is held to the shape check gives it (an import's inputs and older
- * states lack some: diff reads those by their rows' `stateDefault`). Below
- * this door the code takes the types as they are. Pure.
+ * The checked inputs as the engine hands them back, a property bag, made
+ * `CheckedInputs` again at one door. What check has just returned (create,
+ * update, diff's import case) is decoded ({@link decodeChecked}): the fields
+ * every such record has (the resolved image, the host, the name, the port)
+ * must be there, each other field, when there, must have the shape check
+ * gives it. What a state recorded long ago (the plugin's old inputs) is
+ * taken as it is ({@link recordedChecked}): rules change, and a refresh or
+ * a delete must not fail because of that. Below these doors the code takes
+ * the types as they are. Pure.
  */
 import { FIRMWARES, IMAGE_FORMATS } from "../kvm/config/image";
 import { domainNameProblem } from "../kvm/domain/names";
@@ -35,9 +36,11 @@ function expect(f: Failures, c: Props, key: string, ok: (v: unknown) => boolean,
 }
 
 /**
- * The checked inputs `inputs` hold. Throws a ValidationError naming each
- * malformed field (nothing of its value: the inputs may hold secrets), or
- * saying that the inputs are still unknown (a preview's).
+ * The checked inputs `inputs` hold, as check has just made them. Throws a
+ * ValidationError naming each malformed field (quoting no value of the
+ * fields that may hold secrets: the seed, the proxy block, a host in full;
+ * a NIC's failure names its address or MAC as check would), or saying that
+ * the inputs are still unknown (a preview's).
  */
 export function decodeChecked(inputs: Props): CheckedInputs {
   if (isUnknown(inputs)) {
@@ -110,4 +113,19 @@ export function decodeChecked(inputs: Props): CheckedInputs {
   }
   f.throwIfAny("the checked inputs are malformed");
   return c as unknown as CheckedInputs;
+}
+
+/**
+ * The checked inputs a state recorded, as they are: an older version's, or
+ * rebuilt from an imported VM's metadata (its memory as libvirt holds it,
+ * its NICs by the rules of their day). Only what could not be checked inputs
+ * at all is refused (a preview's unknowns, no resolved image): what is
+ * derived from them (how to reach the host, the seed's digests) must never
+ * fail a refresh or a delete because a rule changed since.
+ */
+export function recordedChecked(inputs: Props): CheckedInputs {
+  if (isUnknown(inputs) || !isObject(inputs.resolvedImage)) {
+    throw new ValidationError([{ property: "", reason: "the recorded inputs were never checked" }]);
+  }
+  return inputs as unknown as CheckedInputs;
 }

@@ -10,7 +10,8 @@
  *
  * Adding an input: its field in KvmProxyArgs (and CheckedInputs), its row
  * here (the type check fails without it), and its checker: the row's
- * `check` for a value checked alone, else a function in check.ts. Pure.
+ * `check` for a value checked alone, else a function in check.ts and the
+ * shape check gives it in checked-inputs.ts. Pure.
  */
 
 import { MAX_MEMORY_MIB, MAX_VCPUS, MIN_MEMORY_MIB } from "../kvm/domain/domain-xml";

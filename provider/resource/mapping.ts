@@ -37,23 +37,33 @@ export function defined<T extends Props>(o: T): T {
   return o;
 }
 
+type NicInputs = Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">;
+
 /**
- * The VM's NICs, from the checked inputs: those of `nics`, or the one of the
- * shorthand (`network` or `bridge`, `macAddress`; none of them: the host's
- * NIC), held to the rules of `nics` (they may come from the state). The one
- * door from the inputs to the KVM core, which knows no shorthand and trusts
- * a checked NIC: check builds the preview's seed from it, create the VM.
- * Throws a ValidationError naming a NIC that breaks a rule.
+ * The VM's NICs as the inputs (or the state) hold them, unchecked: those of
+ * `nics`, or the one of the shorthand (`network` or `bridge`, `macAddress`;
+ * none of them: the host's NIC). For reading only (where a probe goes); what
+ * builds goes through {@link vmNicsOf}.
  */
-export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): CheckedNic[] {
-  if (c.nics !== undefined) return decodeNics(c.nics, "invalid NICs in the inputs");
+export function vmNicSpecsOf(c: NicInputs): NicSpec[] {
+  if (c.nics !== undefined) return c.nics;
   const attachment: NicAttachment | undefined =
     c.bridge !== undefined
       ? { kind: "bridge", bridge: c.bridge }
       : c.network !== undefined
         ? { kind: "network", network: c.network }
         : undefined;
-  return decodeNics([shorthandNic(attachment, c.macAddress)], "invalid NIC in the inputs");
+  return [shorthandNic(attachment, c.macAddress)];
+}
+
+/**
+ * The VM's NICs ({@link vmNicSpecsOf}) held to the rules of `nics`: the one
+ * door from the inputs to the KVM core, which knows no shorthand and trusts
+ * a checked NIC. Check builds the preview's seed from it, create the VM.
+ * Throws a ValidationError naming a NIC that breaks a rule.
+ */
+export function vmNicsOf(c: NicInputs): CheckedNic[] {
+  return decodeNics(vmNicSpecsOf(c), "invalid NICs in the inputs");
 }
 
 /**

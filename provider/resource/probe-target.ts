@@ -14,7 +14,7 @@ import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
 import { type CheckedInputs, DEFAULTS } from "./args";
 import { hostOnlyNetwork } from "./check-nics";
 import type { ProbeTarget } from "./health-check";
-import { squidConfOf, vmNicsOf } from "./mapping";
+import { squidConfOf, vmNicSpecsOf } from "./mapping";
 import type { KvmProxyOutputs } from "./outputs";
 
 type Props = Record<string, unknown>;
@@ -52,7 +52,7 @@ export function guestProbePort(c: ProbeInputs): number {
  */
 export function probeVia(c: ProbeInputs, host: HostConfig): "local" | "host" {
   if (c.healthCheck !== false && c.healthCheck.via !== undefined) return c.healthCheck.via;
-  return hostOnlyNetwork(vmNicsOf(c), host) !== undefined ? "host" : "local";
+  return hostOnlyNetwork(vmNicSpecsOf(c), host) !== undefined ? "host" : "local";
 }
 
 /**

@@ -2,7 +2,7 @@
  * The property tables of the `kvmproxy` package's object types and of
  * ProxyFleet and the provider's configuration: one entry per property of
  * the interfaces users write and read (provider/resource/args.ts,
- * proxy-fleet.ts), each typed `Table<Interface>` so that a property added to
+ * provider/program/proxy-fleet.ts), each typed `Table<Interface>` so that a property added to
  * an interface without its entry fails `tsc`. KvmProxy's own inputs and
  * outputs are its property registry's rows
  * (provider/resource/kvm-proxy-properties.ts). Types, secrets and defaults

@@ -86,9 +86,10 @@ function pathProblem(path: unknown): string | undefined {
 
 /**
  * Checks a spec, recording every failure under `f` (paths `name`,
- * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `nics`, `nics[i].<field>`
- * by the rules of `nics` (kvm/network/nic.ts), metadata fields
- * such as `proxyPort` and `tags.<key>`).
+ * `memoryMiB`, `vcpus`, `diskPath`, `seedPath`, `nics` and `nics[i]` (none,
+ * or one not attached to anything libvirt knows; the NICs' own rules were
+ * checked on the way in, nic-rules.ts), metadata fields such as `proxyPort`
+ * and `tags.<key>`).
  */
 export function checkDomainSpec(spec: DomainSpec, f: Failures = new Failures()): Failures {
   const nameProblem = domainNameProblem(spec.name);

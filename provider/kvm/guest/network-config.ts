@@ -79,8 +79,8 @@ function ethernetOf(nic: NicSpec): EthernetConfig {
 }
 
 /**
- * The network-config document of `nics`. Throws ValidationError when a NIC
- * has no MAC (`nics[i].macAddress`) or breaks the rules of `nics`.
+ * The network-config document of `nics` (checked NICs). Throws
+ * ValidationError when a NIC has no MAC (`nics[i].macAddress`).
  */
 export function networkConfigOf(nics: readonly CheckedNic[]): NetworkConfig {
   const f = new Failures();

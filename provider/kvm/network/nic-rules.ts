@@ -35,10 +35,12 @@ import { type AddressSpan, addressSpan, othersOf, vmAddressProblem } from "./vm-
 declare const checkedBrand: unique symbol;
 
 /**
- * A NIC held to the rules of `nics`: what the domain XML, the seed's
- * network-config and the host's checks take, and trust as it is. Only this
- * module makes one: by reading the input ({@link readNics}), or by checking
- * NICs from the state or from code ({@link checkedNics}, {@link decodeNics}).
+ * A NIC held to every rule of `nics` (those of one NIC, and no MAC twice):
+ * what the domain XML, the seed's network-config and the host's checks
+ * take, and trust as it is. Only this module makes one: by checking NICs
+ * from the inputs, the state or code ({@link checkedNics}, {@link decodeNics}),
+ * when attaching them as the host says ({@link resolveHostNics}), or by
+ * construction from checked ones ({@link filledFromPool}).
  */
 export type CheckedNic = NicSpec & { readonly [checkedBrand]: true };
 
@@ -52,7 +54,7 @@ export function resolveHostNics(nics: readonly CheckedNic[], hostNic: NicAttachm
     nics.map((n) =>
       attachmentOf(n).kind === "host" ? canonicalNic({ ...n, ...attachmentFields(hostNic) }) : n,
     ),
-    "invalid NICs on the host's attachment",
+    "invalid NICs once attached as the host says",
   );
 }
 
@@ -365,7 +367,7 @@ export function readNics(
   input: unknown,
   f: Failures,
   options: NicFieldsOptions,
-): CheckedNic[] | "invalid" | undefined {
+): NicSpec[] | "invalid" | undefined {
   const pending = (v: unknown) => options.isPending?.(v) === true;
   if (pending(input)) return undefined;
   const before = f.list.length;
@@ -394,7 +396,7 @@ export function readNics(
   }
   if (f.list.length > before) return "invalid";
   if (st.unknown || nics.some((n) => n === undefined)) return undefined;
-  const out = nics as CheckedNic[];
+  const out = nics as NicSpec[];
   if (marked.length === 0) (out[0] as NicSpec).primary = true;
   return out;
 }
@@ -411,9 +413,10 @@ function inputOf(nic: NicSpec): Record<string, unknown> {
 }
 
 /**
- * Checks NICs built in code (the domain XML and network-config builders' own
- * check) by the same rules as {@link readNics}, failures named by the input
- * fields (`nics[i].macAddress`), plus: two NICs never share a MAC.
+ * Checks NICs from the state or built in code (what {@link checkedNics} and
+ * {@link decodeNics} stand on) by the same rules as {@link readNics},
+ * failures named by the input fields (`nics[i].macAddress`), plus: two NICs
+ * never share a MAC.
  */
 export function checkNicSpecs(nics: readonly NicSpec[], f: Failures = new Failures()): Failures {
   readNics(nics.map(inputOf), f, {});

@@ -254,6 +254,17 @@ describe("what is computed from a secret stays out of the outputs", () => {
     expect(other.adoptedSpecHash).toBe("0".repeat(64));
     expect(other).not.toHaveProperty("userDataSha256");
   });
+
+  it("derives the old outputs from old inputs that today's rules refuse: a refresh or a delete never fails on them", async () => {
+    const { inputs, all } = await built(PASSWORD);
+    const plain = withoutPassword(reveal(inputs).props).inputs;
+    const recorded = {
+      ...plain,
+      memoryMiB: 511.5,
+      nics: [{ network: "n", addresses: [], nameservers: [], gateway4: "198.51.100.1", primary: true }],
+    };
+    expect(runtimeOlds({ host: "lab" }, recorded)).toMatchObject({ userDataSha256: all.userDataSha256 });
+  });
 });
 
 describe("the engine's customTimeouts", () => {

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { ValidationError } from "../../../provider/kvm/validation";
 import { UNKNOWN } from "../../../provider/resource/args";
 import { checkInputs } from "../../../provider/resource/check";
-import { decodeChecked } from "../../../provider/resource/checked-inputs";
+import { decodeChecked, recordedChecked } from "../../../provider/resource/checked-inputs";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG } from "../../support/bad-inputs";
 
@@ -120,5 +120,22 @@ describe("decodeChecked", () => {
     expect(failuresOf({ ...checked({}), memoryMiB: UNKNOWN })).toEqual([
       { property: "", reason: "inputs are still unknown (a preview's)" },
     ]);
+  });
+});
+
+describe("recordedChecked", () => {
+  it("takes what a state recorded long ago as it is: memory as libvirt holds it, a NIC of rules since tightened", () => {
+    const recorded = {
+      ...checked({}),
+      memoryMiB: 511.5,
+      nics: [{ network: "n", addresses: [], nameservers: [], gateway4: "198.51.100.1", primary: true }],
+    };
+    expect(failuresOf(recorded).map((x) => x.property)).toEqual(expect.arrayContaining(["memoryMiB"]));
+    expect(recordedChecked(recorded)).toBe(recorded);
+  });
+
+  it("refuses what never was checked inputs: a preview's unknowns, no resolved image", () => {
+    expect(() => recordedChecked({ ...checked({}), name: UNKNOWN })).toThrow(ValidationError);
+    expect(() => recordedChecked({ ...checked({}), resolvedImage: undefined })).toThrow(/never checked/);
   });
 });

@@ -192,4 +192,15 @@ describe("where the probe goes from (healthCheck.via)", () => {
       ),
     ).toBe(want);
   });
+
+  it("reads a refreshed state's NICs as they are: one that breaks a rule tightened since still has a route", () => {
+    const c = checked({ nics: [{ network: "n" }] });
+    const state = outputsFrom(c, { host: "remote", name: c.name, state: "running" }) as Record<
+      string,
+      unknown
+    >;
+    // A gateway outside the NIC's subnet: refused by today's rules, recorded by an older version.
+    const nics = [{ network: "n", addresses: [], nameservers: [], gateway4: "198.51.100.1", primary: true }];
+    expect(probeVia(probeInputsOf({ ...state, nics } as never), hosts.remote as never)).toBe("host");
+  });
 });

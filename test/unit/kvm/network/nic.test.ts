@@ -35,10 +35,10 @@ function properties(input: unknown): string[] {
   return read(input).failures.map((x) => x.property);
 }
 
-function nics(input: unknown): CheckedNic[] {
+function nics(input: unknown): NicSpec[] {
   const { result, failures } = read(input);
   expect(failures).toEqual([]);
-  return result as CheckedNic[];
+  return result as NicSpec[];
 }
 
 describe("readNics: what it returns", () => {
@@ -610,7 +610,7 @@ describe("the one-NIC shorthand and the host's NIC", () => {
   });
 
   it("attaches a NIC that names nothing to the host's NIC, and leaves the others", () => {
-    const own = nics([{ bridge: "br1", macAddress: "52:54:00:00:00:01" }])[0] as CheckedNic;
+    const own = decodeNics(nics([{ bridge: "br1", macAddress: "52:54:00:00:00:01" }]))[0] as CheckedNic;
     const given = decodeNics([shorthandNic(undefined, "52:54:00:00:00:02"), { ...own, primary: false }]);
     const resolved = resolveHostNics(given, { kind: "direct", dev: "eth0", mode: "bridge" });
     expect(resolved.map(attachmentOf)).toEqual([

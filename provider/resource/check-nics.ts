@@ -22,7 +22,8 @@ import { UNKNOWN, type WaitForIp } from "./args";
 /** Records that `owner` gives `address` to a VM on `host`; returns the owner that claimed it first, if another. */
 export type AddressClaim = (host: string, address: string, owner: string) => string | undefined;
 
-const WAIT_MODES = ["ipv4", "ipv6", "any"] as const;
+/** The words `waitForIp` takes besides true and false. */
+export const WAIT_MODES = ["ipv4", "ipv6", "any"] as const;
 
 /** `waitForIp`: true, false, "ipv4", "ipv6" or "any" (default true). */
 export function checkWaitForIp(f: Failures, v: unknown): WaitForIp {

@@ -32,7 +32,7 @@ import {
   resolveHostPools,
 } from "../kvm/network/host-pools";
 import { type NicSpec, readNicFields } from "../kvm/network/nic";
-import type { CheckedNic } from "../kvm/network/nic-rules";
+import { type CheckedNic, checkedNics } from "../kvm/network/nic-rules";
 import type { ProxySetup } from "../kvm/proxy/setup";
 import { makeCa as makeCaNow } from "../kvm/tls/certificate";
 import { issuedAtCreate, type TlsCa } from "../kvm/tls/proxy-tls";
@@ -59,8 +59,14 @@ import { checkProxy } from "./check-proxy";
 import { checkSeed, readSeedInput, SEED_FIELD } from "./check-seed";
 import { decodeChecked } from "./checked-inputs";
 import { defaultUserData } from "./default-user-data";
-import { INPUT_PROPERTIES, KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED } from "./kvm-proxy-properties";
-import { proxySetupOf, vmNicsOf } from "./mapping";
+import {
+  INPUT_PROPERTIES,
+  KVM_PROXY_INPUT_PROPERTIES,
+  VALUE_CHECKED,
+  type ValueCheck,
+  valueProblem,
+} from "./kvm-proxy-properties";
+import { proxySetupOf, vmNicSpecsOf, vmNicsOf } from "./mapping";
 import type { StackConfig } from "./stack-config";
 
 /** The properties check accepts: the inputs, and what the class (`owner`), check itself or the engine set. */
@@ -131,40 +137,28 @@ function guard<T>(f: Failures, property: string, fallback: T, run: () => T): T {
   }
 }
 
-function intIn(f: Failures, property: string, v: unknown, min: number, max: number, def: number): number {
-  if (v === undefined || v === null) return def;
-  if (v === UNKNOWN) return def;
-  if (typeof v !== "number" || !Number.isInteger(v)) {
-    f.fail(property, `must be an integer from ${min} to ${max}`);
-    return def;
-  }
-  if (v < min || v > max) {
-    f.fail(property, `must be an integer from ${min} to ${max} (got ${v})`);
-    return def;
-  }
-  return v;
-}
-
-function optBool(f: Failures, property: string, v: unknown, def: boolean): boolean {
+/** `v` held to `check` (the registry's rule), failures at `property`; absent or not known yet: `def`. */
+function checked<T extends number | boolean>(
+  f: Failures,
+  property: string,
+  check: ValueCheck,
+  v: unknown,
+  def: T,
+): T {
   if (v === undefined || v === null || v === UNKNOWN) return def;
-  if (typeof v !== "boolean") {
-    f.fail(property, "must be true or false");
-    return def;
-  }
-  return v;
+  const problem = valueProblem(check, v);
+  if (problem === undefined) return v as T;
+  f.fail(property, problem);
+  return def;
 }
 
 /** The inputs checked by their row alone (VALUE_CHECKED): each value, or its default. */
 function checkValues(f: Failures, news: Record<string, unknown>): Record<string, number | boolean> {
   const out: Record<string, number | boolean> = {};
   for (const key of VALUE_CHECKED) {
-    const row = KVM_PROXY_INPUT_PROPERTIES[key];
-    const check = row.check;
-    if (check === "boolean") out[key] = optBool(f, key, news[key], row.default === true);
-    else if (check !== undefined) {
-      const def = typeof row.default === "number" ? row.default : check.integer.min;
-      out[key] = intIn(f, key, news[key], check.integer.min, check.integer.max, def);
-    }
+    const { check, default: def } = KVM_PROXY_INPUT_PROPERTIES[key];
+    if (check !== undefined && (typeof def === "number" || typeof def === "boolean"))
+      out[key] = checked(f, key, check, news[key], def);
   }
   return out;
 }
@@ -173,13 +167,8 @@ function checkValues(f: Failures, news: Record<string, unknown>): Record<string,
  * The NICs the preview's seed is built with (vmNicsOf); none when they break
  * a rule, which check reported at the NIC's own field already.
  */
-function previewNics(c: Parameters<typeof vmNicsOf>[0]): CheckedNic[] {
-  try {
-    return vmNicsOf(c);
-  } catch (err) {
-    if (err instanceof ValidationError) return [];
-    throw err;
-  }
+function previewNics(c: Parameters<typeof vmNicSpecsOf>[0]): CheckedNic[] {
+  return checkedNics(vmNicSpecsOf(c)) ?? [];
 }
 
 /** The image reference resolved against the config, or undefined (failures recorded at `image`). */
@@ -275,7 +264,13 @@ function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs
   if (given(v.expectStatus)) {
     if (!given(v.url)) f.fail("healthCheck.expectStatus", "applies only with healthCheck.url");
     // 1xx are interim responses: an HTTP client never delivers one as the answer.
-    out.expectStatus = intIn(f, "healthCheck.expectStatus", v.expectStatus, 200, 599, DEFAULTS.expectStatus);
+    out.expectStatus = checked(
+      f,
+      "healthCheck.expectStatus",
+      { integer: { min: 200, max: 599 } },
+      v.expectStatus,
+      DEFAULTS.expectStatus,
+    );
   } else if (out.url !== undefined) out.expectStatus = DEFAULTS.expectStatus;
   // Named after waitForIp, a boolean: the engine prints the value of a failing top-level
   // input, and healthCheck's may hold a URL with credentials.

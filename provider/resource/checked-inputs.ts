@@ -15,15 +15,17 @@ import { isObject } from "../kvm/fields";
 import { checkedNics } from "../kvm/network/nic-rules";
 import { Failures, ValidationError } from "../kvm/validation";
 import { type CheckedInputs, isUnknown } from "./args";
-import { KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED } from "./kvm-proxy-properties";
+import { WAIT_MODES } from "./check-nics";
+import { isHostEntry } from "./check-placement";
+import { KVM_PROXY_INPUT_PROPERTIES, VALUE_CHECKED, valueProblem } from "./kvm-proxy-properties";
 
 type Props = Record<string, unknown>;
 
-const WAIT_FOR_IP: readonly unknown[] = [true, false, "ipv4", "ipv6", "any"];
+const WAIT_FOR_IP: readonly unknown[] = [true, false, ...WAIT_MODES];
 
 /** Why `v` is no host as check keeps it (a key, a host in full, a pool of either), or undefined. */
 function hostProblem(v: unknown): string | undefined {
-  const isEntry = (h: unknown) => isObject(h) && typeof h.key === "string" && typeof h.uri === "string";
+  const isEntry = (h: unknown) => isHostEntry(h) && typeof h.key === "string";
   if (typeof v === "string" || isEntry(v)) return undefined;
   if (isObject(v) && Array.isArray(v.pool) && v.pool.every((h) => typeof h === "string" || isEntry(h)))
     return undefined;
@@ -59,17 +61,9 @@ export function decodeChecked(inputs: Props): CheckedInputs {
   const host = hostProblem(c.host);
   if (host !== undefined) f.fail("host", host);
   for (const key of VALUE_CHECKED) {
-    const row = KVM_PROXY_INPUT_PROPERTIES[key];
-    const check = row.check;
-    const v = c[key];
-    if (v === undefined) continue;
-    if (check === "boolean") {
-      if (typeof v !== "boolean") f.fail(key, "must be true or false");
-    } else if (check !== undefined) {
-      const { min, max } = check.integer;
-      if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max)
-        f.fail(key, `must be an integer from ${min} to ${max}`);
-    }
+    const check = KVM_PROXY_INPUT_PROPERTIES[key].check;
+    const problem = c[key] === undefined || check === undefined ? undefined : valueProblem(check, c[key]);
+    if (problem !== undefined) f.fail(key, problem);
   }
   if (domainNameProblem(c.name) !== undefined)
     f.fail("name", "must be a domain name check chose or accepted");

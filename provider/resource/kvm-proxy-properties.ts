@@ -53,6 +53,14 @@ export type Comparison = "value" | "host" | "image" | "macAddress" | "nics" | "s
  */
 export type ValueCheck = { integer: { min: number; max: number } } | "boolean";
 
+/** Why `v` fails `check` (the words check and the decoder of checked inputs both say), or undefined. */
+export function valueProblem(check: ValueCheck, v: unknown): string | undefined {
+  if (check === "boolean") return typeof v === "boolean" ? undefined : "must be true or false";
+  const { min, max } = check.integer;
+  if (typeof v !== "number" || !Number.isInteger(v)) return `must be an integer from ${min} to ${max}`;
+  return v < min || v > max ? `must be an integer from ${min} to ${max} (got ${v})` : undefined;
+}
+
 /** One input of KvmProxy. */
 export interface InputProperty extends Prop {
   change: Change;

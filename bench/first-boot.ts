@@ -24,7 +24,7 @@ import { bakeNames } from "../provider/kvm/host/image-bake";
 import { KvmOperations } from "../provider/kvm/host/operations";
 import { squidName } from "../provider/kvm/proxy/setup";
 import { Failures } from "../provider/kvm/validation";
-import { waitHealthy } from "../provider/resource/health-check";
+import { waitHealthy } from "../provider/probes/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
 import { host, runInNamespace } from "./common";
 import { guestProxySpec, PROXY_PORT, SETUP } from "./guest-proxy";

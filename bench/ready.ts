@@ -40,7 +40,7 @@ import { InterfaceAddressSource } from "../provider/libvirt/constants";
 import type { Libvirt } from "../provider/libvirt/libvirt";
 import type { Domain } from "../provider/libvirt/types";
 import { defaultUserData } from "../provider/resource/default-user-data";
-import { probeOnce, waitHealthy } from "../provider/resource/health-check";
+import { probeOnce, waitHealthy } from "../provider/probes/health-check";
 import { KvmProxyRuntime } from "../provider/resource/provider";
 import { host, runInNamespace, type TestHost } from "./common";
 import { guestProxySpec, PROXY_PORT, SETUP } from "./guest-proxy";

@@ -13,7 +13,7 @@ import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/proxy/setup";
 import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
 import { type CheckedInputs, DEFAULTS } from "./args";
 import { hostOnlyNetwork } from "./check-nics";
-import type { ProbeTarget } from "./health-check";
+import type { ProbeTarget } from "../probes/health-check";
 import { squidConfOf, vmNicSpecsOf } from "./mapping";
 import type { KvmProxyOutputs } from "./outputs";
 

@@ -14,8 +14,8 @@ import { tlsPublic } from "../kvm/tls/proxy-tls";
 import { sleep } from "../timers";
 import { proxyAddressOf } from "./address-outputs";
 import type { CheckedInputs } from "./args";
-import { ECHO_BODY_LIMIT, egressExpectationOf, egressMismatch, readEchoReply } from "./egress";
-import { withProbeHint } from "./failure-hints";
+import { ECHO_BODY_LIMIT, egressExpectationOf, egressMismatch, readEchoReply } from "../probes/egress";
+import { withProbeHint } from "../probes/failure-hints";
 import {
   fetchThrough,
   GATE_PROBE_MS,
@@ -26,7 +26,7 @@ import {
   probeOnce,
   socksGreeting,
   waitHealthy,
-} from "./health-check";
+} from "../probes/health-check";
 import type { ProxyHealth } from "./outputs";
 import {
   egressProbeOf,

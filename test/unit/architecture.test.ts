@@ -228,6 +228,22 @@ describe("architecture", () => {
     },
   );
 
+  it.each(under("provider/probes").map((s) => [s.file] as const))(
+    "%s, a probe of a running proxy, touches no host: the KVM core's pure rules only",
+    (file) => {
+      const bad = edges(file).filter((i) => /^provider\/(kvm\/host|libvirt|transport)\//.test(i.target));
+      expect(bad.map((i) => i.from)).toEqual([]);
+    },
+  );
+
+  it("opens network sockets only in the transport, the probes and the image download", () => {
+    const sockets = sources
+      .filter((s) => /from "node:(net|tls|http|https|dgram)"/.test(s.text))
+      .map((s) => s.file)
+      .filter((f) => !f.startsWith("provider/transport/") && !f.startsWith("provider/probes/"));
+    expect(sockets).toEqual(["provider/kvm/host/download.ts"]);
+  });
+
   it.each(under("provider/plugin").map((s) => [s.file] as const))(
     "%s, the plugin's front door, reaches the KVM core only through the resource layer",
     (file) => {
@@ -242,9 +258,11 @@ describe("architecture", () => {
   });
 
   const LAYERS: [string, RegExp][] = [
-    ["provider/transport", /^provider\/(libvirt|kvm|resource|program|gc|cli|plugin)\//],
-    ["provider/libvirt", /^provider\/(kvm|resource|program|gc|cli|plugin)\//],
-    ["provider/kvm", /^provider\/(resource|program|gc|cli|plugin)\//],
+    ["provider/transport", /^provider\/(libvirt|kvm|probes|resource|program|gc|cli|plugin)\//],
+    ["provider/libvirt", /^provider\/(kvm|probes|resource|program|gc|cli|plugin)\//],
+    ["provider/kvm", /^provider\/(probes|resource|program|gc|cli|plugin)\//],
+    // Probes ask a running proxy over the network; they know the core's grammar, not the resource's inputs.
+    ["provider/probes", /^provider\/(resource|program|schema|gc|cli|plugin)\//],
     // The resource layer writes its properties' types in the schema's words (a leaf with no imports).
     ["provider/resource", /^provider\/(program|gc|cli|plugin)\/|^provider\/schema\/(?!type-spec\.ts$)/],
     // What runs in the user's program stands on the lifecycle's types and rules, never on a front door.

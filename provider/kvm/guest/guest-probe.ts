@@ -9,7 +9,7 @@
  * every image), given on the command line, printing one `key value` line
  * each: `status`, `via`, `x-cache`, `body` (the reply's body as a JSON
  * string, for the egress check), or `error`. It keeps the {@link ProbeBounds}
- * every probe keeps (resource/probe-reader.ts from here), with the same reasons.
+ * every probe keeps (probes/probe-reader.ts from here), with the same reasons.
  */
 
 import { durationText } from "../../errors";

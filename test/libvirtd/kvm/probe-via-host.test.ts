@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type HostConfig, parseConfig } from "../../../provider/kvm/config/host-config";
 import { HostPool } from "../../../provider/kvm/host/hosts";
 import { buildSquidConf, type ProxySetup, squidName } from "../../../provider/kvm/proxy/setup";
-import { type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
+import { type ProbeTarget, probeOnce } from "../../../provider/probes/health-check";
 import { type TestHost, testHost } from "../../support/test-host";
 
 /** The port of the namespace's squid: on its loopback only (it binds every address of the namespace). */

@@ -21,7 +21,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildDantedConf, type SocksInputs } from "../../../provider/kvm/proxy/dante";
 import { squidPasswordHash } from "../../../provider/kvm/proxy/password-hash";
-import { judgeSocks, type SocksAnswer } from "../../../provider/resource/health-check";
+import { judgeSocks, type SocksAnswer } from "../../../provider/probes/health-check";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";
 

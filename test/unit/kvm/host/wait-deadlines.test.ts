@@ -4,7 +4,7 @@ import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { isTransient, TimeoutError } from "../../../../provider/errors";
 import { openImageSource } from "../../../../provider/kvm/host/download";
-import { waitHealthy } from "../../../../provider/resource/health-check";
+import { waitHealthy } from "../../../../provider/probes/health-check";
 
 // The waits outside libvirt have deadlines too: a server
 // that stops sending an image, and a proxy that never answers. Loopback only.

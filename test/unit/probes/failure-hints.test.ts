@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { probeFailureHint, withProbeHint } from "../../../provider/resource/failure-hints";
+import { probeFailureHint, withProbeHint } from "../../../provider/probes/failure-hints";
 
 const local = { check: "healthCheck", viaHost: false } as const;
 const viaHost = { check: "healthCheck", viaHost: true } as const;

@@ -1,6 +1,6 @@
 /**
  * The egress check's reading of an IP echo's reply and its warnings
- * (provider/resource/egress.ts). The reply formats are those of echo services
+ * (provider/probes/egress.ts). The reply formats are those of echo services
  * users run or trust: plain text (icanhazip, ifconfig.me, our namespace's
  * whoami), JSON with `ip` (ipify), `origin` (httpbin, a list behind proxies),
  * `address`, `query` (ip-api).
@@ -11,7 +11,7 @@ import {
   egressMismatch,
   readEchoReply,
   sharedEgress,
-} from "../../../provider/resource/egress";
+} from "../../../provider/probes/egress";
 
 describe("an IP echo's reply", () => {
   it.each([

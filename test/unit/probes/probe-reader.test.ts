@@ -20,14 +20,14 @@ import {
   parseGuestProbe,
   sizeReason,
 } from "../../../provider/kvm/guest/guest-probe";
-import { ECHO_BODY_LIMIT } from "../../../provider/resource/egress";
+import { ECHO_BODY_LIMIT } from "../../../provider/probes/egress";
 import {
   fetchThrough,
   type ProbeTarget,
   probeOnce,
   socksGreeting,
-} from "../../../provider/resource/health-check";
-import { HEADER_LIMIT } from "../../../provider/resource/probe-reader";
+} from "../../../provider/probes/health-check";
+import { HEADER_LIMIT } from "../../../provider/probes/probe-reader";
 import { hostChannel } from "../../support/host-channel";
 import { duplexPair } from "../libvirt/fake-daemon";
 

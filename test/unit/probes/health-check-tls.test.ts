@@ -12,7 +12,7 @@ import tls from "node:tls";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type CertificateAndKey, issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import type { TlsPublic } from "../../../provider/kvm/tls/proxy-tls";
-import { fetchThrough, type ProbeTarget, probeOnce } from "../../../provider/resource/health-check";
+import { fetchThrough, type ProbeTarget, probeOnce } from "../../../provider/probes/health-check";
 import { hostChannel } from "../../support/host-channel";
 
 const OURS = "kvm-proxy-0123456789ab";

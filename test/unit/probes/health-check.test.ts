@@ -14,7 +14,7 @@ import {
   type ProbeTarget,
   probeOnce,
   socksGreeting,
-} from "../../../provider/resource/health-check";
+} from "../../../provider/probes/health-check";
 
 const servers: net.Server[] = [];
 /** The name this proxy's squid.conf gives squid, and what the test image's default configuration calls it. */

@@ -12,9 +12,9 @@
 import * as pulumi from "@pulumi/pulumi";
 import { poolCapacity } from "../kvm/network/address-pool";
 import { hostPoolCapacity, type PoolHost } from "../kvm/network/host-pools";
+import { sharedEgress } from "../probes/egress";
 import type { HostInput, KvmProxyArgs, ProxyInput } from "../resource/args";
 import { candidateHosts } from "../resource/check-placement";
-import { sharedEgress } from "../probes/egress";
 import { readStackConfig } from "../resource/stack-config";
 import { KvmProxy } from "./kvm-proxy";
 import { memberProxyBlock } from "./proxy-auth";

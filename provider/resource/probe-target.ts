@@ -11,9 +11,9 @@ import type { NicSpec } from "../kvm/network/nic";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
 import { LOOPBACK_PROBE_PORT, squidName } from "../kvm/proxy/setup";
 import { type TlsPublic, tlsPublic } from "../kvm/tls/proxy-tls";
+import type { ProbeTarget } from "../probes/health-check";
 import { type CheckedInputs, DEFAULTS } from "./args";
 import { hostOnlyNetwork } from "./check-nics";
-import type { ProbeTarget } from "../probes/health-check";
 import { squidConfOf, vmNicSpecsOf } from "./mapping";
 import type { KvmProxyOutputs } from "./outputs";
 

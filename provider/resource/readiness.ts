@@ -11,9 +11,6 @@ import type { KvmOperations, VmStatus } from "../kvm/host/operations";
 import { hostPort } from "../kvm/network/ip";
 import type { ProgressListener } from "../kvm/progress";
 import { tlsPublic } from "../kvm/tls/proxy-tls";
-import { sleep } from "../timers";
-import { proxyAddressOf } from "./address-outputs";
-import type { CheckedInputs } from "./args";
 import { ECHO_BODY_LIMIT, egressExpectationOf, egressMismatch, readEchoReply } from "../probes/egress";
 import { withProbeHint } from "../probes/failure-hints";
 import {
@@ -27,6 +24,9 @@ import {
   socksGreeting,
   waitHealthy,
 } from "../probes/health-check";
+import { sleep } from "../timers";
+import { proxyAddressOf } from "./address-outputs";
+import type { CheckedInputs } from "./args";
 import type { ProxyHealth } from "./outputs";
 import {
   egressProbeOf,

@@ -28,9 +28,9 @@ import {
 } from "../../../provider/kvm/proxy/setup";
 import { makeCa } from "../../../provider/kvm/tls/certificate";
 import { servedTls } from "../../../provider/kvm/tls/proxy-tls";
-import { memberPassword, memberProxyBlock } from "../../../provider/program/proxy-auth";
 import { ECHO_BODY_LIMIT, egressMismatch, readEchoReply } from "../../../provider/probes/egress";
 import { GATE_PROBE_MS, judgeStatus } from "../../../provider/probes/health-check";
+import { memberPassword, memberProxyBlock } from "../../../provider/program/proxy-auth";
 import { startServer, stopServer } from "../../support/netns-http";
 import { testHost } from "../../support/test-host";
 

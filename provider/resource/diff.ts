@@ -22,6 +22,7 @@ import {
   KVM_PROXY_INPUT_PROPERTIES,
 } from "./kvm-proxy-properties";
 import { nicsAsBuilt, proxyPasswordHashOf, publicProxy, seedDigest, specHashOf } from "./mapping";
+import type { RecordedState } from "./recorded-state";
 
 /** What diff decided. */
 export interface DiffOutcome {
@@ -53,7 +54,7 @@ export function same(a: unknown, b: unknown): boolean {
  * `<key>Sha256`, and the text and base64 forms of one part are one part (the
  * same bytes given the other way are no change).
  */
-function oldDigest(olds: Props, key: string): unknown {
+function oldDigest(olds: RecordedState, key: string): unknown {
   const d = olds[`${key}Sha256`];
   if (d !== undefined) return d;
   // State written before the outputs dropped the texts.
@@ -69,7 +70,7 @@ function newDigest(news: Props, key: string): unknown {
 }
 
 /** An old value, or what a state written before its input existed stands for (the input's `stateDefault`). */
-function oldValue(olds: Props, key: InputName): unknown {
+function oldValue(olds: RecordedState, key: InputName): unknown {
   const v = olds[key];
   return v !== undefined ? v : KVM_PROXY_INPUT_PROPERTIES[key].stateDefault?.(olds);
 }
@@ -79,7 +80,7 @@ function oldValue(olds: Props, key: InputName): unknown {
  * outputs hold only as the salted hash (a secret output) and the new inputs
  * as the secret itself, hashed here the same way.
  */
-function proxyChanged(olds: Props, news: Props): boolean {
+function proxyChanged(olds: RecordedState, news: Props): boolean {
   const want = news.proxy;
   if (isUnknown(want)) return true;
   const oldProxy = olds.proxy;
@@ -94,10 +95,9 @@ function proxyChanged(olds: Props, news: Props): boolean {
  * itself) is not rebuilt because that default changed: its recorded digest
  * is the old default's, and the program still gives no user-data.
  */
-function legacyDefaultKept(olds: Props, news: Props): boolean {
-  if (news.userData !== defaultUserData() || typeof olds.userDataSha256 !== "string") return false;
-  const port = typeof olds.proxyPort === "number" ? olds.proxyPort : DEFAULTS.proxyPort;
-  return olds.userDataSha256 === seedDigest(legacyDefaultUserData(port));
+function legacyDefaultKept(olds: RecordedState, news: Props): boolean {
+  if (news.userData !== defaultUserData() || olds.userDataSha256 === undefined) return false;
+  return olds.userDataSha256 === seedDigest(legacyDefaultUserData(olds.proxyPort ?? DEFAULTS.proxyPort));
 }
 
 function isPool(v: unknown): v is { pool: unknown } {
@@ -110,13 +110,18 @@ function isPool(v: unknown): v is { pool: unknown } {
  * of its `key`: moving between `host: "lab"` and `host: {key: "lab", ...}`,
  * or reaching the host another way, moves nothing.
  */
-function hostMoved(olds: Props, news: Props): boolean {
+function hostMoved(olds: RecordedState, news: Props): boolean {
   const want = news.host;
   if (isUnknown(want)) return true;
   if (isPool(want)) {
     // A placed proxy stays where it is while its host is in the pool: a changed pool moves nobody else.
     const pool = want.pool;
-    return isUnknown(pool) || !Array.isArray(pool) || !hostKeysOf(want).includes(olds.host as string);
+    return (
+      isUnknown(pool) ||
+      !Array.isArray(pool) ||
+      olds.host === undefined ||
+      !hostKeysOf(want).includes(olds.host)
+    );
   }
   if (isHostEntry(want)) return isUnknown(want.key) || want.key !== olds.host;
   return !same(olds.host, want);
@@ -127,8 +132,9 @@ function hostMoved(olds: Props, news: Props): boolean {
  * records (or the state does not record it yet): the host itself, or its
  * entry in the pool.
  */
-function connectionChanged(olds: Props, news: Props): boolean {
-  const entry = hostEntryOf(news.host as CheckedInputs["host"], olds.host as string);
+function connectionChanged(olds: RecordedState, news: Props): boolean {
+  const entry =
+    olds.host === undefined ? undefined : hostEntryOf(news.host as CheckedInputs["host"], olds.host);
   return entry !== undefined && !same(olds.hostConnection, entry);
 }
 
@@ -142,7 +148,10 @@ interface Changed {
  * How each way of comparing an input (its row's `compare`) tells a change:
  * undefined when the input did not change.
  */
-const COMPARISONS: Record<Comparison, (olds: Props, news: Props, key: InputName) => Changed | undefined> = {
+const COMPARISONS: Record<
+  Comparison,
+  (olds: RecordedState, news: Props, key: InputName) => Changed | undefined
+> = {
   value: (olds, news, key) =>
     same(oldValue(olds, key), news[key])
       ? undefined
@@ -162,7 +171,7 @@ const COMPARISONS: Record<Comparison, (olds: Props, news: Props, key: InputName)
     const want = news.macAddress;
     if (want === undefined) return undefined;
     const have = olds.macAddress;
-    return want === UNKNOWN || typeof have !== "string" || have.toLowerCase() !== String(want).toLowerCase()
+    return want === UNKNOWN || have === undefined || have.toLowerCase() !== String(want).toLowerCase()
       ? { property: "macAddress", change: "replace" }
       : undefined;
   },
@@ -183,7 +192,7 @@ const COMPARISONS: Record<Comparison, (olds: Props, news: Props, key: InputName)
 };
 
 /** Every input whose change diff finds, in the registry's order. */
-function changedInputs(olds: Props, news: Props, only?: Change): Changed[] {
+function changedInputs(olds: RecordedState, news: Props, only?: Change): Changed[] {
   return INPUT_PROPERTIES.flatMap((key) => {
     const row = KVM_PROXY_INPUT_PROPERTIES[key];
     if (only !== undefined && row.change !== only) return [];
@@ -214,7 +223,7 @@ function changedInputs(olds: Props, news: Props, only?: Change): Changed[] {
  *   nothing; its tags update in place; the provider's own settings
  *   (healthCheck, waitForIp, timeouts) are taken as the program gives them.
  */
-export function diffProxy(olds: Props, news: Props): DiffOutcome {
+export function diffProxy(olds: RecordedState, news: Props): DiffOutcome {
   const kept = keptDiff(olds, news);
   if (kept !== undefined) return kept;
   const adopted = adoptedDiff(olds, news);
@@ -242,23 +251,23 @@ export const KEPT_MARK = "keptAfterFailure";
  * meanwhile, and it frees what a replacement may need: a fixed name, a
  * static address, room on the host. Undefined for any other VM.
  */
-function keptDiff(olds: Props, news: Props): DiffOutcome | undefined {
+function keptDiff(olds: RecordedState, news: Props): DiffOutcome | undefined {
   if (olds[KEPT_MARK] === undefined) return undefined;
   const updates = changedInputs(olds, news, "update").map((c) => c.property);
   return { changes: true, replaces: [KEPT_MARK], updates, deleteBeforeReplace: true };
 }
 
 /** What preview says of a kept VM's replacement, or undefined when `olds` is no kept VM. */
-export function keptReplaceNote(olds: Props): string | undefined {
-  const mark = olds[KEPT_MARK] as { failedAt?: unknown } | undefined;
+export function keptReplaceNote(olds: RecordedState): string | undefined {
+  const mark = olds[KEPT_MARK];
   if (mark === undefined) return undefined;
-  const when = typeof mark?.failedAt === "string" ? ` at ${mark.failedAt}` : "";
+  const when = typeof mark.failedAt === "string" ? ` at ${mark.failedAt}` : "";
   return `replace (delete first): the VM was kept for inspection after its create failed${when} (keepOnFailure)`;
 }
 
 /** The diff of an imported VM whose spec the new inputs build again; undefined otherwise. */
-function adoptedDiff(olds: Props, news: Props): DiffOutcome | undefined {
-  if (typeof olds.adoptedSpecHash !== "string" || isUnknown(news) || news.resolvedImage === undefined) {
+function adoptedDiff(olds: RecordedState, news: Props): DiffOutcome | undefined {
+  if (olds.adoptedSpecHash === undefined || isUnknown(news) || news.resolvedImage === undefined) {
     return undefined;
   }
   if (specHashOf(decodeChecked(news)) !== olds.adoptedSpecHash) return undefined;
@@ -274,14 +283,14 @@ function adoptedDiff(olds: Props, news: Props): DiffOutcome | undefined {
  * replacement may land on the same host, so it counts as one. Each item says
  * what is kept, for preview.
  */
-export function collisions(olds: Props, news: Props): string[] {
+export function collisions(olds: RecordedState, news: Props): string[] {
   const sameHost = isPool(news.host) || !hostMoved(olds, news);
   if (!sameHost) return [];
   const out: string[] = [];
   if (news.autoname !== true && same(olds.name, news.name)) out.push(`name ${String(news.name)} kept`);
   const oldMacs = [
     ...givenMacs(olds.nics),
-    ...(typeof olds.macAddress === "string" ? [olds.macAddress.toLowerCase()] : []),
+    ...(olds.macAddress !== undefined ? [olds.macAddress.toLowerCase()] : []),
   ];
   const newMacs = [
     ...givenMacs(news.nics),

@@ -15,9 +15,7 @@ import type { ProbeTarget } from "../probes/health-check";
 import { type CheckedInputs, DEFAULTS } from "./args";
 import { hostOnlyNetwork } from "./check-nics";
 import { squidConfOf, vmNicSpecsOf } from "./mapping";
-import type { KvmProxyOutputs } from "./outputs";
-
-type Props = Record<string, unknown>;
+import type { RecordedState } from "./recorded-state";
 
 /** What a probe needs of a proxy's inputs. */
 export interface ProbeInputs
@@ -103,20 +101,17 @@ export function egressProbeOf(c: ProbeInputs): { url: string; inGuest: boolean }
  * check, the port, the proxy block squid.conf was written from (the outputs
  * show it without the password) and the NICs.
  */
-export function probeInputsOf(props: Props): ProbeInputs {
-  const healthCheck = (props.healthCheck ?? {}) as CheckedInputs["healthCheck"];
-  const proxyPort = typeof props.proxyPort === "number" ? props.proxyPort : DEFAULTS.proxyPort;
-  const shown = (props.proxy ?? undefined) as KvmProxyOutputs["proxy"];
-  const nics = Array.isArray(props.nics) ? (props.nics as NicSpec[]) : undefined;
-  const text = (k: string) => (typeof props[k] === "string" ? { [k]: props[k] as string } : {});
-  const egress = props.egressCheck as { url?: unknown } | undefined;
+export function probeInputsOf(state: RecordedState): ProbeInputs {
+  const shown = state.proxy;
+  // The URL as recorded: the object is held to its shape, not its fields (recorded-state.ts).
+  const egressUrl: unknown = state.egressCheck?.url;
   return {
-    healthCheck,
-    ...(typeof egress?.url === "string" ? { egressCheck: { url: egress.url } } : {}),
-    proxyPort,
-    ...(nics !== undefined ? { nics } : {}),
-    ...text("network"),
-    ...text("bridge"),
+    healthCheck: state.healthCheck ?? {},
+    ...(typeof egressUrl === "string" ? { egressCheck: { url: egressUrl } } : {}),
+    proxyPort: state.proxyPort ?? DEFAULTS.proxyPort,
+    ...(state.nics !== undefined ? { nics: state.nics } : {}),
+    ...(state.network !== undefined ? { network: state.network } : {}),
+    ...(state.bridge !== undefined ? { bridge: state.bridge } : {}),
     ...(shown !== undefined
       ? {
           proxy: {

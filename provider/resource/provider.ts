@@ -45,6 +45,7 @@ import type { KeptAfterFailure, ProxyHealth } from "./outputs";
 import { probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
+import { decodeState, type RecordedState } from "./recorded-state";
 import { ageSeconds, type Member, RotationRounds, type RotationSettings } from "./rotation";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
 
@@ -255,7 +256,7 @@ export class KvmProxyRuntime {
   }
 
   async diff(id: string, oldsIn: Props, news: Props) {
-    const olds = this.hostsInFull.openedOlds(oldsIn);
+    const olds = decodeState(this.hostsInFull.openedOlds(oldsIn));
     const d = diffProxy(olds, this.onVmHost(id, olds, news));
     const urn = (news.owner as { urn?: string } | undefined)?.urn;
     const kept = keptReplaceNote(olds);
@@ -296,7 +297,7 @@ export class KvmProxyRuntime {
    * inline pool's. As they are when that host or its pool is not known:
    * they then differ, and the replacement's create says why.
    */
-  private onVmHost(id: string, olds: Props, news: Props): Props {
+  private onVmHost(id: string, olds: RecordedState, news: Props): Props {
     const nics = news.nics;
     if (!Array.isArray(nics) || !(nics as NicSpec[]).some(namesHostPool)) return news;
     if (!isSealed(olds.hostConnection)) this.registerHost(olds.hostConnection);
@@ -308,7 +309,7 @@ export class KvmProxyRuntime {
   }
 
   /** The members of a proxy's rotation group on its hosts (its own and its pool's). */
-  private membersOf(rotation: RotationSettings, olds: Props, news: Props): Promise<Member[]> {
+  private membersOf(rotation: RotationSettings, olds: RecordedState, news: Props): Promise<Member[]> {
     const owner = news.owner as { project?: unknown; stack?: unknown } | undefined;
     // A record whose seal does not open is left to the new host (diff's `opened`).
     if (!isSealed(olds.hostConnection)) this.registerHost(olds.hostConnection);
@@ -462,14 +463,14 @@ export class KvmProxyRuntime {
     );
   }
 
-  async read(id: string, props: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {
+  async read(id: string, recorded: Props): Promise<{ id?: string; props?: Props; inputs?: Props }> {
+    const props = decodeState(recorded);
     const { host, name } = parseProviderId(id);
     this.registerHost(props.hostConnection);
     // The recorded UUID saves a lookup per VM on refresh (KvmOperations.get).
-    const known = typeof props.uuid === "string" && props.uuid !== "" ? { uuid: props.uuid } : {};
-    const status = await this.ops().get(host, name, known);
+    const status = await this.ops().get(host, name, props.uuid ? { uuid: props.uuid } : {});
     if (status.state === "absent") return {};
-    const adopting = typeof props.name !== "string";
+    const adopting = props.name === undefined;
     if (adopting) {
       if (status.metadata === undefined) {
         throw new ProviderError(
@@ -483,7 +484,7 @@ export class KvmProxyRuntime {
       return { id, props: { ...inputs, ...liveOutputs(inputs, status), adoptedSpecHash }, inputs };
     }
     const next: Props = { ...props, ...liveOutputs(props, status) };
-    const ip = proxyAddressOf(props.nics as NicSpec[] | undefined, status);
+    const ip = proxyAddressOf(props.nics, status);
     if (ip === undefined) {
       delete next.ipAddress;
       delete next.ipv6Address;
@@ -512,22 +513,19 @@ export class KvmProxyRuntime {
 
   async update(
     id: string,
-    olds: Props,
+    recorded: Props,
     news: Props,
     options: DeadlineOptions = {},
   ): Promise<{ outs: Props }> {
+    const olds = decodeState(recorded);
     // A pool NIC keeps the address its VM was made with (the state's).
-    const c = withPoolAddresses(
-      decodeChecked(this.onVmHost(id, olds, news)),
-      olds.nics as NicSpec[] | undefined,
-    );
+    const c = withPoolAddresses(decodeChecked(this.onVmHost(id, olds, news)), olds.nics);
     const { host, name } = parseProviderId(id);
     // How the host is reached now (a host given in full may have a new address or key).
     this.registerHost(c.host);
     const o = this.ops();
     // The recorded UUID saves the lookup by name (a domain recreated by hand is still found by name).
-    const known = typeof olds.uuid === "string" && olds.uuid !== "" ? { uuid: olds.uuid } : {};
-    let status = await o.get(host, name, known);
+    let status = await o.get(host, name, olds.uuid ? { uuid: olds.uuid } : {});
     // A record left by a create whose rollback failed (no UUID: the domain was
     // never seen) is not a VM that went away: finish the create it started.
     const unfinished = olds.uuid === "" && status.state === "absent";
@@ -595,13 +593,12 @@ export class KvmProxyRuntime {
     return { outs: this.hostsInFull.sealed(outs) };
   }
 
-  async delete(id: string, props: Props): Promise<void> {
+  async delete(id: string, recorded: Props): Promise<void> {
+    const props = decodeState(recorded);
     const { host, name } = parseProviderId(id);
     // The connection the state records: the resource that made the host may already say otherwise.
     this.registerHost(props.hostConnection);
-    const timeouts = props.timeouts as { delete?: number } | undefined;
-    const deadlineMs =
-      (typeof timeouts?.delete === "number" ? timeouts.delete : DEFAULTS.deleteSeconds) * 1000;
+    const deadlineMs = (props.timeouts?.delete ?? DEFAULTS.deleteSeconds) * 1000;
     const urn = ownerUrnOf(props);
     const log = this.engineLog();
     log.status(urn, "deleting the domain and its volumes", { force: true });

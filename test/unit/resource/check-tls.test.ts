@@ -15,6 +15,7 @@ import { type CheckedInputs, UNKNOWN } from "../../../provider/resource/args";
 import { type CheckContext, checkInputs } from "../../../provider/resource/check";
 import { diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom, proxySetupOf } from "../../../provider/resource/mapping";
+import { decodeState } from "../../../provider/resource/recorded-state";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 import { BAD_INPUT_CONFIG, GOOD_INPUTS } from "../../support/bad-inputs";
 
@@ -124,7 +125,7 @@ describe("check: a CA made for the proxy (tls: {})", () => {
     expect(second.failures).toEqual([]);
     expect(m.made).toHaveLength(1);
     expect(tlsOf(second)).toEqual(tlsOf(first));
-    expect(diffProxy(outputsOf(first.inputs), second.inputs)).toEqual({
+    expect(diffProxy(decodeState(outputsOf(first.inputs)), second.inputs)).toEqual({
       changes: false,
       replaces: [],
       updates: [],
@@ -137,7 +138,7 @@ describe("check: a CA made for the proxy (tls: {})", () => {
     const first = check({ ...STATIC, proxy: { tls: {} } }, {}, m.makeCa);
     const second = check({ ...STATIC, memoryMiB: 1024, proxy: { tls: {} } }, first.inputs, m.makeCa);
     expect(tlsOf(second)).toEqual(tlsOf(first));
-    expect(diffProxy(outputsOf(first.inputs), second.inputs).replaces).toEqual(["memoryMiB"]);
+    expect(diffProxy(decodeState(outputsOf(first.inputs)), second.inputs).replaces).toEqual(["memoryMiB"]);
   });
 
   it.each<[string, (made: TlsCa) => Record<string, unknown>]>([
@@ -165,7 +166,7 @@ describe("check: a CA made for the proxy (tls: {})", () => {
     expect(own.failures).toEqual([]);
     expect(tlsOf(own)).toEqual({ ca: ownCa() });
     expect(m.made).toHaveLength(1);
-    expect(diffProxy(outputsOf(first.inputs), own.inputs).replaces).toEqual(["proxy"]);
+    expect(diffProxy(decodeState(outputsOf(first.inputs)), own.inputs).replaces).toEqual(["proxy"]);
     // Back to {}: the user's CA is not kept as if made here.
     const back = check({ ...STATIC, proxy: { tls: {} } }, own.inputs, m.makeCa);
     expect(tlsOf(back)).toEqual({ ca: m.made[1] });
@@ -177,14 +178,14 @@ describe("check: a CA made for the proxy (tls: {})", () => {
     const pair = { certificate: OWN_LEAF.certificatePem, privateKey: OWN_LEAF.privateKeyPem };
     const given = check({ ...STATIC, proxy: { tls: pair } }, first.inputs, m.makeCa);
     expect(tlsOf(given)).toEqual(pair);
-    expect(diffProxy(outputsOf(first.inputs), given.inputs).replaces).toEqual(["proxy"]);
+    expect(diffProxy(decodeState(outputsOf(first.inputs)), given.inputs).replaces).toEqual(["proxy"]);
   });
 
   it("a CA made anew is another CA: diff replaces the proxy", () => {
     const m = caMaker();
     const first = check({ ...STATIC, proxy: { tls: {} } }, {}, m.makeCa);
     const anew = check({ ...STATIC, proxy: { tls: {} } }, {}, m.makeCa);
-    expect(diffProxy(outputsOf(first.inputs), anew.inputs)).toMatchObject({
+    expect(diffProxy(decodeState(outputsOf(first.inputs)), anew.inputs)).toMatchObject({
       changes: true,
       replaces: ["proxy"],
     });

@@ -9,6 +9,7 @@ import { legacyDefaultUserData } from "../../../provider/resource/default-user-d
 import { collisions, diffProxy } from "../../../provider/resource/diff";
 import { REPLACE_PROPERTIES, UPDATE_PROPERTIES } from "../../../provider/resource/kvm-proxy-properties";
 import { outputsFrom, seedDigest } from "../../../provider/resource/mapping";
+import { decodeState } from "../../../provider/resource/recorded-state";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(
@@ -60,7 +61,7 @@ function created(news: Record<string, unknown>): Record<string, unknown> {
 function diff(oldArgs: Record<string, unknown>, newArgs: Record<string, unknown>) {
   const olds = created(oldArgs);
   const news = { ...checked(newArgs, olds), __provider: "new provider text" };
-  return diffProxy(olds, news);
+  return diffProxy(decodeState(olds), news);
 }
 
 // A proxy with TLS of the user's (a CA made for it is kept by check from the old inputs: check-tls.test.ts).
@@ -267,7 +268,7 @@ describe("diff", () => {
       return { ...olds, nics: [{ ...nic, addresses: [address] }] };
     };
     const diffFrom = (olds: Record<string, unknown>, args: Record<string, unknown>) =>
-      diffProxy(olds, { ...checked(args, olds), __provider: "new provider text" });
+      diffProxy(decodeState(olds), { ...checked(args, olds), __provider: "new provider text" });
 
     it("is no change with the address its pool gave it, nor when the pool grows around it", () => {
       const olds = made(pool(["203.0.113.10-203.0.113.14/24"]), "203.0.113.12/24");
@@ -294,7 +295,7 @@ describe("diff", () => {
       { ...base, nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"] }], memoryMiB: 1024 },
       olds,
     );
-    expect(collisions(olds, news)).toEqual(["static address 203.0.113.7 kept"]);
+    expect(collisions(decodeState(olds), news)).toEqual(["static address 203.0.113.7 kept"]);
   });
 
   it("covers every replace and update property", () => {
@@ -343,7 +344,7 @@ describe("diff", () => {
     const withAuth = { ...base, proxy: { auth: { username: "u", password: "the same password" } } };
     const olds = { ...created(withAuth), proxyPasswordHash: "$1$abcdefgh$0123456789012345678901" };
     const news = { ...checked(withAuth, olds), __provider: "new provider text" };
-    expect(diffProxy(olds, news)).toMatchObject({ changes: true, replaces: ["proxy"] });
+    expect(diffProxy(decodeState(olds), news)).toMatchObject({ changes: true, replaces: ["proxy"] });
   });
 
   it("does not rebuild a proxy built with the default user-data of 0.1.0 when the program still gives none", () => {
@@ -352,13 +353,13 @@ describe("diff", () => {
       userDataSha256: seedDigest(legacyDefaultUserData(3128)),
     };
     const news = { ...checked({ host: "lab", image: "debian" }, olds), __provider: "new" };
-    expect(diffProxy(olds, news).replaces).toEqual([]);
+    expect(diffProxy(decodeState(olds), news).replaces).toEqual([]);
     // A user-data the program gives is compared as always.
     const given = {
       ...checked({ host: "lab", image: "debian", userData: "#cloud-config\n" }, olds),
       __provider: "new",
     };
-    expect(diffProxy(olds, given).replaces).toEqual(["userData"]);
+    expect(diffProxy(decodeState(olds), given).replaces).toEqual(["userData"]);
   });
 
   it("does not count the same bytes given as base64 instead of text as a change", () => {
@@ -400,7 +401,7 @@ describe("diff", () => {
   it("treats an unknown replace property as a replacement during preview", () => {
     const olds = created(base);
     const news = { ...checked(base, olds), memoryMiB: UNKNOWN };
-    expect(diffProxy(olds, news).replaces).toEqual(["memoryMiB"]);
+    expect(diffProxy(decodeState(olds), news).replaces).toEqual(["memoryMiB"]);
   });
 
   it.each([
@@ -409,18 +410,18 @@ describe("diff", () => {
     ["degraded", "the proxy failing its probe (update probes again)"],
   ])("asks for an update, never a replacement, when a refresh found it %s: %s", (state) => {
     const olds = { ...created(base), state };
-    const d = diffProxy(olds, checked(base, olds));
+    const d = diffProxy(decodeState(olds), checked(base, olds));
     expect(d).toMatchObject({ changes: true, replaces: [] });
   });
 
   it("asks for nothing when a refresh found it running", () => {
     const olds = { ...created(base), state: "running" };
-    expect(diffProxy(olds, checked(base, olds)).changes).toBe(false);
+    expect(diffProxy(decodeState(olds), checked(base, olds)).changes).toBe(false);
   });
 
   it("sees drift found by refresh (memory changed behind Pulumi's back) as a replacement", () => {
     const olds = { ...created(base), memoryMiB: 2048 };
-    expect(diffProxy(olds, checked(base, olds)).replaces).toEqual(["memoryMiB"]);
+    expect(diffProxy(decodeState(olds), checked(base, olds)).replaces).toEqual(["memoryMiB"]);
   });
 
   it("fills defaults for state written without newer keys, so an upgrade shows no diff", () => {
@@ -428,7 +429,7 @@ describe("diff", () => {
     delete olds.timeouts;
     delete olds.waitForIp;
     delete olds.installGuestAgent;
-    expect(diffProxy(olds, checked(base, olds)).changes).toBe(false);
+    expect(diffProxy(decodeState(olds), checked(base, olds)).changes).toBe(false);
   });
 });
 
@@ -461,16 +462,17 @@ describe("user-data and vendor-data in the state", () => {
     const olds = created(base);
     const legacy: Record<string, unknown> = { ...olds, userData: base.userData };
     delete legacy.userDataSha256;
-    expect(diffProxy(legacy, checked(base, legacy)).changes).toBe(false);
+    expect(diffProxy(decodeState(legacy), checked(base, legacy)).changes).toBe(false);
     expect(
-      diffProxy(legacy, checked({ ...base, userData: "#cloud-config\nx: 1\n" }, legacy)).replaces,
+      diffProxy(decodeState(legacy), checked({ ...base, userData: "#cloud-config\nx: 1\n" }, legacy))
+        .replaces,
     ).toEqual(["userData"]);
   });
 
   it("unknown user-data at preview counts as a change", () => {
     const olds = created(base);
     const news = { ...checked(base, olds), userData: UNKNOWN };
-    expect(diffProxy(olds, news).replaces).toContain("userData");
+    expect(diffProxy(decodeState(olds), news).replaces).toContain("userData");
   });
 });
 
@@ -534,7 +536,7 @@ describe("diff: a host given in full", () => {
   ];
   it.each(cases)("%s", (_, oldArgs, key, host, want) => {
     const olds = on(key, oldArgs);
-    const d = diffProxy(olds, checked({ ...base, host }, olds));
+    const d = diffProxy(decodeState(olds), checked({ ...base, host }, olds));
     expect({ replaces: d.replaces, updates: d.updates }).toEqual(want);
   });
 
@@ -548,7 +550,7 @@ describe("diff: a host given in full", () => {
     ["its host gone from the pool", { pool: ["lab2"] }, { replaces: ["host"], updates: [] }],
   ])("a pooled proxy with %s", (_, host, want) => {
     const olds = on("edge", { host: { pool: [edge, "lab"] } });
-    const d = diffProxy(olds, checked({ ...base, host }, olds));
+    const d = diffProxy(decodeState(olds), checked({ ...base, host }, olds));
     expect({ replaces: d.replaces, updates: d.updates }).toEqual(want);
   });
 

@@ -19,6 +19,7 @@ import { checkInputs } from "../../../provider/resource/check";
 import { diffProxy } from "../../../provider/resource/diff";
 import { outputsFrom } from "../../../provider/resource/mapping";
 import { KvmProxyRuntime } from "../../../provider/resource/provider";
+import { decodeState } from "../../../provider/resource/recorded-state";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const SOCKET = "unix:///run/libvirt/libvirt-sock";
@@ -406,7 +407,7 @@ describe("diff of a VM on its host's pool", () => {
   });
 
   it("with the inputs unresolved, the pure diff would replace: the runtime's resolution is what keeps it", () => {
-    expect(diffProxy(made, news()).replaces).toEqual(["nics"]);
+    expect(diffProxy(decodeState(made), news()).replaces).toEqual(["nics"]);
   });
 });
 

@@ -14,6 +14,7 @@ import type { VmStatus } from "../../../provider/kvm/host/vm";
 import { checkInputs } from "../../../provider/resource/check";
 import { diffProxy, KEPT_MARK } from "../../../provider/resource/diff";
 import { KvmProxyRuntime, PartialCreateError } from "../../../provider/resource/provider";
+import { decodeState } from "../../../provider/resource/recorded-state";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const HOSTS = {
@@ -192,7 +193,7 @@ describe("diff of a record", () => {
     ["marked, memory changed too", { keepOnFailure: true }, { keepOnFailure: true, memoryMiB: 1024 }],
   ])("%s → replaced, deleted first", (_what, before, after) => {
     const olds = created({ ...BASE, ...before }, mark);
-    const d = diffProxy(olds, checked({ ...BASE, ...after }, olds));
+    const d = diffProxy(decodeState(olds), checked({ ...BASE, ...after }, olds));
     expect(d).toMatchObject({ changes: true, replaces: [KEPT_MARK], deleteBeforeReplace: true });
   });
 
@@ -201,7 +202,7 @@ describe("diff of a record", () => {
     ["the flag cleared", { keepOnFailure: true }, { keepOnFailure: false }],
   ])("unmarked, %s → an update in place that rebuilds nothing", (_what, before, after) => {
     const olds = created({ ...BASE, ...before });
-    const d = diffProxy(olds, checked({ ...BASE, ...after }, olds));
+    const d = diffProxy(decodeState(olds), checked({ ...BASE, ...after }, olds));
     expect(d).toEqual({
       changes: true,
       replaces: [],
@@ -212,7 +213,9 @@ describe("diff of a record", () => {
 
   it("unmarked, false given where it was absent → no change", () => {
     const olds = created(BASE);
-    expect(diffProxy(olds, checked({ ...BASE, keepOnFailure: false }, olds)).changes).toBe(false);
+    expect(diffProxy(decodeState(olds), checked({ ...BASE, keepOnFailure: false }, olds)).changes).toBe(
+      false,
+    );
   });
 });
 

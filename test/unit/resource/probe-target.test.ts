@@ -20,6 +20,7 @@ import {
   probeTargetOf,
   probeVia,
 } from "../../../provider/resource/probe-target";
+import { decodeState } from "../../../provider/resource/recorded-state";
 import { readStackConfig } from "../../../provider/resource/stack-config";
 
 const config = readStackConfig(
@@ -88,7 +89,7 @@ describe("the probe target", () => {
     });
     const fromInputs = probeTargetOf(c, IP);
     expect(fromInputs?.squidName).toBe(squidName(proxySetupOf(c)));
-    expect(probeTargetOf(probeInputsOf(outputs), IP)).toEqual(fromInputs);
+    expect(probeTargetOf(probeInputsOf(decodeState(outputs)), IP)).toEqual(fromInputs);
   });
 
   it("asks for the URL from here without auth, and inside the guest with auth", () => {
@@ -150,7 +151,7 @@ describe("the probe of a proxy with TLS", () => {
       mac: "52:54:00:00:00:01",
       ipv4: IP,
     });
-    expect(guestProbePort(probeInputsOf(outputs))).toBe(port);
+    expect(guestProbePort(probeInputsOf(decodeState(outputs)))).toBe(port);
   });
 });
 
@@ -187,7 +188,7 @@ describe("where the probe goes from (healthCheck.via)", () => {
     expect(probeVia(c, hosts[key] as never)).toBe(want);
     expect(
       probeVia(
-        probeInputsOf(outputsFrom(c, { host: key, name: c.name, state: "running" }) as never),
+        probeInputsOf(decodeState(outputsFrom(c, { host: key, name: c.name, state: "running" }))),
         hosts[key] as never,
       ),
     ).toBe(want);
@@ -201,6 +202,6 @@ describe("where the probe goes from (healthCheck.via)", () => {
     >;
     // A gateway outside the NIC's subnet: refused by today's rules, recorded by an older version.
     const nics = [{ network: "n", addresses: [], nameservers: [], gateway4: "198.51.100.1", primary: true }];
-    expect(probeVia(probeInputsOf({ ...state, nics } as never), hosts.remote as never)).toBe("host");
+    expect(probeVia(probeInputsOf(decodeState({ ...state, nics })), hosts.remote as never)).toBe("host");
   });
 });

@@ -1,8 +1,10 @@
 /**
- * Numbers of libvirt's RPC protocol, checked against src/rpc/virnetprotocol.x,
- * src/rpc/virkeepaliveprotocol.x, src/remote/remote_protocol.x,
- * src/remote/qemu_protocol.x, src/libvirt_internal.h and the public headers
- * (libvirt-domain.h, libvirt-storage.h, libvirt-nodedev.h). All are wire ABI and stable.
+ * Numbers of libvirt's RPC protocol: wire ABI, stable. The programs,
+ * procedures, auth types and limits are held by a test to libvirt's own
+ * remote_protocol.x, qemu_protocol.x and virkeepaliveprotocol.x (kept as data
+ * in test/unit/libvirt/protocol/); the rest was checked by hand against
+ * src/rpc/virnetprotocol.x, src/libvirt_internal.h and the public headers
+ * (libvirt-domain.h, libvirt-storage.h, libvirt-nodedev.h).
  */
 
 export const REMOTE_PROGRAM = 0x20008086;
@@ -122,7 +124,7 @@ export const Limits = {
   STORAGE_VOL_LIST_MAX: 16384,
   DOMAIN_INTERFACE_MAX: 2048,
   DOMAIN_IP_ADDR_MAX: 2048,
-  NODE_DEVICE_LIST_MAX: 16384,
+  NODE_DEVICE_LIST_MAX: 65536,
 } as const;
 
 /** virDomainUndefineFlagsValues. */

@@ -1,3 +1,5 @@
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   callNameOf,
@@ -9,6 +11,17 @@ import {
   XdrReader,
   XdrWriter,
 } from "../../../provider/libvirt";
+import {
+  AuthType,
+  KEEPALIVE_PROGRAM,
+  KEEPALIVE_PROTOCOL_VERSION,
+  KeepaliveProcedure,
+  Limits,
+  QEMU_PROTOCOL_VERSION,
+  QemuProcedure,
+  REMOTE_PROTOCOL_VERSION,
+  RemoteProcedure,
+} from "../../../provider/libvirt/constants";
 
 describe("public call names", () => {
   it.each([
@@ -43,53 +56,53 @@ describe("public call names", () => {
   });
 });
 
-describe("procedure numbers (remote_protocol.x, qemu_protocol.x)", () => {
-  // Written out independently of constants.ts, from the .x files.
-  it.each([
-    ["connect_open", 1],
-    ["connect_close", 2],
-    ["connect_get_type", 3],
-    ["domain_create", 9],
-    ["domain_define_xml", 11],
-    ["domain_destroy", 12],
-    ["domain_get_xml_desc", 14],
-    ["domain_lookup_by_name", 23],
-    ["domain_lookup_by_uuid", 24],
-    ["domain_shutdown", 33],
-    ["connect_supports_feature", 60],
-    ["auth_list", 66],
-    ["storage_pool_refresh", 83],
-    ["storage_pool_lookup_by_name", 84],
-    ["storage_vol_create_xml", 93],
-    ["storage_vol_delete", 94],
-    ["storage_vol_lookup_by_name", 95],
-    ["storage_vol_get_info", 98],
-    ["storage_vol_get_path", 100],
-    ["node_get_free_memory", 102],
-    ["node_device_get_xml_desc", 114],
-    ["interface_lookup_by_name", 128],
-    ["connect_get_lib_version", 157],
-    ["domain_update_device_flags", 174],
-    ["nwfilter_lookup_by_name", 175],
-    ["domain_create_with_flags", 196],
-    ["domain_open_console", 201],
-    ["storage_vol_upload", 208],
-    ["storage_vol_resize", 260],
-    ["domain_get_state", 212],
-    ["domain_undefine_flags", 231],
-    ["domain_destroy_flags", 234],
-    ["domain_set_metadata", 264],
-    ["domain_get_metadata", 265],
-    ["connect_list_all_domains", 273],
-    ["storage_pool_list_all_volumes", 282],
-    ["connect_list_all_node_devices", 285],
-    ["domain_define_xml_flags", 350],
-    ["domain_interface_addresses", 353],
-    ["domain_agent_command", 3],
-  ])("%s is %i", (name, proc) => {
-    const p = (Object.values(Procedures) as Procedure<unknown, unknown>[]).find((x) => x.name === name);
-    expect(p?.proc).toBe(proc);
-    expect(p?.program).toBe(name === "domain_agent_command" ? QEMU_PROGRAM : REMOTE_PROGRAM);
+/** The numbers a protocol file declares: its constants and its enums' members, by name. */
+function declaredNumbers(file: string): Map<string, number> {
+  const text = readFileSync(path.join(__dirname, "protocol", file), "utf8").replace(/\/\*[\s\S]*?\*\//g, "");
+  const out = new Map<string, number>();
+  for (const m of text.matchAll(
+    /^\s*(?:const\s+)?([A-Z][A-Z0-9_]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*[;,]?\s*$/gm,
+  )) {
+    out.set(m[1] as string, Number(m[2]));
+  }
+  return out;
+}
+
+describe("numbers, held to libvirt's protocol files (./protocol, libvirt 9.0.0)", () => {
+  const remote = declaredNumbers("remote_protocol.x");
+  const qemu = declaredNumbers("qemu_protocol.x");
+  const keepalive = declaredNumbers("virkeepaliveprotocol.x");
+
+  it("reads the files: hundreds of procedures, the programs and the limits", () => {
+    expect([...remote.keys()].filter((k) => k.startsWith("REMOTE_PROC_")).length).toBeGreaterThan(400);
+    expect(remote.get("REMOTE_PROC_CONNECT_OPEN")).toBe(1);
+    expect(qemu.get("QEMU_PROC_DOMAIN_MONITOR_COMMAND")).toBe(1);
+    expect(keepalive.get("KEEPALIVE_PROC_PONG")).toBe(2);
+  });
+
+  const tables: [string, Record<string, number>, Map<string, number>, string][] = [
+    ["RemoteProcedure", RemoteProcedure, remote, "REMOTE_PROC_"],
+    ["QemuProcedure", QemuProcedure, qemu, "QEMU_PROC_"],
+    ["KeepaliveProcedure", KeepaliveProcedure, keepalive, "KEEPALIVE_PROC_"],
+    ["AuthType", AuthType, remote, "REMOTE_AUTH_"],
+    ["Limits", Limits, remote, "REMOTE_"],
+    ["the programs and versions", { REMOTE_PROGRAM, REMOTE_PROTOCOL_VERSION }, remote, ""],
+    ["the qemu program and version", { QEMU_PROGRAM, QEMU_PROTOCOL_VERSION }, qemu, ""],
+    ["the keepalive program and version", { KEEPALIVE_PROGRAM, KEEPALIVE_PROTOCOL_VERSION }, keepalive, ""],
+  ];
+  it.each(tables)("%s: every entry is the file's", (_, table, declared, prefix) => {
+    const wrong = Object.entries(table).filter(([name, n]) => declared.get(`${prefix}${name}`) !== n);
+    expect(wrong).toEqual([]);
+  });
+
+  it("every procedure descriptor's number is its protocol name's in the file of its program", () => {
+    const wrong = (Object.values(Procedures) as Procedure<unknown, unknown>[])
+      .map((p) => {
+        const [file, prefix] = p.program === QEMU_PROGRAM ? [qemu, "QEMU_PROC_"] : [remote, "REMOTE_PROC_"];
+        return [p.name, p.proc, file.get(`${prefix}${p.name.toUpperCase()}`)] as const;
+      })
+      .filter(([, proc, declared]) => proc !== declared);
+    expect(wrong).toEqual([]);
   });
 });
 

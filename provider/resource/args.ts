@@ -8,6 +8,7 @@
 import type * as pulumi from "@pulumi/pulumi";
 import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
 import type { NicSpec } from "../kvm/network/nic";
+import type { CheckedNic } from "../kvm/network/nic-rules";
 import type { ProxyTls } from "../kvm/tls/proxy-tls";
 
 /** The value Pulumi sends for an input not known yet (during preview). */
@@ -519,8 +520,8 @@ export interface CheckedInputs {
   bridge?: string;
   /** As given, lower case. */
   macAddress?: string;
-  /** The NICs of `nics` as check resolved them (kvm/network/nic.ts); absent for the one-NIC shorthand. */
-  nics?: NicSpec[];
+  /** The NICs of `nics` as check resolved them, held to their rules (kvm/network/nic-rules.ts); absent for the one-NIC shorthand. */
+  nics?: CheckedNic[];
   networkConfig?: string;
   name: string;
   /** True when check generated the name. */

@@ -11,7 +11,7 @@ import type { CreateSpec, VmStatus } from "../kvm/host/operations";
 import { namesHostPool, type PoolHost, resolveHostPools } from "../kvm/network/host-pools";
 import { bare, hostPort, subnetOf } from "../kvm/network/ip";
 import { type NicAttachment, type NicSpec, shorthandNic } from "../kvm/network/nic";
-import { type CheckedNic, decodeNics } from "../kvm/network/nic-rules";
+import { type CheckedNic, decodeNics, filledFromPool } from "../kvm/network/nic-rules";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
 import type { ProxySetup, SquidConfInputs } from "../kvm/proxy/setup";
 import { issuedAtCreate, tlsPublic } from "../kvm/tls/proxy-tls";
@@ -37,7 +37,8 @@ export function defined<T extends Props>(o: T): T {
   return o;
 }
 
-type NicInputs = Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">;
+/** Where a proxy's NICs are given: `nics`, or the one-NIC shorthand. */
+type NicInputs = { nics?: readonly NicSpec[] } & Pick<CheckedInputs, "network" | "bridge" | "macAddress">;
 
 /**
  * The VM's NICs as the inputs (or the state) hold them, unchecked: those of
@@ -46,24 +47,30 @@ type NicInputs = Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress
  * builds goes through {@link vmNicsOf}.
  */
 export function vmNicSpecsOf(c: NicInputs): NicSpec[] {
-  if (c.nics !== undefined) return c.nics;
-  const attachment: NicAttachment | undefined =
-    c.bridge !== undefined
-      ? { kind: "bridge", bridge: c.bridge }
-      : c.network !== undefined
-        ? { kind: "network", network: c.network }
-        : undefined;
-  return [shorthandNic(attachment, c.macAddress)];
+  if (c.nics !== undefined) return [...c.nics];
+  return [shorthandNic(shorthandAttachment(c), c.macAddress)];
+}
+
+function shorthandAttachment(c: NicInputs): NicAttachment | undefined {
+  return c.bridge !== undefined
+    ? { kind: "bridge", bridge: c.bridge }
+    : c.network !== undefined
+      ? { kind: "network", network: c.network }
+      : undefined;
 }
 
 /**
- * The VM's NICs ({@link vmNicSpecsOf}) held to the rules of `nics`: the one
- * door from the inputs to the KVM core, which knows no shorthand and trusts
- * a checked NIC. Check builds the preview's seed from it, create the VM.
- * Throws a ValidationError naming a NIC that breaks a rule.
+ * The VM's NICs, checked: the one door from the checked inputs to the KVM
+ * core, which knows no shorthand and trusts a checked NIC. Those of `nics`
+ * were checked where the inputs were (check, then `decodeChecked`); the
+ * shorthand's one NIC is held to the rules here. Check builds the preview's
+ * seed from it, create the VM. Throws a ValidationError naming a NIC that
+ * breaks a rule.
  */
-export function vmNicsOf(c: NicInputs): CheckedNic[] {
-  return decodeNics(vmNicSpecsOf(c), "invalid NICs in the inputs");
+export function vmNicsOf(c: Pick<CheckedInputs, "nics" | "network" | "bridge" | "macAddress">): CheckedNic[] {
+  return (
+    c.nics ?? decodeNics([shorthandNic(shorthandAttachment(c), c.macAddress)], "invalid NICs in the inputs")
+  );
 }
 
 /**
@@ -120,7 +127,9 @@ export function publicProxy(c: Pick<CheckedInputs, "proxy" | "name">): KvmProxyO
 }
 
 /** What the guest's squid is set up with: the proxy block, or the defaults (3128 or proxyPort, private ranges, no auth). */
-export function proxySetupOf(c: Pick<CheckedInputs, "proxyPort" | "proxy" | "nics">): ProxySetup {
+export function proxySetupOf(
+  c: Pick<CheckedInputs, "proxyPort" | "proxy"> & Pick<Parameters<typeof squidConfOf>[0], "nics">,
+): ProxySetup {
   const { auth: _auth, tls: _tls, ...conf } = squidConfOf(c);
   const auth = c.proxy?.auth;
   const passwordHash = proxyPasswordHashOf(c);
@@ -167,7 +176,8 @@ export function squidConfOf(c: {
 /**
  * The checked inputs with the addresses their pool NICs have: `nics`' (the
  * NICs as a create made them, `createdNics`, or as the state records them),
- * by position. Other NICs, and inputs without pools, are as they are.
+ * by position: the addresses a pool gave (filledFromPool), in this run or
+ * when the VM was made. Other NICs, and inputs without pools, are as they are.
  */
 export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | undefined): CheckedInputs {
   if (c.nics === undefined || nics === undefined || !c.nics.some((n) => n.addressPool !== undefined))
@@ -177,7 +187,7 @@ export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | u
     nics: c.nics.map((n, i) => {
       const had = nics[i]?.addresses;
       return n.addressPool !== undefined && n.addresses.length === 0 && had !== undefined && had.length > 0
-        ? { ...n, addresses: [...had] }
+        ? filledFromPool(n, [...had])
         : n;
     }),
   };

@@ -4,6 +4,7 @@
  * only.
  */
 import type { ProxyState } from "../kvm/domain/states";
+import type { NicSpec } from "../kvm/network/nic";
 import type { TlsPublic } from "../kvm/tls/proxy-tls";
 import type { CheckedInputs, HostEntry } from "./args";
 
@@ -33,8 +34,17 @@ export type KvmProxyState = ProxyState | "degraded";
 export interface KvmProxyOutputs
   extends Omit<
     CheckedInputs,
-    "macAddress" | "userData" | "vendorData" | "userDataBase64" | "vendorDataBase64" | "proxy" | "host"
+    | "macAddress"
+    | "userData"
+    | "vendorData"
+    | "userDataBase64"
+    | "vendorDataBase64"
+    | "proxy"
+    | "host"
+    | "nics"
   > {
+  // The NICs as the state records them: checked when they were written, not since (its TSDoc is the input's).
+  nics?: NicSpec[];
   /** The host the proxy lives on (a pooled proxy's, chosen at create). */
   host: string;
   /** The pool a pooled proxy was placed from. */

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { NicSpec } from "../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { addressOutputs, proxyAddressOf, waitOptionsOf } from "../../../provider/resource/address-outputs";
 import { bandwidthChanges } from "../../../provider/resource/diff";
 
@@ -76,8 +77,10 @@ describe("waitOptionsOf", () => {
 
   it("passes the static addresses, which need no wait", () => {
     expect(
-      waitOptionsOf({ waitForIp: true, nics: [nic(A), nic(B, { addresses: ["203.0.113.7/24"] })] })
-        .staticAddresses,
+      waitOptionsOf({
+        waitForIp: true,
+        nics: decodeNics([nic(A), nic(B, { addresses: ["203.0.113.7/24"] })]),
+      }).staticAddresses,
     ).toEqual([{ mac: B, addresses: ["203.0.113.7/24"] }]);
   });
 });

@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { type ImageIdentity, imageSourceOf } from "../../../provider/kvm/config/image";
 import { metadataForSet, type ProxyMetadata, parseMetadata } from "../../../provider/kvm/domain/metadata";
 import { type NicSpec, shorthandNic } from "../../../provider/kvm/network/nic";
+import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { DEFAULT_ALLOWED_CLIENTS } from "../../../provider/kvm/proxy/access";
 import { issueLeaf, makeCa } from "../../../provider/kvm/tls/certificate";
 import { type ProxyTls, tlsPublic } from "../../../provider/kvm/tls/proxy-tls";
@@ -208,7 +209,7 @@ describe("specHashOf", () => {
     [
       "nics",
       {
-        nics: [
+        nics: decodeNics([
           {
             bridge: "br0",
             mac: "52:54:00:00:00:01",
@@ -216,7 +217,7 @@ describe("specHashOf", () => {
             nameservers: [],
             primary: true,
           },
-        ],
+        ]),
       },
     ],
     ["networkConfig", { networkConfig: "version: 2\n" }],
@@ -269,8 +270,8 @@ describe("specHashOf", () => {
       nameservers: [],
       primary: true,
     };
-    expect(specHashOf(inputs({ nics: [{ ...nic, bandwidth: { outboundKbps: 8000 } }] }))).toBe(
-      specHashOf(inputs({ nics: [nic] })),
+    expect(specHashOf(inputs({ nics: decodeNics([{ ...nic, bandwidth: { outboundKbps: 8000 } }]) }))).toBe(
+      specHashOf(inputs({ nics: decodeNics([nic]) })),
     );
   });
 
@@ -304,7 +305,7 @@ describe("TLS through the mapping", () => {
   const withTls = (tls: ProxyTls | undefined, port = 3128) =>
     inputs({
       proxyPort: port,
-      nics: [NIC],
+      nics: decodeNics([NIC]),
       proxy: {
         port,
         allowedClients: ["203.0.113.0/24"],

@@ -7,7 +7,6 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import type { Firmware, ImageFormat, ImageIdentity } from "../kvm/config/image";
-import type { NicSpec } from "../kvm/network/nic";
 import type { CheckedNic } from "../kvm/network/nic-rules";
 import type { ProxyTls } from "../kvm/tls/proxy-tls";
 

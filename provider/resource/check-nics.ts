@@ -79,7 +79,6 @@ export interface NicsContext {
   claim?: AddressClaim;
 }
 
-/** `nics` and `networkConfig`; failures at `nics[i].<field>`, `network`, `bridge`, `macAddress`, `networkConfig`. */
 /**
  * Why a fixed MAC cannot be `owner`'s: another proxy of the program has it
  * on a host this one may land on (a fleet whose template fixes a MAC gives
@@ -98,6 +97,7 @@ export function macClaimProblem(
   return undefined;
 }
 
+/** `nics` and `networkConfig`; failures at `nics[i].<field>`, `network`, `bridge`, `macAddress`, `networkConfig`. */
 export function checkNetworking(
   f: Failures,
   news: Record<string, unknown>,

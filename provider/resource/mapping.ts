@@ -228,10 +228,6 @@ export function seedDataOf(c: CheckedInputs, part: "userData" | "vendorData"): s
 }
 
 /**
- * The operations layer's create spec for checked inputs; `backend`, the
- * identity of the Pulumi backend (backend.ts), goes into the owner record.
- */
-/**
  * `spec` with the builder's user-data its image's bake recipe names by digest,
  * read from the stack config's image entry (the text never enters the
  * inputs or the state). Throws when the entry no longer holds that text.
@@ -260,6 +256,10 @@ function firstHostOf(c: CheckedInputs): string {
   return placed.pool !== undefined ? (placed.pool[0] as string) : placed.key;
 }
 
+/**
+ * The operations layer's create spec for checked inputs; `backend`, the
+ * identity of the Pulumi backend (backend.ts), goes into the owner record.
+ */
 export function createSpec(
   c: CheckedInputs,
   backend?: string,

@@ -363,10 +363,6 @@ export class Readiness {
   }
 
   /**
-   * One probe with a short deadline (refresh, update): the proxy's health
-   * now, no libvirt call (through the host: one SSH channel).
-   */
-  /**
    * `reason`, a failure of {@link probeNow} on the proxy at `ip` on `host`,
    * with its likely causes and the field to change (failure-hints.ts): for
    * a warning; the outputs keep the reason alone.
@@ -376,6 +372,10 @@ export class Readiness {
     return withProbeHint(reason, { check: "healthCheck", viaHost });
   }
 
+  /**
+   * One probe with a short deadline (refresh, update): the proxy's health
+   * now, no libvirt call (through the host: one SSH channel).
+   */
   async probeNow(c: ProbeInputs, host: string, ip: string | undefined): Promise<ProxyHealth | undefined> {
     const target = ip === undefined ? undefined : probeTargetOf(c, ip, this.connector(c, host, ip));
     if (target === undefined) return undefined;

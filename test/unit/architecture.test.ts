@@ -236,6 +236,15 @@ describe("architecture", () => {
     },
   );
 
+  it("puts each doc comment above what it documents: none sits directly on another (the upper one would document nothing)", () => {
+    const stacked = sources.flatMap((s) =>
+      [...s.text.matchAll(/\*\/\n[ \t]*\/\*\*/g)]
+        .filter((m) => s.text.slice(0, m.index).includes("\n/**") || !s.text.startsWith("/**"))
+        .map((m) => `${s.file}:${s.text.slice(0, m.index).split("\n").length}`),
+    );
+    expect(stacked).toEqual([]);
+  });
+
   it("opens network sockets only in the transport, the probes and the image download", () => {
     const sockets = sources
       .filter((s) => /from "node:(net|tls|http|https|dgram)"/.test(s.text))

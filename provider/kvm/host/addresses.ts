@@ -258,6 +258,15 @@ export interface WaitForIpOptions {
 /** How often {@link waitForAddress} does a full read between its cheap address probes. */
 const FULL_READ_MS = 5_000;
 
+/** What {@link waitForAddress} needs of the operations (KvmOperations is one). */
+export interface AddressWaitHost {
+  readonly env: RetryEnv;
+  readonly hosts: HostPool;
+  now(): number;
+  retrying<T>(ctx: OperationContext, fn: (attempt: number) => Promise<T>, signal?: AbortSignal): Promise<T>;
+  get(hostKey: string, name: string, known?: { uuid?: string }): Promise<VmStatus>;
+}
+
 /**
  * KvmOperations.waitForIpFrom's loop: from a status just read, waits
  * until {@link settledStatus} has an answer. Between full reads (get: state,
@@ -269,15 +278,6 @@ const FULL_READ_MS = 5_000;
  * crashed guest answers probes like a booting one). At the default 1 s
  * interval a wait costs about 2.2-2.4 calls per second.
  */
-/** What {@link waitForAddress} needs of the operations (KvmOperations is one). */
-export interface AddressWaitHost {
-  readonly env: RetryEnv;
-  readonly hosts: HostPool;
-  now(): number;
-  retrying<T>(ctx: OperationContext, fn: (attempt: number) => Promise<T>, signal?: AbortSignal): Promise<T>;
-  get(hostKey: string, name: string, known?: { uuid?: string }): Promise<VmStatus>;
-}
-
 export async function waitForAddress(
   ops: AddressWaitHost,
   from: VmStatus,

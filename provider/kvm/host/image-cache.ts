@@ -90,13 +90,13 @@ export interface ImageCacheOptions {
   lease?: LeaseTiming;
 }
 
-/** Per-host cache of base images, with one in-flight upload per host and image. */
 /** Options of {@link ImageCache.ensure}. */
 export interface EnsureOptions {
   /** Receives the upload's progress (also when this call waits for another's upload of the same image). */
   onProgress?: ProgressListener;
 }
 
+/** Per-host cache of base images, with one in-flight upload per host and image. */
 export class ImageCache {
   /** One upload per image in flight; complete images remembered per pool handle (pool-fills.ts). */
   private readonly fills = new PoolFills<CachedImage>();

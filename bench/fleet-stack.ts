@@ -131,7 +131,7 @@ export function qemuCpuSeconds(prefix: string): number {
   return ticks / TICKS_PER_SECOND;
 }
 
-/** Counts the trace lines of one command (see provider/kvm/trace.ts for their form). */
+/** Counts the trace lines of one command (see provider/libvirt/trace.ts for their form). */
 export function countCalls(trace: string): CallCounts {
   const counts: CallCounts = { total: 0, handshake: 0, byCall: {}, imageUploadsByHost: {} };
   for (const line of trace.split("\n")) {

@@ -1,6 +1,6 @@
 /**
- * Shell text the vendor-data scripts share (cloud-init.ts's guest-agent
- * bootstrap, proxy-setup.ts's squid setup): each script runs on its own, so
+ * Shell text the vendor-data scripts share (guest/vendor-data.ts's guest-agent
+ * bootstrap, proxy/setup.ts's squid setup): each script runs on its own, so
  * each carries its own copy, written from here. POSIX sh; expects a `log`
  * function. Pure.
  */

@@ -245,6 +245,22 @@ describe("architecture", () => {
     expect(stacked).toEqual([]);
   });
 
+  it("names in its comments only modules that exist (a module's name, or its path from any folder)", () => {
+    const modules = ["provider", "test", "bench", "tools", "examples"]
+      .filter((d) => existsSync(path.join(root, d)))
+      .flatMap((d) => filesUnder(path.join(root, d)).map((f) => path.relative(root, f)));
+    const names = new Set(modules.map((f) => path.basename(f)));
+    const missing = sources.flatMap((s) =>
+      [...s.text.matchAll(/(?<![\w./-])((?:[\w-]+\/)*[\w-]+\.ts)\b/g)]
+        .map((m) => m[1] as string)
+        .filter(
+          (n) => !names.has(path.basename(n)) || (n.includes("/") && !modules.some((f) => f.endsWith(n))),
+        )
+        .map((n) => `${s.file}: ${n}`),
+    );
+    expect(missing).toEqual([]);
+  });
+
   it("opens network sockets only in the transport, the probes and the image download", () => {
     const sockets = sources
       .filter((s) => /from "node:(net|tls|http|https|dgram)"/.test(s.text))

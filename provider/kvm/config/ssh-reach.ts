@@ -100,7 +100,7 @@ const AUTH_FIELDS: (keyof SshMaterial)[] = ["privateKey", "privateKeyPath", "age
 const KNOWN_HOSTS_FIELDS: (keyof SshMaterial)[] = ["knownHosts", "knownHostsPath"];
 const PATH_FIELDS = ["privateKeyPath", "knownHostsPath", "agentSocket"] as const;
 
-/** Field names a host entry may use for its reach (config.ts adds them to the host's). */
+/** Field names a host entry may use for its reach (host-config.ts adds them to the host's). */
 export const REACH_FIELDS = ["transport", "jump", "sshConfig"] as const;
 
 /** Why a path field holds something that is not a path (key material, known_hosts lines), or undefined. Quotes nothing of `v`. */

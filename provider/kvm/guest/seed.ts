@@ -35,7 +35,7 @@ export interface SeedSpec {
   networkConfig?: string | Buffer;
   /** The VM's NICs (at least one): the network-config is built from them when they need one. */
   nics: readonly CheckedNic[];
-  /** The guest's proxy, set up by a vendor-data script (proxy-setup.ts). */
+  /** The guest's proxy, set up by a vendor-data script (kvm/proxy/setup.ts). */
   proxy?: ProxySetup;
 }
 

@@ -157,7 +157,7 @@ export interface VendorDataOptions {
   installGuestAgent: boolean;
   /** The user's own vendor-data, any format cloud-init knows. Strings are sent as UTF-8. */
   vendorData?: string | Buffer;
-  /** The proxy setup script (proxy-setup.ts), a script part after the guest-agent one. */
+  /** The proxy setup script (kvm/proxy/setup.ts), a script part after the guest-agent one. */
   proxySetup?: string;
 }
 
@@ -177,7 +177,7 @@ export interface VendorDataOptions {
  * these parts:
  * 1. the scripts, each `text/x-shellscript`, 7bit: {@link GUEST_AGENT_SCRIPT}
  *    ({@link GUEST_AGENT_SCRIPT_FILENAME}) when installGuestAgent, then the
- *    proxy setup (proxy-setup.ts) when given; cloud-init runs them in order;
+ *    proxy setup (kvm/proxy/setup.ts) when given; cloud-init runs them in order;
  * 2. the user's data, filename {@link USER_VENDOR_DATA_FILENAME}, declared
  *    `text/plain` so cloud-init re-sniffs its type from its first line
  *    (`#cloud-config`, `#!`, `## template: jinja`, `#include`, ...): this code

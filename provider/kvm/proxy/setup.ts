@@ -4,7 +4,7 @@
  * bootstrap, because cloud-init's merge drops vendor cloud-config keys the
  * user's cloud-config also has; a script is never merged). Pure: the
  * configuration text and the script. Who may use the proxy and where it may
- * go is proxy-access.ts; the password hash is password-hash.ts (the password
+ * go is access.ts; the password hash is password-hash.ts (the password
  * itself never reaches the seed).
  *
  * Facts (squid 5.7 on Debian 12 run by hand; 6.x/7.x from source):

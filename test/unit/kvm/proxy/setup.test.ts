@@ -1,6 +1,6 @@
 /**
  * The guest's proxy setup (provider/kvm/proxy/setup.ts): squid.conf as
- * built from a setup (its access list is proxy-access.ts, tested apart),
+ * built from a setup (its access list is access.ts, tested apart),
  * read by the real squid with `squid -k parse`, and the vendor-data script
  * (parsed by dash, the POSIX shell of Debian's /bin/sh).
  */

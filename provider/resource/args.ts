@@ -37,6 +37,24 @@ export interface InlineImage {
 }
 
 /**
+ * An image of the provider's configuration (`kvm:images`, or an explicit
+ * provider's `images`), under its key: an inline image's fields, and
+ * whether proxies boot from a copy baked on each host.
+ */
+export interface ImageConfigInput extends InlineImage {
+  /** Bake the image on each host with the proxy's packages installed: `true`, or a recipe. Changing it replaces the proxies using it. */
+  bake?: boolean | BakeInput;
+}
+
+/** What a baked image is made with, beside squid, the guest agent and Dante. */
+export interface BakeInput {
+  /** Distribution package names installed beside them: names only, no versions, options or patterns. */
+  packages?: string[];
+  /** The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`). */
+  userData?: string;
+}
+
+/**
  * What create waits for once the VM has an IP and cloud-init is done. Without
  * `url`: `GET /` to the proxy port, answered by this proxy's own squid (not a
  * mere TCP connect). With `url`: a request for it through the proxy must
@@ -245,10 +263,32 @@ export interface HostInput {
   addressPools?: pulumi.Input<Record<string, pulumi.Input<HostAddressPoolInput>>>;
   /** The SSH client: `ssh2` (the provider's own, the default) or `openssh` (the system's ssh, reading ssh_config). */
   transport?: pulumi.Input<"ssh2" | "openssh">;
-  /** Bastions on the way to the host: one hop or a chain, each verified. */
-  jump?: pulumi.Input<unknown>;
+  /** Bastions on the way to the host: one hop or a chain (the first dialled directly), each verified. */
+  jump?: pulumi.Input<string | JumpHopInput | pulumi.Input<string | JumpHopInput>[]>;
   /** An ssh_config file for the `openssh` transport. */
-  sshConfig?: pulumi.Input<unknown>;
+  sshConfig?: pulumi.Input<string>;
+}
+
+/**
+ * A jump host on the way to a host, as `ssh://[user@]host[:port]` or with its
+ * own SSH material: what it leaves out it takes from the host (its user, its
+ * known_hosts, its credentials). Verified against its known_hosts like the host.
+ */
+export interface JumpHopInput {
+  /** `ssh://[user@]host[:port]`, without a password. */
+  uri: pulumi.Input<string>;
+  /** known_hosts lines for the hop (default: the host's). */
+  knownHosts?: pulumi.Input<string>;
+  /** A known_hosts file instead of the lines. */
+  knownHostsPath?: pulumi.Input<string>;
+  /** The hop's own SSH private key (OpenSSH or PEM), kept secret. */
+  privateKey?: pulumi.Input<string>;
+  /** A private key file instead of the key. */
+  privateKeyPath?: pulumi.Input<string>;
+  /** An SSH agent's socket instead of a key. */
+  agentSocket?: pulumi.Input<string>;
+  /** The private key's passphrase, kept secret. */
+  passphrase?: pulumi.Input<string>;
 }
 
 /** The arguments of `new KvmProxy(name, args)`. */
@@ -458,8 +498,11 @@ export type WaitForIp = boolean | "ipv4" | "ipv6" | "any";
 
 /** Who owns the VM, recorded in its metadata. Filled in by KvmProxy, never by users. */
 export interface OwnerInput {
+  /** The Pulumi project. */
   project: string;
+  /** The Pulumi stack. */
   stack: string;
+  /** The resource's URN. */
   urn: string;
   /** The Pulumi resource name, the base of the autoname. */
   resource: string;

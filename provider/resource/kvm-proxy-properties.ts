@@ -161,26 +161,28 @@ export const KVM_PROXY_INPUT_PROPERTIES: Table<KvmProxyArgs, InputProperty> = {
 
 /**
  * The outputs of KvmProxy: the provider's and the two the class makes. What
- * check resolves for the provider itself (the image, the NICs, the owner, a
- * host in full) is `Any`: a shape of the state, not of the API.
+ * check resolved (the image, the NICs, the proxy block, the rotation, the
+ * owner) has an object type of its own (outputs.ts), held to the state's
+ * types in schema/properties.ts; only a host given in full, a derived
+ * secret the schema does not publish, is `Any`.
  */
 export const KVM_PROXY_OUTPUT_PROPERTIES = {
   host: out(STRING),
   hostPool: out(STRINGS),
   hostConnection: derived(ANY),
   image: out({ oneOf: [STRING, t("InlineImage")] }),
-  resolvedImage: internal(ANY),
+  resolvedImage: internal(t("ResolvedImage")),
   installGuestAgent: out(BOOLEAN),
   memoryMiB: out(INTEGER),
   vcpus: out(INTEGER),
   diskGiB: out(INTEGER),
   network: out(STRING),
   bridge: out(STRING),
-  nics: out({ type: "array", items: ANY }),
+  nics: out({ type: "array", items: t("ResolvedNic") }),
   networkConfig: out(STRING),
   name: out(STRING),
   autoname: internal(BOOLEAN),
-  proxy: out(ANY),
+  proxy: out(t("PublicProxy")),
   proxyPort: out(INTEGER),
   healthCheck: out({ oneOf: [BOOLEAN, t("HealthCheck")] }),
   egressCheck: out(t("EgressCheck")),
@@ -188,8 +190,8 @@ export const KVM_PROXY_OUTPUT_PROPERTIES = {
   timeouts: out({ type: "object", additionalProperties: { type: "number" } }),
   keepOnFailure: out(BOOLEAN),
   tags: out(STRING_MAP),
-  rotation: out(ANY),
-  owner: internal(ANY),
+  rotation: out(t("ResolvedRotation")),
+  owner: internal(t("Owner")),
   createdAt: out(STRING),
   bakedImage: out(STRING),
   proxyPasswordHash: derived(STRING),

@@ -125,3 +125,122 @@ export interface KvmProxyCredentialUrls {
   /** `socksUrl` with the username and password (secret), when the proxy has SOCKS and auth. */
   socksUrlWithCredentials?: string;
 }
+
+/*
+ * The object types the schema gives the outputs a program reads (the SDKs'
+ * types of `proxy`, `nics`, `rotation`, `resolvedImage`, `owner`). The
+ * state's own types above are held assignable to them (schema/properties.ts),
+ * so the two cannot drift apart.
+ */
+
+/** The proxy block as the outputs show it: the username without the password, certificates without keys. */
+export interface PublicProxy {
+  /** The port squid listens on. */
+  port: number;
+  /** Who clients authenticate as (the password is only in the program's secret outputs). */
+  auth?: ProxyUser;
+  /** Client ranges (IPv4 or IPv6) admitted. */
+  allowedClients: string[];
+  /** Private ranges and subnets opened as destinations beside the public Internet. */
+  allowedDestinations: string[];
+  /** The VM's address the proxy's requests leave from. */
+  outgoingAddress?: string;
+  /** Public clients are admitted without auth. */
+  publicClientsWithoutAuth?: boolean;
+  /** SOCKS5 beside HTTP, on its port. */
+  socks?: ProxySocks;
+  /** The proxy's TLS: the CA its certificate is issued by, or the certificate it serves (public parts only). */
+  tls?: PublicProxyTls;
+}
+
+/** The username of the proxy's basic authentication. */
+export interface ProxyUser {
+  /** The username. */
+  username: string;
+}
+
+/** The proxy's SOCKS5 listener. */
+export interface ProxySocks {
+  /** The SOCKS port. */
+  port: number;
+}
+
+/** The public part of the proxy's TLS. */
+export interface PublicProxyTls {
+  /** The CA the proxy's certificate is issued by at create (its certificate). */
+  ca?: TlsCertificate;
+  /** The certificate the proxy serves (PEM), when the program gave it. */
+  certificate?: string;
+}
+
+/** A certificate. */
+export interface TlsCertificate {
+  /** The certificate (PEM). */
+  certificate: string;
+}
+
+/** A NIC of the VM as check resolved it: its attachment, MAC, addresses and limits. */
+export interface ResolvedNic {
+  /** The libvirt network it is attached to. */
+  network?: string;
+  /** The host bridge it is attached to. */
+  bridge?: string;
+  /** The macvtap device it is, on a host interface. */
+  direct?: { dev: string; mode: string };
+  /** The MAC the program gave, lower case. */
+  macAddress?: string;
+  /** The MAC the NIC has, lower case: the given one, or one derived from the owner, the name and the position. */
+  mac?: string;
+  /** Static addresses, CIDR (a pool NIC's: the one taken at create); empty: DHCP or router advertisements. */
+  addresses: string[];
+  /** The ranges its address was taken from at create. */
+  addressPool?: { ranges: string[] };
+  /** The host's address pool it took its ranges, gateways, nameservers and attachment from, by name. */
+  hostPool?: string;
+  /** The IPv4 gateway. */
+  gateway4?: string;
+  /** The IPv6 gateway. */
+  gateway6?: string;
+  /** Its nameservers. */
+  nameservers: string[];
+  /** Its rate limits. */
+  bandwidth?: { inboundKbps?: number; outboundKbps?: number };
+  /** The libvirt nwfilter on it. */
+  filter?: string;
+  /** The NIC `proxyUrl` uses. */
+  primary: boolean;
+}
+
+/** `rotation` as check resolved it: the age in seconds. */
+export interface ResolvedRotation {
+  /** The age (seconds) past which the proxy is replaced. */
+  maxAge: number;
+  /** At most this many members of the group are replaced per `up`. */
+  batch: number;
+  /** The group whose members rotate in turn. */
+  group?: string;
+  /** The group's size. */
+  size?: number;
+}
+
+/** The image the proxy is built from, as check resolved it (from the config or inline). */
+export interface ResolvedImage {
+  /** Its URL (a local path as a `file://` URL). */
+  url: string;
+  /** `qcow2` or `raw`. */
+  format: string;
+  /** `uefi` or `bios`. */
+  firmware: string;
+  /** Its SHA-256 (lower-case hex), when pinned. */
+  sha256?: string;
+  /** The bake recipe, for a baked image. */
+  bake?: ResolvedBake;
+}
+
+/** A bake recipe as the state records it: the packages, and the user-data by a keyed digest only. */
+export interface ResolvedBake {
+  /** The extra packages, sorted. */
+  packages: string[];
+  /** HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`. */
+  userDataMac?: string;
+}

@@ -119,7 +119,7 @@ function describe(docs: DocLookup, name: string): string {
 function typeText(t: TypeSpec): string {
   if ("$ref" in t) return t.$ref.replace(/^.*[:/]/, "");
   if ("oneOf" in t) return t.oneOf.map(typeText).join(" \\| ");
-  if (t.type === "array") return `${typeText(t.items)}[]`;
+  if (t.type === "array") return "oneOf" in t.items ? `(${typeText(t.items)})[]` : `${typeText(t.items)}[]`;
   if (t.type === "object") return `map of ${typeText(t.additionalProperties)}`;
   return t.type;
 }

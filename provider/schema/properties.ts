@@ -9,18 +9,24 @@
  * are here; descriptions are the interfaces' TSDoc.
  */
 
+import type { NicSpec } from "../kvm/network/nic";
 import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../program/proxy-fleet";
 import type {
+  BakeInput,
+  CheckedInputs,
   EgressCheck,
   HealthCheck,
   HostAddressPoolInput,
   HostInput,
   HostPoolInput,
+  ImageConfigInput,
   InlineImage,
+  JumpHopInput,
   NicAddressPoolInput,
   NicBandwidthInput,
   NicDirectInput,
   NicInput,
+  OwnerInput,
   ProxyAuth,
   ProxyInput,
   ProxyTlsInput,
@@ -31,7 +37,21 @@ import type {
 } from "../resource/args";
 import { DEFAULTS } from "../resource/args";
 import { KVM_PROXY_INPUT_PROPERTIES } from "../resource/kvm-proxy-properties";
-import type { KeptAfterFailure, NicAddresses, ProxyHealth } from "../resource/outputs";
+import type {
+  KeptAfterFailure,
+  KvmProxyOutputs,
+  NicAddresses,
+  ProxyHealth,
+  ProxySocks,
+  ProxyUser,
+  PublicProxy,
+  PublicProxyTls,
+  ResolvedBake,
+  ResolvedImage,
+  ResolvedNic,
+  ResolvedRotation,
+  TlsCertificate,
+} from "../resource/outputs";
 import {
   ANY,
   BOOLEAN,
@@ -113,9 +133,22 @@ const hostInput: Table<HostInput> = {
   capacity: p({ type: "object", additionalProperties: { oneOf: [INTEGER, STRING] } }),
   addressPools: p({ type: "object", additionalProperties: t("HostAddressPool") }),
   transport: p(STRING),
-  jump: p(ANY),
-  sshConfig: p(ANY),
+  jump: p({ oneOf: [STRING, t("JumpHop"), { type: "array", items: { oneOf: [STRING, t("JumpHop")] } }] }),
+  sshConfig: p(STRING),
 };
+
+const jumpHop: Table<JumpHopInput> = {
+  uri: p(STRING),
+  knownHosts: p(STRING),
+  knownHostsPath: p(STRING),
+  privateKey: p(STRING, { secret: true }),
+  privateKeyPath: p(STRING),
+  agentSocket: p(STRING),
+  passphrase: p(STRING, { secret: true }),
+};
+
+const imageConfig: Table<ImageConfigInput> = { ...inlineImage, bake: p({ oneOf: [BOOLEAN, t("Bake")] }) };
+const bake: Table<BakeInput> = { packages: p(strings), userData: p(STRING, { secret: true }) };
 
 const { key: _key, ...hostConfig } = hostInput;
 
@@ -163,6 +196,68 @@ const nicAddresses: Table<NicAddresses> = { mac: p(STRING), addresses: p(strings
 const memberPasswords: Table<MemberPasswords> = { secret: p(STRING, { secret: true }) };
 const keptAfterFailure: Table<KeptAfterFailure> = { failedAt: p(STRING), reason: p(STRING) };
 
+const publicProxy: Table<PublicProxy> = {
+  port: p(INTEGER),
+  auth: p(t("ProxyUser")),
+  allowedClients: p(strings),
+  allowedDestinations: p(strings),
+  outgoingAddress: p(STRING),
+  publicClientsWithoutAuth: p(BOOLEAN),
+  socks: p(t("ProxySocks")),
+  tls: p(t("PublicProxyTls")),
+};
+const proxyUser: Table<ProxyUser> = { username: p(STRING) };
+const proxySocks: Table<ProxySocks> = { port: p(INTEGER) };
+const publicProxyTls: Table<PublicProxyTls> = { ca: p(t("TlsCertificate")), certificate: p(STRING) };
+const tlsCertificate: Table<TlsCertificate> = { certificate: p(STRING) };
+const resolvedNic: Table<ResolvedNic> = {
+  network: p(STRING),
+  bridge: p(STRING),
+  direct: p(t("NicDirect")),
+  macAddress: p(STRING),
+  mac: p(STRING),
+  addresses: p(strings),
+  addressPool: p(t("NicAddressPool")),
+  hostPool: p(STRING),
+  gateway4: p(STRING),
+  gateway6: p(STRING),
+  nameservers: p(strings),
+  bandwidth: p(t("NicBandwidth")),
+  filter: p(STRING),
+  primary: p(BOOLEAN),
+};
+const resolvedRotation: Table<ResolvedRotation> = {
+  maxAge: p(INTEGER),
+  batch: p(INTEGER),
+  group: p(STRING),
+  size: p(INTEGER),
+};
+const resolvedImage: Table<ResolvedImage> = {
+  url: p(STRING),
+  format: p(STRING),
+  firmware: p(STRING),
+  sha256: p(STRING),
+  bake: p(t("ResolvedBake")),
+};
+const resolvedBake: Table<ResolvedBake> = { packages: p(strings), userDataMac: p(STRING) };
+const owner: Table<OwnerInput> = {
+  project: p(STRING),
+  stack: p(STRING),
+  urn: p(STRING),
+  resource: p(STRING),
+};
+
+/** Whether the schema's type `U` describes `T`: `T` fits it, and `T` has no field it lacks. */
+type Describes<T, U> = [T] extends [U] ? ([Exclude<keyof T, keyof U>] extends [never] ? true : false) : false;
+type Holds<T extends true> = T;
+/** The state's types, held to the object types the schema gives their outputs (`tsc` fails on a drift). */
+export type OutputTypesDescribed = [
+  Holds<Describes<NonNullable<KvmProxyOutputs["proxy"]>, PublicProxy>>,
+  Holds<Describes<NicSpec, ResolvedNic>>,
+  Holds<Describes<NonNullable<CheckedInputs["rotation"]>, ResolvedRotation>>,
+  Holds<Describes<CheckedInputs["resolvedImage"], ResolvedImage>>,
+];
+
 /** The object types of the package, by name, each with the interface its TSDoc comes from. */
 export const TYPES: Readonly<Record<string, ObjectTable>> = {
   InlineImage: { source: "InlineImage", properties: inlineImage },
@@ -192,6 +287,19 @@ export const TYPES: Readonly<Record<string, ObjectTable>> = {
   NicAddresses: { source: "NicAddresses", properties: nicAddresses },
   MemberPasswords: { source: "MemberPasswords", properties: memberPasswords },
   KeptAfterFailure: { source: "KeptAfterFailure", properties: keptAfterFailure },
+  JumpHop: { source: "JumpHopInput", properties: jumpHop },
+  ImageConfig: { source: "ImageConfigInput", properties: imageConfig },
+  Bake: { source: "BakeInput", properties: bake },
+  PublicProxy: { source: "PublicProxy", properties: publicProxy },
+  ProxyUser: { source: "ProxyUser", properties: proxyUser },
+  ProxySocks: { source: "ProxySocks", properties: proxySocks },
+  PublicProxyTls: { source: "PublicProxyTls", properties: publicProxyTls },
+  TlsCertificate: { source: "TlsCertificate", properties: tlsCertificate },
+  ResolvedNic: { source: "ResolvedNic", properties: resolvedNic },
+  ResolvedRotation: { source: "ResolvedRotation", properties: resolvedRotation },
+  ResolvedImage: { source: "ResolvedImage", properties: resolvedImage },
+  ResolvedBake: { source: "ResolvedBake", properties: resolvedBake },
+  Owner: { source: "OwnerInput", properties: owner },
 };
 
 /** The inputs of the `ProxyFleet` component. */
@@ -260,7 +368,7 @@ export const CONFIG: Readonly<Record<string, Prop>> = {
     },
   ),
   images: p(
-    { type: "object", additionalProperties: ANY },
+    { type: "object", additionalProperties: t("ImageConfig") },
     {
       description:
         "The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).",

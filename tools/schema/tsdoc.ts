@@ -12,6 +12,8 @@ import type { DocLookup, SourceDoc } from "../../provider/schema/package-schema"
 interface Declared {
   doc?: string;
   members: Map<string, SourceDoc>;
+  /** The interfaces it extends by name (`extends InlineImage`), where an inherited property's TSDoc is. */
+  bases: string[];
 }
 
 /** The TSDoc of `node`, its `{@link X}` written as `X`, lines of one paragraph joined. */
@@ -43,22 +45,39 @@ export function readDeclarations(files: readonly string[]): Map<string, Declared
           optional: m.questionToken !== undefined,
         });
       }
+      const bases = (st.heritageClauses ?? [])
+        .filter((h) => h.token === ts.SyntaxKind.ExtendsKeyword)
+        .flatMap((h) => h.types.map((t) => t.expression))
+        .filter(ts.isIdentifier)
+        .map((e) => e.text);
       const doc = docOf(st);
-      out.set(st.name.text, { ...(doc !== undefined ? { doc } : {}), members });
+      out.set(st.name.text, { ...(doc !== undefined ? { doc } : {}), members, bases });
     }
   }
   return out;
 }
 
-/** A DocLookup over `files`: a property without TSDoc counts as undescribed (undefined description). */
+/**
+ * A DocLookup over `files`: a property without TSDoc counts as undescribed
+ * (undefined description); one an interface inherits is looked up in the
+ * interfaces it extends by name.
+ */
 export function docLookup(files: readonly string[]): DocLookup {
   const decls = readDeclarations(files);
-  return (iface, prop) => {
+  const member = (iface: string, prop: string): SourceDoc | undefined => {
     const d = decls.get(iface);
     if (d === undefined) return undefined;
-    if (prop === undefined) return d.doc !== undefined ? { description: d.doc } : undefined;
     const m = d.members.get(prop);
-    if (m === undefined || m.description === undefined) return undefined;
-    return m;
+    if (m !== undefined) return m.description === undefined ? undefined : m;
+    for (const base of d.bases) {
+      const inherited = member(base, prop);
+      if (inherited !== undefined) return inherited;
+    }
+    return undefined;
+  };
+  return (iface, prop) => {
+    if (prop !== undefined) return member(iface, prop);
+    const doc = decls.get(iface)?.doc;
+    return doc !== undefined ? { description: doc } : undefined;
   };
 }

@@ -108,6 +108,35 @@ describe("the schema says what the resource does", () => {
     expect(kvmProxy.inputProperties.host?.description).toContain("`HostInput`");
     expect(kvmProxy.inputProperties.userData?.description).not.toMatch(/installing squid/);
   });
+
+  it("describes an inherited property from the interface it extends (an image of the config, an inline image's)", () => {
+    expect(schema.types["kvmproxy:index:ImageConfig"]?.properties.url?.description).toBe(
+      schema.types["kvmproxy:index:InlineImage"]?.properties.url?.description,
+    );
+  });
+
+  it("types every property a program writes or reads: no Any anywhere", () => {
+    const anyAt: string[] = [];
+    const walk = (v: unknown, at: string): void => {
+      if (Array.isArray(v)) v.forEach((x, i) => walk(x, `${at}[${i}]`));
+      else if (typeof v === "object" && v !== null) {
+        if ((v as { $ref?: unknown }).$ref === "pulumi.json#/Any") anyAt.push(at);
+        for (const [k, x] of Object.entries(v)) if (k !== "description") walk(x, `${at}/${k}`);
+      }
+    };
+    walk(schema, "");
+    expect(anyAt).toEqual([]);
+  });
+
+  it("marks the secrets of an object type wherever they sit: a jump host's key and passphrase, a bake's user-data", () => {
+    const secret = (type: string, prop: string) =>
+      schema.types[`kvmproxy:index:${type}`]?.properties[prop]?.secret;
+    expect([
+      secret("JumpHop", "privateKey"),
+      secret("JumpHop", "passphrase"),
+      secret("Bake", "userData"),
+    ]).toEqual([true, true, true]);
+  });
 });
 
 describe("a property the sources do not describe", () => {

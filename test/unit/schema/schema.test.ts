@@ -118,8 +118,9 @@ describe("the schema says what the resource does", () => {
   it("types every property a program writes or reads: no Any anywhere", () => {
     const anyAt: string[] = [];
     const walk = (v: unknown, at: string): void => {
-      if (Array.isArray(v)) v.forEach((x, i) => walk(x, `${at}[${i}]`));
-      else if (typeof v === "object" && v !== null) {
+      if (Array.isArray(v)) {
+        for (const [i, x] of v.entries()) walk(x, `${at}[${i}]`);
+      } else if (typeof v === "object" && v !== null) {
         if ((v as { $ref?: unknown }).$ref === "pulumi.json#/Any") anyAt.push(at);
         for (const [k, x] of Object.entries(v)) if (k !== "description") walk(x, `${at}/${k}`);
       }

@@ -53,7 +53,6 @@ import type {
   TlsCertificate,
 } from "../resource/outputs";
 import {
-  ANY,
   BOOLEAN,
   DURATION as duration,
   INTEGER,

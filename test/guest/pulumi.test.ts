@@ -44,6 +44,7 @@ import {
   assertGuestAddress,
   type CloudInitOutcome,
   expectVendorScriptRan,
+  GuestProgress,
   nvramFiles,
   poolFilesOf,
   proxyRequest,
@@ -246,7 +247,12 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
 
   it("the gzip-compressed MIME multipart given as userDataBase64 reaches the guest byte for byte, and both parts were applied", async () => {
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
-    cloudInit = await waitCloudInitDone(agent, 600_000);
+    // The create waited for cloud-init already: this wait is a formality, failing on a stall of the guest.
+    const progress = new GuestProgress(agentPool.libvirt("local"), NAME);
+    cloudInit = await waitCloudInitDone(
+      agent,
+      progress.bounds({ stallMs: 5 * 60_000, ceilingMs: 10 * 60_000 }),
+    );
     // cloud-init keeps the user-data as the datasource gave it: the gzip bytes.
     const userData = await agent.readFile("/var/lib/cloud/instance/user-data.txt");
     expect(userData.equals(USER_DATA_GZIP)).toBe(true);

@@ -45,6 +45,9 @@ import {
   type CloudInitOutcome,
   CreateProgress,
   expectVendorScriptRan,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
   type GuestAgent,
   GuestProgress,
   nvramFiles,
@@ -59,13 +62,13 @@ const env = inject("guest");
 let imageSha256 = "";
 const HOST = "local";
 /**
- * A boot's waits fail when nothing the test can see of the guest (its state,
- * serial console, agent, cloud-init's stage and logs) has changed for
- * STALL_MS; a guest that is slow because the machine is busy still moves.
- * CEILING_MS is a safety net far above a normal run (3–8 minutes).
+ * A boot's waits fail when nothing the test can see of the guest (the
+ * create's progress, then the domain's state, its serial console, agent,
+ * cloud-init's stage and logs) has changed for GUEST_STALL_MS, or at
+ * GUEST_CEILING_MS, far above a normal boot.
  */
-const STALL_MS = 5 * 60_000;
-const CEILING_MS = 45 * 60_000;
+const STALL_MS = GUEST_STALL_MS;
+const CEILING_MS = GUEST_CEILING_MS;
 
 let host: TestHost;
 let pool: HostPool;
@@ -247,7 +250,7 @@ beforeAll(async () => {
   }
   // Both boot at once; the tests below read the results.
   await Promise.allSettled(boots.values());
-}, CEILING_MS + 120_000);
+}, GUEST_TEST_TIMEOUT_MS);
 
 afterAll(async () => {
   const timings: Record<string, unknown> = {};

@@ -14,8 +14,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { expect } from "vitest";
+import { parseConfig } from "../../provider/kvm/config/host-config";
 import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/guest/vendor-data";
 import { lookupDomain } from "../../provider/kvm/host/domains";
+import { HostPool } from "../../provider/kvm/host/hosts";
 import type { Progress } from "../../provider/kvm/progress";
 import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy/setup";
 import type { ReadStream } from "../../provider/libvirt/connection";
@@ -59,6 +61,24 @@ declare module "vitest" {
     guest: GuestEnv;
   }
 }
+
+/**
+ * A wait on a guest fails when nothing the test can see of it (or of the
+ * create making it) has changed for this long: a loaded machine slows a
+ * guest down, it does not stop it.
+ */
+export const GUEST_STALL_MS = 5 * 60_000;
+/** The safety net of a wait on booting guests: far above a normal run (3–8 minutes a guest). */
+export const GUEST_CEILING_MS = 50 * 60_000;
+/**
+ * `timeouts.create` the tests give a proxy that should boot: a ceiling for
+ * the product too, under the test's so that the product's own error (it
+ * names the VM and the console's tail) comes first; the test's stall check
+ * is what fails a create that stopped moving.
+ */
+export const CREATE_TIMEOUT = "45m";
+/** A vitest timeout for a test or hook that waits on guests: above the ceiling, so the wait's own error is what a failure shows. */
+export const GUEST_TEST_TIMEOUT_MS = GUEST_CEILING_MS + 5 * 60_000;
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -447,6 +467,16 @@ export class GuestAgent {
       .filter((a) => a["ip-address-type"] === "ipv4" && !a["ip-address"].startsWith("127."))
       .map((a) => a["ip-address"]);
   }
+}
+
+/** A libvirt connection of the test's own to the test host (unix socket), for agents and progress readers. */
+export function testHostLibvirt(host: TestHost): { lv: Libvirt; close: () => Promise<void> } {
+  const pool = new HostPool(
+    parseConfig({
+      hosts: { local: { uri: `unix://${host.socketPath}`, pool: host.poolName, network: host.network } },
+    }).hosts,
+  );
+  return { lv: pool.libvirt("local"), close: () => pool.closeAll() };
 }
 
 /** An agent for domain `name`. */

@@ -13,8 +13,12 @@ import type { GuestProgress } from "./support";
 
 /** How a watched run knows it still moves, and when it gives up. */
 export interface CliWatch {
-  /** The guests the run makes or waits on (their consoles left to the provider). */
-  guests: readonly GuestProgress[];
+  /**
+   * The guests the run makes or waits on (their consoles left to the
+   * provider), or a function naming them at each look (members whose names
+   * the run picks).
+   */
+  guests: readonly GuestProgress[] | (() => readonly GuestProgress[]);
   /** Fail (and interrupt the CLI) when neither its events nor the guests changed for this long. */
   stallMs: number;
   /** Fail at this long whatever the progress: far above a normal run. */
@@ -53,7 +57,9 @@ export class NetnsCli {
       what: `pulumi ${args.join(" ")} to finish`,
       progress: async () => ({
         events: engineProgress(eventLog),
-        guests: await Promise.all(watch.guests.map((g) => g.read())),
+        guests: await Promise.all(
+          (typeof watch.guests === "function" ? watch.guests() : watch.guests).map((g) => g.read()),
+        ),
       }),
       stallMs: watch.stallMs,
       ceilingMs: watch.ceilingMs,

@@ -168,6 +168,8 @@ interface Booted {
   proxy: string;
   cloudInit: CloudInitOutcome;
   seconds: { ip: number; agent: number; proxy204: number; cloudInitDone: number };
+  /** The guest's progress as the waits last read it (printed at the end). */
+  lastProgress: unknown;
 }
 
 const boots = new Map<GuestKey, Promise<Booted>>();
@@ -214,6 +216,7 @@ async function boot(g: Guest): Promise<Booted> {
       proxy,
       cloudInit,
       seconds: { ip, agent: agentUp, proxy204, cloudInitDone: since(t0) },
+      lastProgress: await progress.read(),
     };
   } finally {
     await progress.stop();
@@ -259,6 +262,7 @@ afterAll(async () => {
       (b) => ({
         ...b.seconds,
         cloudInit: b.cloudInit,
+        lastProgress: b.lastProgress,
       }),
       (e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`,
     );

@@ -23,7 +23,7 @@ import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy/setup";
 import type { ReadStream } from "../../provider/libvirt/connection";
 import type { Libvirt } from "../../provider/libvirt/libvirt";
 import type { Domain } from "../../provider/libvirt/types";
-import type { TargetAddresses, TestHost } from "../support/test-host";
+import { type TargetAddresses, type TestHost, testHost, virshUri } from "../support/test-host";
 import { done, pending, type WaitBounds, waitUntil, watchWhile } from "../support/wait-until";
 
 const execFileAsync = promisify(execFile);
@@ -219,10 +219,12 @@ export async function waitForProxyStatus(
 
 /**
  * Where a booting guest stands, as far as the test can see without touching
- * the product: the domain's state, how many bytes its serial console has
- * printed (when the test may hold the console), whether its guest agent
- * answers, and, once it does, cloud-init's stage and the sizes of its two
- * logs. A wait on the guest counts any change of it as progress.
+ * the product: the domain's state, the bytes its disks have read and written
+ * (libvirt's block stats: a guest booting or installing packages is never
+ * quiet for long), how many bytes its serial console has printed (when the
+ * test may hold the console), whether its guest agent answers, and, once it
+ * does, cloud-init's stage and the sizes of its two logs. A wait on the
+ * guest counts any change of it as progress.
  */
 export class GuestProgress {
   private consoleBytes = 0;
@@ -254,6 +256,8 @@ export class GuestProgress {
         .domainGetState(dom)
         .then((s) => s.state)
         .catch(() => "unreadable");
+      const disk = await diskBytes(this.name);
+      if (disk !== undefined) now.disk = disk;
       if (this.options.console && this.console === undefined) {
         this.console = await this.lv
           .domainOpenConsole(dom, (chunk) => {
@@ -282,6 +286,21 @@ export class GuestProgress {
   async stop(): Promise<void> {
     await this.console?.close().catch(() => undefined);
     this.console = undefined;
+  }
+}
+
+/** Bytes read and written by domain `name`'s disks (`virsh domblkstat`, all disks summed); undefined when unreadable. */
+async function diskBytes(name: string): Promise<number | undefined> {
+  try {
+    const { stdout } = await execFileAsync("virsh", ["-q", "-c", virshUri(testHost()), "domblkstat", name], {
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    let bytes = 0;
+    for (const m of stdout.matchAll(/\b(?:rd|wr)_bytes\s+(\d+)/g)) bytes += Number(m[1]);
+    return bytes;
+  } catch {
+    return undefined;
   }
 }
 

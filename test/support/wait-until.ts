@@ -177,17 +177,18 @@ export async function watchWhile<T>(task: (signal: AbortSignal) => Promise<T>, o
   const run = task(abort.signal).finally(() => {
     settled = true;
   });
-  run.catch(() => {}); // awaited below
+  const ended = run.then(noop, noop);
+  // The task's end is seen at once, even while a slow progress read is under way.
   for (;;) {
     if (settled) return run;
-    await watch.read();
+    await Promise.race([watch.read(), ended]);
     if (settled) return run;
     const end = watch.verdict();
     if (end !== undefined) {
       abort.abort(end);
       throw end;
     }
-    await Promise.race([watch.sleep(), run.then(noop, noop)]);
+    await Promise.race([watch.sleep(), ended]);
   }
 }
 

@@ -158,6 +158,27 @@ describe("watchWhile", () => {
     expect(v).toBe("created");
   });
 
+  it("returns as soon as the task ends, without waiting for a progress read under way", async () => {
+    let finish: (v: string) => void = () => {};
+    const task = new Promise<string>((resolve) => {
+      finish = resolve;
+    });
+    let reads = 0;
+    const v = await watchWhile(() => task, {
+      what: "the up",
+      progress: () => {
+        reads++;
+        finish("returned");
+        return new Promise<never>(() => {}); // a read that never ends
+      },
+      stallMs: 60_000,
+      ceilingMs: 600_000,
+      clock: fakeClock(),
+    });
+    expect(v).toBe("returned");
+    expect(reads).toBe(1);
+  });
+
   it("lets the task's own error through", async () => {
     await expect(
       watchWhile(() => Promise.reject(new Error("define failed")), {

@@ -189,7 +189,7 @@ async function boot(g: Guest): Promise<Booted> {
       ceilingMs: left(),
     },
   );
-  const progress = new GuestProgress(lv, g.name, { console: true });
+  const progress = new GuestProgress(lv, g.name, { console: true, agent: true });
   try {
     const wait = () => progress.bounds({ stallMs: STALL_MS, ceilingMs: left() });
     const ready = await watchWhile(

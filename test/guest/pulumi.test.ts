@@ -260,7 +260,7 @@ describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
   it("the gzip-compressed MIME multipart given as userDataBase64 reaches the guest byte for byte, and both parts were applied", async () => {
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
     // The create waited for cloud-init already: this wait is a formality, failing on a stall of the guest.
-    const progress = new GuestProgress(agentPool.libvirt("local"), NAME);
+    const progress = new GuestProgress(agentPool.libvirt("local"), NAME, { agent: true });
     cloudInit = await waitCloudInitDone(
       agent,
       progress.bounds({ stallMs: GUEST_STALL_MS, ceilingMs: 10 * 60_000 }),

@@ -221,8 +221,8 @@ export async function waitForProxyStatus(
  * Where a booting guest stands, as far as the test can see without touching
  * the product: the domain's state, the bytes its disks have read and written
  * (libvirt's block stats: a guest booting or installing packages is never
- * quiet for long), how many bytes its serial console has printed (when the
- * test may hold the console), whether its guest agent answers, and, once it
+ * quiet for long), and where the test may use them, how many bytes its
+ * serial console has printed, whether its guest agent answers and, once it
  * does, cloud-init's stage and the sizes of its two logs. A wait on the
  * guest counts any change of it as progress.
  */
@@ -238,6 +238,13 @@ export class GuestProgress {
     private readonly options: {
       /** Read the serial console (only where nothing else needs it: a provider's create keeps its tail). */
       console?: boolean;
+      /**
+       * Ask the guest agent (whether it answers, cloud-init's stage, its
+       * logs): only where no provider waits on the same agent meanwhile,
+       * since libvirt runs one agent command per domain at a time and a slow
+       * one would hold the provider's.
+       */
+      agent?: boolean;
       /** Look again at most this often (a look runs a command in the guest; default 10 s). */
       everyMs?: number;
     } = {},
@@ -266,12 +273,14 @@ export class GuestProgress {
           .catch(() => undefined);
       }
       if (this.console !== undefined) now.console = this.consoleBytes;
-      const agent = new GuestAgent(this.lv, dom);
-      now.agent = await agent.command("guest-ping", undefined, 5).then(
-        () => true,
-        () => false,
-      );
-      if (now.agent === true) Object.assign(now, await cloudInitProgress(agent));
+      if (this.options.agent) {
+        const agent = new GuestAgent(this.lv, dom);
+        now.agent = await agent.command("guest-ping", undefined, 5).then(
+          () => true,
+          () => false,
+        );
+        if (now.agent === true) Object.assign(now, await cloudInitProgress(agent));
+      }
     }
     this.last = now;
     return now;

@@ -24,7 +24,18 @@ import { sha256File } from "../support/sha256-file";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import { buildMirror, buildStock, mirrorUserData } from "./images";
 import { NetnsCli } from "./netns-cli";
-import { agentFor, nvramFiles, requestThrough, since, sshHostEntry } from "./support";
+import {
+  agentFor,
+  CREATE_TIMEOUT,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  GuestProgress,
+  nvramFiles,
+  requestThrough,
+  since,
+  sshHostEntry,
+} from "./support";
 
 const env = inject("guest");
 const USER = "crawler";
@@ -111,7 +122,7 @@ describe("two proxies at once from a stock image with a bake recipe (the Pulumi 
             proxy: { auth: { username: USER } },
             proxyPasswordFromSecret: true,
             healthCheck: { url: env.targetUrl, expectStatus: 204 },
-            timeouts: { create: "40m" },
+            timeouts: { create: CREATE_TIMEOUT },
           },
         ]),
       ),
@@ -129,7 +140,23 @@ describe("two proxies at once from a stock image with a bake recipe (the Pulumi 
       const file = path.join(dir, "up.trace");
       c.extraEnv = { KVMP_TRACE_FILE: file };
       const t0 = performance.now();
-      const r = await c.run("up", "--yes", "--skip-preview");
+      const agents = hostPool();
+      // The proxies and the builder (named by the run): what the stall check watches, with the engine's events.
+      const watched = new Map<string, GuestProgress>();
+      const r = await c
+        .watched(["up", "--yes", "--skip-preview"], {
+          guests: () =>
+            allDomains(host)
+              .filter((d) => PROXIES.includes(d) || d.startsWith("kvmp-bake-"))
+              .map((d) => {
+                const g = watched.get(d) ?? new GuestProgress(agents.libvirt("local"), d);
+                watched.set(d, g);
+                return g;
+              }),
+          stallMs: GUEST_STALL_MS,
+          ceilingMs: GUEST_CEILING_MS,
+        })
+        .finally(() => agents.closeAll());
       timings.up = since(t0);
       c.extraEnv = {};
       upOutput = r.output;
@@ -140,7 +167,7 @@ describe("two proxies at once from a stock image with a bake recipe (the Pulumi 
         .filter((l) => /^rpc=virDomainCreate host=\S+ dom=kvmp-bake-/.test(l));
       expect(builderStarts).toHaveLength(1);
     },
-    60 * 60_000,
+    GUEST_TEST_TIMEOUT_MS,
   );
 
   it("each proxy records the one baked volume it is backed by, and is healthy", () => {

@@ -37,13 +37,19 @@ import { decodeNics } from "../../provider/kvm/network/nic-rules";
 import { Failures } from "../../provider/kvm/validation";
 import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
+import { WaitTimeout, watchWhile } from "../support/wait-until";
 import { testImage } from "./images";
 import {
   agentFor,
   assertGuestAddress,
   type CloudInitOutcome,
+  CreateProgress,
   expectVendorScriptRan,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
   type GuestAgent,
+  GuestProgress,
   nvramFiles,
   poolFilesOf,
   since,
@@ -55,8 +61,14 @@ const env = inject("guest");
 /** The test image's SHA-256 (read in beforeAll, once the image is built). */
 let imageSha256 = "";
 const HOST = "local";
-/** How long one guest may take from create to cloud-init done (TCG, 2 shared cores, 3 guests). */
-const BOOT_DEADLINE_MS = 14 * 60_000;
+/**
+ * A boot's waits fail when nothing the test can see of the guest (the
+ * create's progress, then the domain's state, its serial console, agent,
+ * cloud-init's stage and logs) has changed for GUEST_STALL_MS, or at
+ * GUEST_CEILING_MS, far above a normal boot.
+ */
+const STALL_MS = GUEST_STALL_MS;
+const CEILING_MS = GUEST_CEILING_MS;
 
 let host: TestHost;
 let pool: HostPool;
@@ -156,30 +168,59 @@ interface Booted {
   proxy: string;
   cloudInit: CloudInitOutcome;
   seconds: { ip: number; agent: number; proxy204: number; cloudInitDone: number };
+  /** The guest's progress as the waits last read it (printed at the end). */
+  lastProgress: unknown;
 }
 
 const boots = new Map<GuestKey, Promise<Booted>>();
 
 async function boot(g: Guest): Promise<Booted> {
   const t0 = performance.now();
-  const deadline = t0 + BOOT_DEADLINE_MS;
-  const created = await ops.create(spec(g));
-  const ready = await ops.waitForIp(HOST, g.name, { deadlineMs: BOOT_DEADLINE_MS, pollMs: 2_000 });
-  const ip = since(t0);
-  const agent = await agentFor(ops.hosts.libvirt(HOST), g.name);
-  await agent.waitReady(deadline);
-  const agentUp = since(t0);
-  const proxy = await waitForProxyStatus(env, assertGuestAddress(env, ready.ipv4), "204", deadline);
-  const proxy204 = since(t0);
-  const cloudInit = await waitCloudInitDone(agent, Math.max(60_000, deadline - performance.now()));
-  return {
-    created,
-    ready,
-    agent,
-    proxy,
-    cloudInit,
-    seconds: { ip, agent: agentUp, proxy204, cloudInitDone: since(t0) },
-  };
+  const lv = ops.hosts.libvirt(HOST);
+  // The whole boot shares one ceiling; each wait fails on its own stall.
+  const left = () => Math.max(0, CEILING_MS - (performance.now() - t0));
+  const creating = new CreateProgress();
+  const created = await watchWhile(
+    (signal) => ops.create(spec(g), { signal, onProgress: creating.listener }),
+    {
+      what: `the create of ${g.name}`,
+      progress: () => creating.read(),
+      stallMs: STALL_MS,
+      ceilingMs: left(),
+    },
+  );
+  const progress = new GuestProgress(lv, g.name, { console: true, agent: true });
+  try {
+    const wait = () => progress.bounds({ stallMs: STALL_MS, ceilingMs: left() });
+    const ready = await watchWhile(
+      (signal) => ops.waitForIp(HOST, g.name, { deadlineMs: left(), pollMs: 2_000, signal }),
+      { what: `an IPv4 address of ${g.name} (waitForIp)`, ...wait() },
+    );
+    const ip = since(t0);
+    const agent = await agentFor(lv, g.name);
+    await agent.waitReady(wait());
+    const agentUp = since(t0);
+    // A proxy that never answers 204 fails its own test (with the wait's error as the status), not the boot's others.
+    const proxy = await waitForProxyStatus(env, assertGuestAddress(env, ready.ipv4), "204", wait()).catch(
+      (err: unknown) => {
+        if (err instanceof WaitTimeout) return err.message;
+        throw err;
+      },
+    );
+    const proxy204 = since(t0);
+    const cloudInit = await waitCloudInitDone(agent, wait());
+    return {
+      created,
+      ready,
+      agent,
+      proxy,
+      cloudInit,
+      seconds: { ip, agent: agentUp, proxy204, cloudInitDone: since(t0) },
+      lastProgress: await progress.read(),
+    };
+  } finally {
+    await progress.stop();
+  }
 }
 
 function booted(key: GuestKey): Promise<Booted> {
@@ -212,7 +253,7 @@ beforeAll(async () => {
   }
   // Both boot at once; the tests below read the results.
   await Promise.allSettled(boots.values());
-}, BOOT_DEADLINE_MS + 120_000);
+}, GUEST_TEST_TIMEOUT_MS);
 
 afterAll(async () => {
   const timings: Record<string, unknown> = {};
@@ -221,6 +262,7 @@ afterAll(async () => {
       (b) => ({
         ...b.seconds,
         cloudInit: b.cloudInit,
+        lastProgress: b.lastProgress,
       }),
       (e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`,
     );

@@ -30,7 +30,15 @@ import { allDomains, removeByHand, virsh, Workspace } from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
-import { since } from "./support";
+import {
+  CREATE_TIMEOUT,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  GuestProgress,
+  since,
+  testHostLibvirt,
+} from "./support";
 
 const run = promisify(execFile);
 const env = inject("guest");
@@ -44,6 +52,7 @@ let host: TestHost;
 let bridge: StaticBridge;
 let ws: Workspace;
 let cli: NetnsCli;
+let libvirt: ReturnType<typeof testHostLibvirt> | undefined;
 const timings: Record<string, number> = {};
 
 function hostsConfig() {
@@ -110,6 +119,23 @@ function backdate(dom: string, createdAt: string): void {
   virsh(host, "metadata", dom, METADATA_NAMESPACE, "--key", "kvmp", "--set", xml, "--config", "--live");
 }
 
+/** Every domain of the fleet at each look (a rotation's replacement is named by the run), with the engine's events. */
+function watchMembers() {
+  const watched = new Map<string, GuestProgress>();
+  return {
+    guests: () =>
+      allDomains(host)
+        .filter((d) => d.startsWith(`${FLEET}-`))
+        .map((d) => {
+          const g = watched.get(d) ?? new GuestProgress((libvirt as NonNullable<typeof libvirt>).lv, d);
+          watched.set(d, g);
+          return g;
+        }),
+    stallMs: GUEST_STALL_MS,
+    ceilingMs: GUEST_CEILING_MS,
+  };
+}
+
 beforeAll(async () => {
   const { sha256: imageSha256 } = await testImage(env);
   host = testHost();
@@ -129,7 +155,7 @@ beforeAll(async () => {
           image: "guest",
           memoryMiB: 512,
           diskGiB: 4,
-          timeouts: { create: "20m" },
+          timeouts: { create: CREATE_TIMEOUT },
           nics: [{ bridge: bridge.name, addressPool: { ranges: [RANGE] }, gateway4: bridge.address4 }],
           proxy: { allowedClients: [`${bridge.address4}/32`], publicClientsWithoutAuth: true },
           healthCheck: { url: env.targetUrl, expectStatus: 204 },
@@ -139,11 +165,13 @@ beforeAll(async () => {
     },
   });
   cli = new NetnsCli(env.netns, ws);
+  libvirt = testHostLibvirt(host);
 });
 
 afterAll(async () => {
   console.log(`egress fleet: ${JSON.stringify(timings)}`);
   await cli?.stopAll();
+  await libvirt?.close();
   if (allDomains(host).some((d) => d.startsWith(`${FLEET}-`))) ws.cleanup();
   for (const d of allDomains(host).filter((n) => n.startsWith(`${FLEET}-`))) removeByHand(host, d);
 }, 300_000);
@@ -153,7 +181,7 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
     `pulumi up boots ${SIZE} members on ${SIZE} addresses of the pool; each one's egressAddress is that address`,
     async () => {
       const t0 = performance.now();
-      await cli.must("up", "--yes", "--skip-preview");
+      await cli.mustWatched(["up", "--yes", "--skip-preview"], watchMembers());
       timings.up = since(t0);
       const m = members();
       expect(m.map((x) => x.name)).toEqual(Array.from({ length: SIZE }, (_, i) => `${FLEET}-${i}`));
@@ -164,7 +192,7 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       }
       expect((await sample()).healthy).toBe(SIZE);
     },
-    40 * 60_000,
+    GUEST_TEST_TIMEOUT_MS,
   );
 
   it(
@@ -189,7 +217,9 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
           }
         })();
         const t0 = performance.now();
-        const r = await cli.run("up", "--yes", "--skip-preview");
+        const r = await cli.watched(["up", "--yes", "--skip-preview"], watchMembers()).finally(() => {
+          sampling = false; // a failed wait stops the sampler too
+        });
         timings[`rotation${round}`] = since(t0);
         sampling = false;
         await sampler;
@@ -208,7 +238,8 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       const last = await sample();
       for (const x of held) expect(last.macs.get(x.address), x.name).toBe(x.mac);
     },
-    40 * 60_000,
+    // Two ups, each watched under the ceiling.
+    2 * GUEST_TEST_TIMEOUT_MS,
   );
 
   it("pulumi destroy leaves no domain of the fleet and every address of the pool free", async () => {

@@ -43,7 +43,17 @@ import {
 } from "../support/test-host";
 import { buildMirror, buildStock, mirrorUserData, STOCK_SUITES, testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
-import { agentFor, requestThrough, since, sshHostEntry } from "./support";
+import {
+  agentFor,
+  CREATE_TIMEOUT,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  GuestProgress,
+  requestThrough,
+  since,
+  sshHostEntry,
+} from "./support";
 
 const env = inject("guest");
 const USER = "crawler";
@@ -154,7 +164,7 @@ function proxyArgs(r: (typeof RELEASES)[number]): Record<string, unknown> {
     },
     proxyPasswordFromSecret: true,
     healthCheck: { url: env.targetUrl, expectStatus: 204 },
-    timeouts: { create: "25m" },
+    timeouts: { create: CREATE_TIMEOUT },
   };
 }
 
@@ -226,7 +236,7 @@ beforeAll(async () => {
           '  - [sh, -c, "echo password: kvmp-hunter3; echo kvmp-runcmd-about-to-fail; exit 1"]',
           "",
         ].join("\n"),
-        timeouts: { create: "20m" },
+        timeouts: { create: CREATE_TIMEOUT },
         keepOnFailure: true,
       },
       silent: {
@@ -246,8 +256,8 @@ beforeAll(async () => {
           '  - [sh, -c, "(for i in 1 2 3 4 5 6; do echo kvmp-console-marker; echo password: console-hunter2; sleep 10; done; poweroff -f) >/dev/console 2>&1 </dev/null &"]',
           "",
         ].join("\n"),
-        // Long enough for a 2-core machine booting a dozen TCG guests of several files at once.
-        timeouts: { create: "15m" },
+        // A ceiling only: the create must end when the VM stops, and the test's wait fails on a stall.
+        timeouts: { create: CREATE_TIMEOUT },
       },
     },
   });
@@ -279,12 +289,23 @@ async function through(proxy: string, credentials?: string): Promise<string> {
 /** What 50 requests through Debian 12's proxy got, sent the moment its up returned. */
 let atOnce: string[] = [];
 
+/** What a pulumi run that boots guests watches: those guests (by domain name) and the engine's events. */
+function watchGuests(...names: string[]) {
+  return {
+    guests: names.map((n) => new GuestProgress(agents.libvirt("local"), n)),
+    stallMs: GUEST_STALL_MS,
+    ceilingMs: GUEST_CEILING_MS,
+  };
+}
+
 /** The failing workspace's up, started once: beside the stock proxies' up, or alone when only its tests run. */
 let failingUp: Promise<void> | undefined;
 function upFailing(): Promise<void> {
-  failingUp ??= failingCli.run("up", "--yes", "--skip-preview").then((r) => {
-    failed = { code: r.code, output: r.output };
-  });
+  failingUp ??= failingCli
+    .watched(["up", "--yes", "--skip-preview"], watchGuests(FAILING, SILENT))
+    .then((r) => {
+      failed = { code: r.code, output: r.output };
+    });
   return failingUp;
 }
 
@@ -313,18 +334,20 @@ describe("the first boot of stock images, and of user-data that fails", () => {
     async () => {
       const t0 = performance.now();
       // The failing workspace's up runs meanwhile: its own test below waits for it.
-      void upFailing();
-      const okRun = await cli.run("up", "--yes", "--skip-preview").then(async (r) => {
-        up = { seconds: since(t0), output: r.output };
-        // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
-        atOnce = await Promise.all(
-          Array.from({ length: 50 }, () => through("http://192.0.2.31:3128", CREDENTIALS)),
-        );
-        return r;
-      });
+      upFailing().catch(() => {}); // its own test reports how it ended
+      const okRun = await cli
+        .watched(["up", "--yes", "--skip-preview"], watchGuests(...RELEASES.map((r) => r.name)))
+        .then(async (r) => {
+          up = { seconds: since(t0), output: r.output };
+          // The moment up returns: 50 requests at once through the proxy whose runcmd reloaded squid and slept.
+          atOnce = await Promise.all(
+            Array.from({ length: 50 }, () => through("http://192.0.2.31:3128", CREDENTIALS)),
+          );
+          return r;
+        });
       expect(okRun.code, okRun.output.slice(-6000)).toBe(0);
     },
-    45 * 60_000,
+    GUEST_TEST_TIMEOUT_MS,
   );
 
   it(
@@ -333,7 +356,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
       await upFailing();
       expect(failed?.code).not.toBe(0);
     },
-    45 * 60_000,
+    GUEST_TEST_TIMEOUT_MS,
   );
 
   it("50 requests through Debian 12's proxy the moment up returned all succeeded: its runcmd's reload and sleep were over", async () => {

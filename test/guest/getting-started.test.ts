@@ -33,7 +33,15 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { allDomains, domainsOfStack, metadataOf, pulumiEnv } from "../pulumi/harness";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
+import { watchWhile } from "../support/wait-until";
 import { testImage } from "./images";
+import {
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  GuestProgress,
+  testHostLibvirt,
+} from "./support";
 
 const env = inject("guest");
 const GUIDE = path.join(repoRoot, "docs/getting-started.md");
@@ -106,8 +114,17 @@ function guideDomains(): string[] {
   );
 }
 
-/** Runs a bash script on the hypervisor (in the namespace) as the reader's shell; its output whatever the exit. */
-function runAsReader(script: string, name: string): Promise<{ code: number; output: string }> {
+/**
+ * Runs a bash script on the hypervisor (in the namespace) as the reader's
+ * shell; its output whatever the exit. `watch` receives its output as it
+ * comes; an abort of `signal` interrupts the script's process group (SIGINT:
+ * the Pulumi CLI cancels gracefully).
+ */
+function runAsReader(
+  script: string,
+  name: string,
+  options: { onOutput?: (bytes: number) => void; signal?: AbortSignal } = {},
+): Promise<{ code: number; output: string }> {
   const file = path.join(dir, `${name}.sh`);
   writeFileSync(file, script);
   return new Promise((resolve, reject) => {
@@ -134,17 +151,26 @@ function runAsReader(script: string, name: string): Promise<{ code: number; outp
           PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true",
         },
         stdio: ["ignore", "pipe", "pipe"],
+        // A process group of its own, which an abort interrupts whole.
+        detached: options.signal !== undefined,
       },
     );
     let output = "";
-    child.stdout.on("data", (d: Buffer) => {
+    const more = (d: Buffer) => {
       output += d.toString();
-    });
-    child.stderr.on("data", (d: Buffer) => {
-      output += d.toString();
-    });
+      options.onOutput?.(output.length);
+    };
+    child.stdout.on("data", more);
+    child.stderr.on("data", more);
+    const interrupt = () => {
+      if (child.pid !== undefined && child.exitCode === null) process.kill(-child.pid, "SIGINT");
+    };
+    options.signal?.addEventListener("abort", interrupt, { once: true });
     child.once("error", reject);
-    child.once("close", (code) => resolve({ code: code ?? -1, output }));
+    child.once("close", (code) => {
+      options.signal?.removeEventListener("abort", interrupt);
+      resolve({ code: code ?? -1, output });
+    });
   });
 }
 
@@ -235,7 +261,36 @@ describe("the getting-started guide, followed literally", () => {
   it(
     "ends with both proxies answering as its expected output shows, and its clean-up leaves no VM",
     async () => {
-      const run = await runAsReader([stepsScript(), ...cleanUp.map((b) => b.body)].join("\n"), "guide");
+      // Watched: the run's output and the guide's VMs (named by the run); a stall fails it, not a guess of its time.
+      let outputBytes = 0;
+      const libvirt = testHostLibvirt(host);
+      const watched = new Map<string, GuestProgress>();
+      const run = await watchWhile(
+        (signal) =>
+          runAsReader([stepsScript(), ...cleanUp.map((b) => b.body)].join("\n"), "guide", {
+            onOutput: (n) => {
+              outputBytes = n;
+            },
+            signal,
+          }),
+        {
+          what: "the guide's steps and clean-up to finish",
+          progress: async () => ({
+            outputBytes,
+            guests: await Promise.all(
+              guideDomains().map((d) => {
+                const g = watched.get(d) ?? new GuestProgress(libvirt.lv, d);
+                watched.set(d, g);
+                return g.read();
+              }),
+            ),
+          }),
+          stallMs: GUEST_STALL_MS,
+          ceilingMs: GUEST_CEILING_MS,
+          // Each look lists the stack's VMs through virsh: not too often.
+          pollMs: 15_000,
+        },
+      ).finally(() => libvirt.close());
       const expected = (expectedCheck[0]?.body ?? "").split("\n").filter((l) => l !== "");
       const seen = run.output.split("\n").filter((l) => / without credentials: /.test(l));
       // Two proxies, each line in the guide's shape: 407 without credentials, the target's 2xx with them.
@@ -248,6 +303,6 @@ describe("the getting-started guide, followed literally", () => {
       expect(run.output).toMatch(/The resources in the stack have been deleted|Resources:\s+- 3 deleted/);
       expect(guideDomains()).toEqual([]);
     },
-    30 * 60_000,
+    GUEST_TEST_TIMEOUT_MS,
   );
 });

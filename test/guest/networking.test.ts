@@ -44,7 +44,17 @@ import {
 import { testImage } from "./images";
 import { answerers, NeighbourWatch } from "./neighbours";
 import { NetnsCli } from "./netns-cli";
-import { agentFor, type GuestAgent, proxyUrlOf, requestThrough } from "./support";
+import {
+  agentFor,
+  CREATE_TIMEOUT,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  type GuestAgent,
+  GuestProgress,
+  proxyUrlOf,
+  requestThrough,
+} from "./support";
 
 const env = inject("guest");
 const A = `kvmpt-neta-${process.pid}`;
@@ -86,7 +96,7 @@ function proxies(bandwidthKbps: number, nameA = A): Record<string, unknown> {
     image: "guest",
     memoryMiB: 768,
     diskGiB: 4,
-    timeouts: { create: "20m" },
+    timeouts: { create: CREATE_TIMEOUT },
     // An IP echo inside the namespace: which address the proxies egress from.
     egressCheck: { url: env.whoamiUrl },
     proxy: {
@@ -252,12 +262,25 @@ afterAll(async () => {
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
 }, 300_000);
 
+/** What a pulumi run that boots guests watches: those guests (by domain name) and the engine's events. */
+function watchGuests(...names: string[]) {
+  return {
+    guests: names.map((n) => new GuestProgress(agents.libvirt("local"), n)),
+    stallMs: GUEST_STALL_MS,
+    ceilingMs: GUEST_CEILING_MS,
+  };
+}
+
 describe("proxies with several NICs, static addresses, macvtap, limits and filters", () => {
-  it("pulumi up boots both, each passing its health check on its primary NIC", async () => {
-    await cli.must("up", "--yes", "--skip-preview");
-    expect(stateOf(A).outputs.state).toBe("running");
-    expect(stateOf(B).outputs.state).toBe("running");
-  });
+  it(
+    "pulumi up boots both, each passing its health check on its primary NIC",
+    async () => {
+      await cli.mustWatched(["up", "--yes", "--skip-preview"], watchGuests(A, B));
+      expect(stateOf(A).outputs.state).toBe("running");
+      expect(stateOf(B).outputs.state).toBe("running");
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
 
   it("egressAddress is what the echo saw: B's static address; A's too while routed through its bridge, and a warning at refresh once it is routed out through its NAT NIC", async () => {
     expect(stateOf(B).outputs.egressAddress).toBe(addr.b4());
@@ -449,43 +472,49 @@ describe("proxies with several NICs, static addresses, macvtap, limits and filte
     expect(await through(addr.b4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
   });
 
-  it("A renamed (a replacement keeping its static addresses): preview says it deletes first and why; at no moment do two MACs answer ARP or ND for its addresses, and the new VM answers after up", async () => {
-    const [oldMac] = macsOf(A) as [string];
-    ws.setConfig({ "pair:proxies": proxies(FOUR_MIB_KBPS, A2) });
-    const preview = await cli.must("preview");
-    expect(preview.output).toContain(
-      `replace (delete first: static address ${addr.a4()} kept, static address ${addr.a6()} kept)`,
-    );
+  it(
+    "A renamed (a replacement keeping its static addresses): preview says it deletes first and why; at no moment do two MACs answer ARP or ND for its addresses, and the new VM answers after up",
+    async () => {
+      const [oldMac] = macsOf(A) as [string];
+      ws.setConfig({ "pair:proxies": proxies(FOUR_MIB_KBPS, A2) });
+      const preview = await cli.must("preview");
+      expect(preview.output).toContain(
+        `replace (delete first: static address ${addr.a4()} kept, static address ${addr.a6()} kept)`,
+      );
 
-    const watch = new NeighbourWatch(env.netns, bridge.name, addr.a4(), addr.a6());
-    let up: Awaited<ReturnType<NetnsCli["must"]>>;
-    try {
-      await watch.more(2);
-      up = await cli.must("up", "--yes", "--skip-preview", "--json");
-      await watch.more(3);
-    } finally {
-      watch.stop();
-    }
-    // In the engine's order: the old VM goes first.
-    const ops = engineSteps(up.stdout)
-      .filter((st) => st.urn.endsWith("::a"))
-      .map((st) => st.op);
-    expect(ops).toEqual(["delete-replaced", "replace", "create-replacement"]);
-    const [newMac] = macsOf(A2) as [string];
-    expect(newMac).not.toBe(oldMac);
-    const rounds = watch.rounds();
-    expect(rounds.filter((r) => answerers(r).length > 1)).toEqual([]);
-    // Who answered, round by round: the old VM, (nobody,) then only the new one.
-    const seq = rounds.flatMap((r) => answerers(r));
-    const firstNew = seq.indexOf(newMac);
-    expect(seq[0]).toBe(oldMac);
-    expect(firstNew).toBeGreaterThan(0);
-    expect(seq.slice(0, firstNew).filter((m) => m !== oldMac)).toEqual([]);
-    expect(seq.slice(firstNew).filter((m) => m !== newMac)).toEqual([]);
-    expect(rounds.at(-1)).toMatchObject({ v4: [newMac], v6: [newMac] });
-    expect(allDomains(host).filter((d) => d === A || d === A2)).toEqual([A2]);
-    expect(await through(addr.a4(), target(env.targets.outward4, port), 10)).toMatchObject({ status: "200" });
-  });
+      const watch = new NeighbourWatch(env.netns, bridge.name, addr.a4(), addr.a6());
+      let up: Awaited<ReturnType<NetnsCli["must"]>>;
+      try {
+        await watch.more(2);
+        up = await cli.mustWatched(["up", "--yes", "--skip-preview", "--json"], watchGuests(A, A2));
+        await watch.more(3);
+      } finally {
+        watch.stop();
+      }
+      // In the engine's order: the old VM goes first.
+      const ops = engineSteps(up.stdout)
+        .filter((st) => st.urn.endsWith("::a"))
+        .map((st) => st.op);
+      expect(ops).toEqual(["delete-replaced", "replace", "create-replacement"]);
+      const [newMac] = macsOf(A2) as [string];
+      expect(newMac).not.toBe(oldMac);
+      const rounds = watch.rounds();
+      expect(rounds.filter((r) => answerers(r).length > 1)).toEqual([]);
+      // Who answered, round by round: the old VM, (nobody,) then only the new one.
+      const seq = rounds.flatMap((r) => answerers(r));
+      const firstNew = seq.indexOf(newMac);
+      expect(seq[0]).toBe(oldMac);
+      expect(firstNew).toBeGreaterThan(0);
+      expect(seq.slice(0, firstNew).filter((m) => m !== oldMac)).toEqual([]);
+      expect(seq.slice(firstNew).filter((m) => m !== newMac)).toEqual([]);
+      expect(rounds.at(-1)).toMatchObject({ v4: [newMac], v6: [newMac] });
+      expect(allDomains(host).filter((d) => d === A || d === A2)).toEqual([A2]);
+      expect(await through(addr.a4(), target(env.targets.outward4, port), 10)).toMatchObject({
+        status: "200",
+      });
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
 
   it("pulumi destroy removes both VMs and their volumes", async () => {
     await cli.must("destroy", "--yes", "--skip-preview");

@@ -43,7 +43,12 @@ import {
   agentFor,
   assertGuestAddress,
   type CloudInitOutcome,
+  CREATE_TIMEOUT,
   expectVendorScriptRan,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  GuestProgress,
   nvramFiles,
   poolFilesOf,
   proxyRequest,
@@ -156,7 +161,7 @@ function edgeArgs(more: Record<string, unknown> = {}): Record<string, unknown> {
     vcpus: 1,
     diskGiB: 4,
     healthCheck: { url: env.targetUrl, expectStatus: 204 },
-    timeouts: { create: "14m" },
+    timeouts: { create: CREATE_TIMEOUT },
     proxy: {
       auth: { username: PROXY_USER },
       allowedClients: [`${ALLOWED_CLIENT}/32`],
@@ -207,46 +212,59 @@ afterAll(async () => {
 }, 300_000);
 
 describe("a KvmProxy on the real guest image, through the Pulumi CLI", () => {
-  it("pulumi up boots it, downloads the image over HTTP and passes the 204 health check, showing its progress", async () => {
-    const t0 = performance.now();
-    const events = path.join(ws.dir, "up-events.jsonl");
-    await cli.must("up", "--yes", "--skip-preview", "--event-log", events);
-    const seconds = since(t0);
+  it(
+    "pulumi up boots it, downloads the image over HTTP and passes the 204 health check, showing its progress",
+    async () => {
+      const t0 = performance.now();
+      const events = path.join(ws.dir, "up-events.jsonl");
+      await cli.mustWatched(["up", "--yes", "--skip-preview", "--event-log", events], {
+        guests: [new GuestProgress(agentPool.libvirt("local"), NAME)],
+        stallMs: GUEST_STALL_MS,
+        ceilingMs: GUEST_CEILING_MS,
+      });
+      const seconds = since(t0);
 
-    // Status lines for the upload and both waits reached the engine, on the proxy's URN.
-    const statuses = proxyDiagnostics(events).filter((d) => d.ephemeral);
-    expect(statuses.map((d) => d.urn)).toEqual(statuses.map(() => expect.stringMatching(/::edge$/)));
-    const messages = statuses.map((d) => d.message);
-    expect(messages).toContainEqual(expect.stringMatching(/^uploading the image: \d+ of \d+ MiB/));
-    expect(messages).toContainEqual(expect.stringMatching(/^waiting for the guest's IP address \(\d+s\)$/));
-    expect(messages).toContainEqual(
-      expect.stringMatching(/^waiting for the proxy to pass its health check \(\d+s\)$/),
-    );
+      // Status lines for the upload and both waits reached the engine, on the proxy's URN.
+      const statuses = proxyDiagnostics(events).filter((d) => d.ephemeral);
+      expect(statuses.map((d) => d.urn)).toEqual(statuses.map(() => expect.stringMatching(/::edge$/)));
+      const messages = statuses.map((d) => d.message);
+      expect(messages).toContainEqual(expect.stringMatching(/^uploading the image: \d+ of \d+ MiB/));
+      expect(messages).toContainEqual(expect.stringMatching(/^waiting for the guest's IP address \(\d+s\)$/));
+      expect(messages).toContainEqual(
+        expect.stringMatching(/^waiting for the proxy to pass its health check \(\d+s\)$/),
+      );
 
-    const out = proxyOutputs();
-    expect(out.state).toBe("running");
-    expect(out.domainName).toBe(NAME);
-    const ip = assertGuestAddress(env, out.ipAddress as string | undefined);
-    expect(out.proxyUrl).toBe(`http://${ip}:3128`);
-    upOutputs = { ip, seconds };
+      const out = proxyOutputs();
+      expect(out.state).toBe("running");
+      expect(out.domainName).toBe(NAME);
+      const ip = assertGuestAddress(env, out.ipAddress as string | undefined);
+      expect(out.proxyUrl).toBe(`http://${ip}:3128`);
+      upOutputs = { ip, seconds };
 
-    // The guest's agent reports that address.
-    const agent = await agentFor(agentPool.libvirt("local"), NAME);
-    expect(await agent.ipv4Addresses()).toContain(ip);
-    // The squid answers the target's 204 to the allowed client with the credentials (probed inside the namespace).
-    expect((await proxyRequest(env, ip, env.targetUrl, { credentials: CREDENTIALS })).status).toBe("204");
-    // The URL with the credentials is a secret output; the plain one carries none.
-    expect(ws.outputs().urlsWithCredentials).toEqual({
-      edge: `http://${PROXY_USER}:${encodeURIComponent(PROXY_PASSWORD)}@${ip}:3128`,
-    });
-    expect(String(out.proxyUrl)).not.toContain(PROXY_PASSWORD);
-    // The image came from the HTTP server, into the host's cache, under its URL's entry.
-    expect(poolVolumes(host)).toContain(cachedImage());
-  });
+      // The guest's agent reports that address.
+      const agent = await agentFor(agentPool.libvirt("local"), NAME);
+      expect(await agent.ipv4Addresses()).toContain(ip);
+      // The squid answers the target's 204 to the allowed client with the credentials (probed inside the namespace).
+      expect((await proxyRequest(env, ip, env.targetUrl, { credentials: CREDENTIALS })).status).toBe("204");
+      // The URL with the credentials is a secret output; the plain one carries none.
+      expect(ws.outputs().urlsWithCredentials).toEqual({
+        edge: `http://${PROXY_USER}:${encodeURIComponent(PROXY_PASSWORD)}@${ip}:3128`,
+      });
+      expect(String(out.proxyUrl)).not.toContain(PROXY_PASSWORD);
+      // The image came from the HTTP server, into the host's cache, under its URL's entry.
+      expect(poolVolumes(host)).toContain(cachedImage());
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
 
   it("the gzip-compressed MIME multipart given as userDataBase64 reaches the guest byte for byte, and both parts were applied", async () => {
     const agent = await agentFor(agentPool.libvirt("local"), NAME);
-    cloudInit = await waitCloudInitDone(agent, 600_000);
+    // The create waited for cloud-init already: this wait is a formality, failing on a stall of the guest.
+    const progress = new GuestProgress(agentPool.libvirt("local"), NAME, { agent: true });
+    cloudInit = await waitCloudInitDone(
+      agent,
+      progress.bounds({ stallMs: GUEST_STALL_MS, ceilingMs: 10 * 60_000 }),
+    );
     // cloud-init keeps the user-data as the datasource gave it: the gzip bytes.
     const userData = await agent.readFile("/var/lib/cloud/instance/user-data.txt");
     expect(userData.equals(USER_DATA_GZIP)).toBe(true);

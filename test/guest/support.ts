@@ -14,11 +14,17 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { expect } from "vitest";
+import { parseConfig } from "../../provider/kvm/config/host-config";
 import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/guest/vendor-data";
+import { lookupDomain } from "../../provider/kvm/host/domains";
+import { HostPool } from "../../provider/kvm/host/hosts";
+import type { Progress } from "../../provider/kvm/progress";
 import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy/setup";
+import type { ReadStream } from "../../provider/libvirt/connection";
 import type { Libvirt } from "../../provider/libvirt/libvirt";
 import type { Domain } from "../../provider/libvirt/types";
-import type { TargetAddresses, TestHost } from "../support/test-host";
+import { type TargetAddresses, type TestHost, testHost, virshUri } from "../support/test-host";
+import { done, pending, type WaitBounds, waitUntil, watchWhile } from "../support/wait-until";
 
 const execFileAsync = promisify(execFile);
 
@@ -55,6 +61,24 @@ declare module "vitest" {
     guest: GuestEnv;
   }
 }
+
+/**
+ * A wait on a guest fails when nothing the test can see of it (or of the
+ * create making it) has changed for this long: a loaded machine slows a
+ * guest down, it does not stop it.
+ */
+export const GUEST_STALL_MS = 5 * 60_000;
+/** The safety net of a wait on booting guests: far above a normal run (3–8 minutes a guest). */
+export const GUEST_CEILING_MS = 50 * 60_000;
+/**
+ * `timeouts.create` the tests give a proxy that should boot: a ceiling for
+ * the product too, under the test's so that the product's own error (it
+ * names the VM and the console's tail) comes first; the test's stall check
+ * is what fails a create that stopped moving.
+ */
+export const CREATE_TIMEOUT = "45m";
+/** A vitest timeout for a test or hook that waits on guests: above the ceiling, so the wait's own error is what a failure shows. */
+export const GUEST_TEST_TIMEOUT_MS = GUEST_CEILING_MS + 5 * 60_000;
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -169,18 +193,167 @@ export async function proxyStatus(env: GuestEnv, ip: string, port = 3128): Promi
   return (await proxyRequest(env, ip, env.targetUrl, { port })).status;
 }
 
-/** Polls {@link proxyStatus} until it is `want` or the deadline passes; returns the last status. */
+/** How a wait on a guest knows it still moves: its progress reader and limits, without the words of what it waits for. */
+export type GuestWait = Omit<WaitBounds, "what">;
+
+/**
+ * Polls {@link proxyStatus} until it is `want` and returns it; fails when the
+ * guest's progress stalls (`wait`), naming the last status seen.
+ */
 export async function waitForProxyStatus(
   env: GuestEnv,
   ip: string,
   want: string,
-  deadline: number,
+  wait: GuestWait,
   port = 3128,
 ): Promise<string> {
-  for (;;) {
-    const status = await proxyStatus(env, ip, port);
-    if (status === want || performance.now() > deadline) return status;
-    await sleep(3_000);
+  return waitUntil({
+    what: `the squid at ${ip}:${port} to answer ${want} for ${env.targetUrl}`,
+    check: async () => {
+      const status = await proxyStatus(env, ip, port);
+      return status === want ? done(status) : pending(`status ${status}`);
+    },
+    ...wait,
+  });
+}
+
+/**
+ * Where a booting guest stands, as far as the test can see without touching
+ * the product: the domain's state, the bytes its disks have read and written
+ * (libvirt's block stats: a guest booting or installing packages is never
+ * quiet for long), and where the test may use them, how many bytes its
+ * serial console has printed, whether its guest agent answers and, once it
+ * does, cloud-init's stage and the sizes of its two logs. A wait on the
+ * guest counts any change of it as progress.
+ */
+export class GuestProgress {
+  private consoleBytes = 0;
+  private console: ReadStream | undefined;
+  private last: Record<string, unknown> = {};
+  private readAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly lv: Libvirt,
+    private readonly name: string,
+    private readonly options: {
+      /** Read the serial console (only where nothing else needs it: a provider's create keeps its tail). */
+      console?: boolean;
+      /**
+       * Ask the guest agent (whether it answers, cloud-init's stage, its
+       * logs): only where no provider waits on the same agent meanwhile,
+       * since libvirt runs one agent command per domain at a time and a slow
+       * one would hold the provider's.
+       */
+      agent?: boolean;
+      /** Look again at most this often (a look runs a command in the guest; default 10 s). */
+      everyMs?: number;
+    } = {},
+  ) {}
+
+  /** The latest look (cached for `everyMs`): never throws, a part it cannot read it leaves out. */
+  async read(): Promise<Record<string, unknown>> {
+    if (performance.now() - this.readAt < (this.options.everyMs ?? 10_000)) return this.last;
+    this.readAt = performance.now();
+    const now: Record<string, unknown> = {};
+    const dom = await lookupDomain(this.lv, this.name).catch(() => undefined);
+    if (dom === undefined) {
+      now.domain = "absent";
+    } else {
+      now.state = await this.lv
+        .domainGetState(dom)
+        .then((s) => s.state)
+        .catch(() => "unreadable");
+      const disk = await diskBytes(this.name);
+      if (disk !== undefined) now.disk = disk;
+      if (this.options.console && this.console === undefined) {
+        this.console = await this.lv
+          .domainOpenConsole(dom, (chunk) => {
+            this.consoleBytes += chunk.length;
+          })
+          .catch(() => undefined);
+      }
+      if (this.console !== undefined) now.console = this.consoleBytes;
+      if (this.options.agent) {
+        const agent = new GuestAgent(this.lv, dom);
+        now.agent = await agent.command("guest-ping", undefined, 5).then(
+          () => true,
+          () => false,
+        );
+        if (now.agent === true) Object.assign(now, await cloudInitProgress(agent));
+      }
+    }
+    this.last = now;
+    return now;
+  }
+
+  /** The bounds of a wait on this guest: its progress, with `stallMs` and `ceilingMs`. */
+  bounds(limits: { stallMs: number; ceilingMs: number }): GuestWait {
+    return { progress: () => this.read(), ...limits };
+  }
+
+  /** Stops reading the console (never throws). */
+  async stop(): Promise<void> {
+    await this.console?.close().catch(() => undefined);
+    this.console = undefined;
+  }
+}
+
+/** Bytes read and written by domain `name`'s disks (`virsh domblkstat`, all disks summed); undefined when unreadable. */
+async function diskBytes(name: string): Promise<number | undefined> {
+  try {
+    const { stdout } = await execFileAsync("virsh", ["-q", "-c", virshUri(testHost()), "domblkstat", name], {
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    let bytes = 0;
+    for (const m of stdout.matchAll(/\b(?:rd|wr)_bytes\s+(\d+)/g)) bytes += Number(m[1]);
+    return bytes;
+  } catch {
+    return undefined;
+  }
+}
+
+/** cloud-init's stage (status.json) and the sizes of cloud-init.log and cloud-init-output.log; what cannot be read is left out. */
+async function cloudInitProgress(agent: GuestAgent): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  try {
+    const status = JSON.parse((await agent.readFile("/run/cloud-init/status.json")).toString("utf8")) as {
+      v1?: { stage?: string | null; [stage: string]: unknown };
+    };
+    const v1 = status.v1 ?? {};
+    out.stage = v1.stage ?? null;
+    out.finished = Object.entries(v1)
+      .filter(([, v]) => typeof v === "object" && v !== null && (v as { finished?: unknown }).finished)
+      .map(([k]) => k);
+  } catch {
+    // Not written yet.
+  }
+  try {
+    const r = await agent.exec(
+      "/bin/sh",
+      ["-c", "stat -c '%s' /var/log/cloud-init.log /var/log/cloud-init-output.log 2>/dev/null; true"],
+      20_000,
+    );
+    out.logBytes = r.stdout.toString("utf8").trim().split("\n").filter(Boolean).map(Number);
+  } catch {
+    // The agent stopped answering between the ping and the command.
+  }
+  return out;
+}
+
+/**
+ * What a create's progress listener last reported, without its elapsed time
+ * (which changes while nothing else does): a create that reports nothing new
+ * for a while has stalled.
+ */
+export class CreateProgress {
+  private last: unknown = "no progress reported yet";
+  readonly listener = (p: Progress): void => {
+    const { elapsedMs: _, ...rest } = p as Progress & { elapsedMs?: number };
+    this.last = rest;
+  };
+  read(): unknown {
+    return this.last;
   }
 }
 
@@ -219,23 +392,34 @@ export class GuestAgent {
     return parsed.return as T;
   }
 
-  /** Waits until the agent answers guest-ping. */
-  async waitReady(deadline: number): Promise<void> {
-    for (;;) {
-      try {
-        await this.command("guest-ping", undefined, 10);
-        return;
-      } catch (err) {
-        if (performance.now() > deadline) {
-          throw new Error(`the guest agent did not answer in time: ${(err as Error).message}`);
+  /** Waits until the agent answers guest-ping; fails when the guest's progress stalls (`wait`). */
+  async waitReady(wait: GuestWait): Promise<void> {
+    await waitUntil({
+      what: "the guest agent to answer guest-ping",
+      check: async () => {
+        try {
+          await this.command("guest-ping", undefined, 10);
+          return done(undefined);
+        } catch (err) {
+          return pending((err as Error).message);
         }
-        await sleep(2_000);
-      }
-    }
+      },
+      pollMs: 2_000,
+      ...wait,
+    });
   }
 
-  /** Runs `file args...` in the guest and waits for it (guest-exec, then guest-exec-status). */
-  async exec(file: string, args: string[] = [], timeoutMs = 60_000): Promise<ExecResult> {
+  /**
+   * Runs `file args...` in the guest and waits for it (guest-exec, then
+   * guest-exec-status), at most `timeoutMs`; an abort of `signal` ends the
+   * wait with its reason.
+   */
+  async exec(
+    file: string,
+    args: string[] = [],
+    timeoutMs = 60_000,
+    signal?: AbortSignal,
+  ): Promise<ExecResult> {
     const { pid } = await this.command<{ pid: number }>("guest-exec", {
       path: file,
       arg: args,
@@ -261,7 +445,9 @@ export class GuestAgent {
       if (performance.now() > deadline) {
         throw new Error(`guest-exec ${file} ${args.join(" ")} still running after ${timeoutMs} ms`);
       }
+      signal?.throwIfAborted();
       await sleep(2_000);
+      signal?.throwIfAborted();
     }
   }
 
@@ -311,6 +497,16 @@ export class GuestAgent {
   }
 }
 
+/** A libvirt connection of the test's own to the test host (unix socket), for agents and progress readers. */
+export function testHostLibvirt(host: TestHost): { lv: Libvirt; close: () => Promise<void> } {
+  const pool = new HostPool(
+    parseConfig({
+      hosts: { local: { uri: `unix://${host.socketPath}`, pool: host.poolName, network: host.network } },
+    }).hosts,
+  );
+  return { lv: pool.libvirt("local"), close: () => pool.closeAll() };
+}
+
 /** An agent for domain `name`. */
 export async function agentFor(lv: Libvirt, name: string): Promise<GuestAgent> {
   return new GuestAgent(lv, await lv.domainLookupByName(name));
@@ -348,9 +544,15 @@ export interface CloudInitOutcome {
   errors: string[];
 }
 
-/** Waits for cloud-init to finish in the guest (`cloud-init status --wait`) and reads its result. */
-export async function waitCloudInitDone(agent: GuestAgent, timeoutMs: number): Promise<CloudInitOutcome> {
-  const r = await agent.exec("/usr/bin/cloud-init", ["status", "--wait"], timeoutMs);
+/**
+ * Waits for cloud-init to finish in the guest (`cloud-init status --wait`)
+ * and reads its result; fails when the guest's progress stalls (`wait`).
+ */
+export async function waitCloudInitDone(agent: GuestAgent, wait: GuestWait): Promise<CloudInitOutcome> {
+  const r = await watchWhile(
+    (signal) => agent.exec("/usr/bin/cloud-init", ["status", "--wait"], wait.ceilingMs, signal),
+    { what: "cloud-init to finish (cloud-init status --wait)", pollMs: 5_000, ...wait },
+  );
   return {
     status: r.stdout
       .toString("utf8")

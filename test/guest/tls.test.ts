@@ -22,6 +22,14 @@ import { hostsConfig, removeByHand, Workspace } from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
+import {
+  CREATE_TIMEOUT,
+  GUEST_CEILING_MS,
+  GUEST_STALL_MS,
+  GUEST_TEST_TIMEOUT_MS,
+  GuestProgress,
+  testHostLibvirt,
+} from "./support";
 
 const env = inject("guest");
 const NAME = `kvmpt-tls-${process.pid}`;
@@ -150,7 +158,7 @@ beforeAll(async () => {
         name: NAME,
         memoryMiB: 768,
         diskGiB: 4,
-        timeouts: { create: "20m" },
+        timeouts: { create: CREATE_TIMEOUT },
         nics: [
           {
             bridge: bridge.name,
@@ -191,7 +199,14 @@ describe("a proxy with proxy.tls on a booted guest", () => {
   it(
     "pulumi up creates it healthy: squid answered the health check over TLS, the egress check too",
     async () => {
-      const up = await cli.run("up", "--yes", "--skip-preview");
+      const libvirt = testHostLibvirt(host);
+      const up = await cli
+        .watched(["up", "--yes", "--skip-preview"], {
+          guests: [new GuestProgress(libvirt.lv, NAME)],
+          stallMs: GUEST_STALL_MS,
+          ceilingMs: GUEST_CEILING_MS,
+        })
+        .finally(() => libvirt.close());
       expect(up.code, up.output.slice(-6000)).toBe(0);
       const o = outputs();
       expect(o.proxyUrl).toBe(proxyUrl());
@@ -201,7 +216,7 @@ describe("a proxy with proxy.tls on a booted guest", () => {
       caFile = path.join(dir, "ca.pem");
       writeFileSync(caFile, o.proxyCaCertificate as string);
     },
-    30 * 60_000,
+    GUEST_TEST_TIMEOUT_MS,
   );
 
   it("curl --proxy https:// with the CA: 407 without credentials, the target's answer with them, plainly and by CONNECT; a capture on the bridge holds no credentials", async () => {

@@ -14,12 +14,32 @@ const PACKAGE_ROOT = (() => {
   return dir;
 })();
 
+/** What package.json says of the package that a registry page shows. */
+interface PackageJson {
+  version: string;
+  homepage?: string;
+  repository?: string | { url?: string };
+}
+
+function packageJson(): PackageJson {
+  return JSON.parse(readFileSync(path.join(PACKAGE_ROOT, "package.json"), "utf8")) as PackageJson;
+}
+
 /** The package's version (package.json), which the plugin reports and the schema carries. */
 export function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(path.join(PACKAGE_ROOT, "package.json"), "utf8")) as {
-    version: string;
+  return packageJson().version;
+}
+
+/** The schema's version, homepage and repository (a browsable URL), from package.json. */
+export function packageMetadata(): { version: string; homepage?: string; repository?: string } {
+  const pkg = packageJson();
+  const repo = typeof pkg.repository === "string" ? pkg.repository : pkg.repository?.url;
+  const repository = repo?.replace(/^git\+/, "").replace(/\.git$/, "");
+  return {
+    version: pkg.version,
+    ...(pkg.homepage !== undefined ? { homepage: pkg.homepage } : {}),
+    ...(repository !== undefined ? { repository } : {}),
   };
-  return pkg.version;
 }
 
 /** The served schema's parts the plugin reads itself. */
@@ -31,11 +51,11 @@ export interface ServedSchemaSpec {
 
 let spec: ServedSchemaSpec | undefined;
 
-/** The package schema as the plugin serves it: schema.json with the package's version (read once). */
+/** The package schema as the plugin serves it: schema.json with package.json's version, homepage and repository (read once). */
 export function servedSchemaSpec(): ServedSchemaSpec {
   spec ??= {
     ...(JSON.parse(readFileSync(path.join(PACKAGE_ROOT, "provider/schema/schema.json"), "utf8")) as Props),
-    version: packageVersion(),
+    ...packageMetadata(),
   } as unknown as ServedSchemaSpec;
   return spec;
 }

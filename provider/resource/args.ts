@@ -572,7 +572,7 @@ export interface CheckedInputs {
   proxy?: CheckedProxy;
   /** The port squid listens on: proxy.port, or the shorthand, or 3128. */
   proxyPort: number;
-  /** `{}`: TCP connect to the proxy port; with url: a request through the proxy. */
+  /** `{}`: `GET /` to the proxy port, answered by squid itself; with url: a request through the proxy. */
   healthCheck: { url?: string; expectStatus?: number; via?: "local" | "host" } | false;
   egressCheck?: EgressCheck;
   waitForIp: WaitForIp;

@@ -9,7 +9,6 @@
  * are here; descriptions are the interfaces' TSDoc.
  */
 
-import type { NicSpec } from "../kvm/network/nic";
 import type { FleetProxyAuth, MemberPasswords, ProxyFleetArgs } from "../program/proxy-fleet";
 import type {
   BakeInput,
@@ -252,7 +251,7 @@ type Holds<T extends true> = T;
 /** The state's types, held to the object types the schema gives their outputs (`tsc` fails on a drift). */
 export type OutputTypesDescribed = [
   Holds<Describes<NonNullable<KvmProxyOutputs["proxy"]>, PublicProxy>>,
-  Holds<Describes<NicSpec, ResolvedNic>>,
+  Holds<Describes<NonNullable<KvmProxyOutputs["nics"]>[number], ResolvedNic>>,
   Holds<Describes<NonNullable<CheckedInputs["rotation"]>, ResolvedRotation>>,
   Holds<Describes<CheckedInputs["resolvedImage"], ResolvedImage>>,
 ];

@@ -15,11 +15,15 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { expect } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
-import { GUEST_AGENT_SCRIPT, GUEST_AGENT_SCRIPT_FILENAME } from "../../provider/kvm/guest/vendor-data";
+import {
+  GUEST_AGENT_SCRIPT,
+  GUEST_AGENT_SCRIPT_FILENAME,
+  guestAgentScript,
+} from "../../provider/kvm/guest/vendor-data";
 import { lookupDomain } from "../../provider/kvm/host/domains";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import type { Progress } from "../../provider/kvm/progress";
-import { PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy/setup";
+import { PROXY_APT_PACKAGES, PROXY_SETUP_SCRIPT_FILENAME } from "../../provider/kvm/proxy/setup";
 import type { ReadStream } from "../../provider/libvirt/connection";
 import type { Libvirt } from "../../provider/libvirt/libvirt";
 import type { Domain } from "../../provider/libvirt/types";
@@ -582,8 +586,9 @@ export async function expectVendorScriptRan(
     expect((await agent.readFile(`${dir}/${files[0]}`)).toString("utf8")).toBe(GUEST_AGENT_SCRIPT);
   } else {
     expect(files.sort()).toEqual([GUEST_AGENT_SCRIPT_FILENAME, PROXY_SETUP_SCRIPT_FILENAME]);
+    // Beside the proxy setup, the agent's script installs squid in its own transaction.
     expect((await agent.readFile(`${dir}/${GUEST_AGENT_SCRIPT_FILENAME}`)).toString("utf8")).toBe(
-      GUEST_AGENT_SCRIPT,
+      guestAgentScript(PROXY_APT_PACKAGES),
     );
     expect((await agent.readFile(`${dir}/${PROXY_SETUP_SCRIPT_FILENAME}`)).toString("utf8")).toBe(proxySetup);
     expect(log).toMatch(/kvm-proxy-squid: squid is listening on port \d+/);

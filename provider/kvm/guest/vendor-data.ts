@@ -20,32 +20,34 @@
 import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../../errors";
-import { PROXY_SETUP_SCRIPT_FILENAME } from "../proxy/setup";
+import { PROXY_APT_PACKAGES, PROXY_SETUP_SCRIPT_FILENAME } from "../proxy/setup";
 import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
 
+/** A Debian package name as policy allows it (what the script may name in an apt-get command line). */
+const APT_NAME = /^[a-z0-9][a-z0-9+.-]+$/;
+
 /**
- * The vendor-data script that installs, enables and starts qemu-guest-agent,
- * so the provider can ask the guest for its addresses.
- *
- * - POSIX `sh`; package managers tried in order: apt-get (Debian/Ubuntu), dnf
- *   then yum (Fedora/RHEL), zypper (SUSE), apk (Alpine); services started
- *   with systemctl, OpenRC (rc-update/rc-service) or `service`.
- * - Skips the install when `qemu-ga` or a qemu-guest-agent service is already
- *   present (most cloud images ship it), waits for package locks held by
- *   first-boot jobs such as unattended-upgrades (5 minutes) instead of
- *   failing on them, and tries a failed install three times.
- * - Exit status: 0 when the agent is installed and started, 1 with a message
- *   naming the failed step otherwise. A non-zero exit does not fail the boot:
- *   cloud-init still runs every later module, including the user's `runcmd`;
- *   it only marks `scripts_vendor` failed, so `cloud-init status` reports an
- *   error and `/var/log/cloud-init-output.log` says why. That is deliberate:
- *   without the agent the provider cannot learn the guest's IP from it, and
- *   an `exit 0` would leave the operator chasing that with no trace on the
- *   guest. Users who do not want the script set `installGuestAgent: false`.
- * - ASCII only, and free of the text cloud-init takes for a MIME header, so
- *   it can be sent alone as vendor-data (cloud-init sniffs the `#!`).
+ * {@link GUEST_AGENT_SCRIPT}, with `alsoApt` installed in the same apt-get
+ * transaction as the agent where apt-get installs it: the proxy setup's
+ * squid when that script follows, so a stock Debian guest runs dpkg and its
+ * triggers once instead of twice (the proxy setup then finds squid there).
+ * If that install fails the agent is installed alone, as without `alsoApt`,
+ * and the proxy setup installs its own packages as it always does.
  */
-export const GUEST_AGENT_SCRIPT = `#!/bin/sh
+export function guestAgentScript(alsoApt: readonly string[] = []): string {
+  const bad = alsoApt.find((name) => !APT_NAME.test(name));
+  if (bad !== undefined)
+    throw new ProviderError("permanent", `not a package name apt-get reads as one: ${bad}`);
+  const also = alsoApt.join(" ");
+  const together =
+    also === ""
+      ? ""
+      : `	# The proxy setup's packages in the same transaction (one dpkg run, one round of triggers);
+	# the agent alone if that fails, and the proxy setup installs its own.
+	apt-get -o DPkg::Lock::Timeout=300 -q -y install qemu-guest-agent ${also} && return 0
+	log "installing ${also} beside the agent failed; installing the agent alone"
+`;
+  return `#!/bin/sh
 # pulumi-kvm-proxy vendor-data: install, enable and start qemu-guest-agent so
 # the provider can read this guest's addresses through the agent.
 # Exits 1 with a message when the agent cannot be installed or started:
@@ -82,7 +84,7 @@ ${ENABLE_FUNCTION}
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q update ||
 		log "apt-get update failed; trying the install with the current lists"
-	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent
+${together}	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent
 }
 
 install_agent() {
@@ -144,6 +146,31 @@ fi
 log "qemu-guest-agent enabled and started"
 exit 0
 `;
+}
+
+/**
+ * The vendor-data script that installs, enables and starts qemu-guest-agent,
+ * so the provider can ask the guest for its addresses.
+ *
+ * - POSIX `sh`; package managers tried in order: apt-get (Debian/Ubuntu), dnf
+ *   then yum (Fedora/RHEL), zypper (SUSE), apk (Alpine); services started
+ *   with systemctl, OpenRC (rc-update/rc-service) or `service`.
+ * - Skips the install when `qemu-ga` or a qemu-guest-agent service is already
+ *   present (most cloud images ship it), waits for package locks held by
+ *   first-boot jobs such as unattended-upgrades (5 minutes) instead of
+ *   failing on them, and tries a failed install three times.
+ * - Exit status: 0 when the agent is installed and started, 1 with a message
+ *   naming the failed step otherwise. A non-zero exit does not fail the boot:
+ *   cloud-init still runs every later module, including the user's `runcmd`;
+ *   it only marks `scripts_vendor` failed, so `cloud-init status` reports an
+ *   error and `/var/log/cloud-init-output.log` says why. That is deliberate:
+ *   without the agent the provider cannot learn the guest's IP from it, and
+ *   an `exit 0` would leave the operator chasing that with no trace on the
+ *   guest. Users who do not want the script set `installGuestAgent: false`.
+ * - ASCII only, and free of the text cloud-init takes for a MIME header, so
+ *   it can be sent alone as vendor-data (cloud-init sniffs the `#!`).
+ */
+export const GUEST_AGENT_SCRIPT = guestAgentScript();
 
 /** File name of the script part in the multipart; cloud-init names the script after it. */
 export const GUEST_AGENT_SCRIPT_FILENAME = "kvm-proxy-guest-agent.sh";
@@ -210,7 +237,8 @@ export function buildVendorData(opts: VendorDataOptions): Buffer | undefined {
         : opts.vendorData;
   const scripts: { filename: string; body: Buffer }[] = [];
   if (opts.installGuestAgent) {
-    scripts.push({ filename: GUEST_AGENT_SCRIPT_FILENAME, body: Buffer.from(GUEST_AGENT_SCRIPT, "ascii") });
+    const agent = opts.proxySetup !== undefined ? guestAgentScript(PROXY_APT_PACKAGES) : GUEST_AGENT_SCRIPT;
+    scripts.push({ filename: GUEST_AGENT_SCRIPT_FILENAME, body: Buffer.from(agent, "ascii") });
   }
   if (opts.proxySetup !== undefined) {
     scripts.push({ filename: PROXY_SETUP_SCRIPT_FILENAME, body: Buffer.from(opts.proxySetup, "utf8") });

@@ -33,6 +33,13 @@ export const VISIBLE_HOSTNAME_PREFIX = "kvm-proxy-";
 export const AUTH_REALM = "pulumi-kvm-proxy";
 /** The file name of the script part in vendor-data. */
 export const PROXY_SETUP_SCRIPT_FILENAME = "kvm-proxy-squid.sh";
+
+/**
+ * What the proxy setup installs with apt-get where squid is missing; the
+ * guest-agent script installs them in its own transaction when both run
+ * (kvm/guest/vendor-data.ts `guestAgentScript`).
+ */
+export const PROXY_APT_PACKAGES: readonly string[] = ["squid"];
 /** Where the script writes the certificate and key squid serves with TLS (AppArmor lets squid read /etc/squid). */
 export const TLS_DIR = "/etc/squid/kvm-proxy-tls";
 /**
@@ -199,8 +206,8 @@ fail() { log "$*"; exit 1; }
 ${RETRY_FUNCTION}
 ${ENABLE_FUNCTION}
 apt_install() {
-	apt-get -o DPkg::Lock::Timeout=300 -q -y install squid ||
-		{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install squid; }
+	apt-get -o DPkg::Lock::Timeout=300 -q -y install ${PROXY_APT_PACKAGES.join(" ")} ||
+		{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install ${PROXY_APT_PACKAGES.join(" ")}; }
 }
 if ! command -v squid >/dev/null 2>&1; then
 	log "installing squid"

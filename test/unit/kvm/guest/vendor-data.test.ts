@@ -9,8 +9,10 @@ import {
   buildVendorData,
   GUEST_AGENT_SCRIPT,
   GUEST_AGENT_SCRIPT_FILENAME,
+  guestAgentScript,
   USER_VENDOR_DATA_FILENAME,
 } from "../../../../provider/kvm/guest/vendor-data";
+import { PROXY_APT_PACKAGES } from "../../../../provider/kvm/proxy/setup";
 
 const workDir = mkdtempSync(path.join(tmpdir(), "cloud-init-test-"));
 afterAll(() => rmSync(workDir, { recursive: true, force: true }));
@@ -256,6 +258,16 @@ describe("buildVendorData: the script beside the user's vendorData (MIME multipa
     }
   });
 
+  it("gives the guest-agent script the proxy's packages to install with the agent when the proxy setup follows", () => {
+    const alone = buildVendorData({ installGuestAgent: true })?.toString("utf8") ?? "";
+    const beside =
+      buildVendorData({ installGuestAgent: true, proxySetup: "#!/bin/sh\necho proxy\n" })?.toString("utf8") ??
+      "";
+    expect(alone).toBe(GUEST_AGENT_SCRIPT);
+    expect(alone).not.toContain("install qemu-guest-agent squid");
+    expect(beside).toContain(guestAgentScript(PROXY_APT_PACKAGES));
+  });
+
   it("carries the proxy setup as a second script part, after the guest agent's, before the user's data", () => {
     const vd = buildVendorData({
       installGuestAgent: true,
@@ -308,7 +320,10 @@ describe("GUEST_AGENT_SCRIPT: content", () => {
 describe("GUEST_AGENT_SCRIPT: behaviour", () => {
   const systemAgentPaths = ["/usr/bin/qemu-ga", "/usr/sbin/qemu-ga", "/usr/libexec/qemu-ga"];
 
-  function runScript(fakes: Record<string, number>, opts: { agentPresent?: boolean } = {}) {
+  function runScript(
+    fakes: Record<string, number>,
+    opts: { agentPresent?: boolean; script?: string; aptFailsNaming?: string } = {},
+  ) {
     const dir = mkdtempSync(path.join(workDir, "fakes-"));
     const log = path.join(dir, "calls.log");
     writeFileSync(log, "");
@@ -319,6 +334,9 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
         `#!/bin/sh\necho "${name} $*" >> "${log}"\n` +
           (name === "apt-get" ? `echo "env DEBIAN_FRONTEND=$DEBIAN_FRONTEND" >> "${log}"\n` : "") +
           (name === "rc-service" ? `[ "$2" = status ] && exit 3\n` : "") +
+          (name === "apt-get" && opts.aptFailsNaming !== undefined
+            ? `case " $* " in *" ${opts.aptFailsNaming} "*) exit 100;; esac\n`
+            : "") +
           (installs
             ? `case "$*" in *install*|add*) printf '#!/bin/sh\\n' > "${dir}/qemu-ga"; /bin/chmod +x "${dir}/qemu-ga";; esac\n`
             : "") +
@@ -331,7 +349,7 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
       chmodSync(path.join(dir, "qemu-ga"), 0o755);
     }
     const script = path.join(dir, "script.sh");
-    writeFileSync(script, GUEST_AGENT_SCRIPT);
+    writeFileSync(script, opts.script ?? GUEST_AGENT_SCRIPT);
     const result = spawnSync("/bin/sh", [script], { env: { PATH: dir }, encoding: "utf8" });
     return {
       status: result.status,
@@ -369,6 +387,36 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
     expect(r.calls).toContain("env DEBIAN_FRONTEND=noninteractive");
     expect(started(r.calls)).toBe(true);
   });
+
+  it("beside the proxy setup, installs its squid in the agent's one apt-get transaction, after one update", () => {
+    const r = runScript({ ...services, "apt-get": 0 }, { script: guestAgentScript(PROXY_APT_PACKAGES) });
+    expect(r.status).toBe(0);
+    expect(r.calls.filter((c) => c.startsWith("apt-get"))).toEqual([
+      "apt-get -o DPkg::Lock::Timeout=300 -q update",
+      "apt-get -o DPkg::Lock::Timeout=300 -q -y install qemu-guest-agent squid",
+    ]);
+    expect(started(r.calls)).toBe(true);
+  });
+
+  it("installs the agent alone when the install with the proxy's packages fails (the proxy setup installs its own)", () => {
+    const r = runScript(
+      { ...services, "apt-get": 0 },
+      { script: guestAgentScript(PROXY_APT_PACKAGES), aptFailsNaming: "squid" },
+    );
+    expect(r.status).toBe(0);
+    expect(r.calls).toContain(
+      "apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent",
+    );
+    expect(r.stderr).toContain("installing squid beside the agent failed; installing the agent alone");
+    expect(started(r.calls)).toBe(true);
+  });
+
+  it.each(["", "-o", "squid=1.0", "squid;reboot", "Squid", "a"])(
+    "refuses %j as a package to install beside the agent (apt-get would read it as something else)",
+    (name) => {
+      expect(() => guestAgentScript([name])).toThrow(/not a package name apt-get reads as one/);
+    },
+  );
 
   it.each([
     ["dnf", { dnf: 0, yum: 0 }, "dnf -y install qemu-guest-agent"],

@@ -1,5 +1,3 @@
-import { ProtocolError } from "./errors";
-
 /**
  * XDR (RFC 4506) encoding for the subset libvirt's protocol uses.
  *
@@ -13,6 +11,8 @@ import { ProtocolError } from "./errors";
  * or a read past the end, throws a permanent ProtocolError (malformed input
  * does not become well-formed on retry).
  */
+
+import { ProtocolError } from "./errors";
 
 /** REMOTE_STRING_MAX / VIR_NET_MESSAGE_STRING_MAX on libvirt ≥ 1.x (4 MiB). */
 export const REMOTE_STRING_MAX = 4 * 1024 * 1024;

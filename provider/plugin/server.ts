@@ -24,13 +24,14 @@
  */
 import { createRequire } from "node:module";
 import { messageOf } from "../errors";
+import { secretConfigKeysOf } from "../program/secret-inputs";
 import { engineAddressFromArgv } from "../resource/engine-log";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
 import { inPluginNamespace } from "../resource/stack-config";
 import { KVM_PROXY_TOKEN } from "../schema/properties";
 import { construct } from "./construct";
 import { KvmProxyPlugin } from "./kvm-proxy-plugin";
-import { type Props, reveal } from "./property-values";
+import { type Props, reveal, secret } from "./property-values";
 import { packageVersion, servedSchema } from "./served-schema";
 
 export { packageVersion, servedSchema };
@@ -140,6 +141,8 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
     getSchema: unary(() => new m.pb.GetSchemaResponse().setSchema(servedSchema())),
     checkConfig: unary((req) => {
       const news = toJs(req.getNews());
+      // Key material and a bake's user-data stay secret in the state, however the program gave them.
+      for (const key of secretConfigKeysOf(reveal(news).props)) news[key] = secret(news[key]);
       const reply = new m.pb.CheckResponse();
       reply.setInputs(toStruct(news));
       return reply;

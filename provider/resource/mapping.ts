@@ -8,8 +8,9 @@ import { ProviderError } from "../errors";
 import type { ImageConfig, ImageIdentity } from "../kvm/config/image";
 import { hashSpec, type ProxyMetadata } from "../kvm/domain/metadata";
 import type { CreateSpec, VmStatus } from "../kvm/host/operations";
+import { inPool } from "../kvm/network/address-pool";
 import { namesHostPool, type PoolHost, resolveHostPools } from "../kvm/network/host-pools";
-import { bare, hostPort, subnetOf } from "../kvm/network/ip";
+import { bare, hostPort, parseCidr, subnetOf } from "../kvm/network/ip";
 import { type NicAttachment, type NicSpec, shorthandNic } from "../kvm/network/nic";
 import { type CheckedNic, decodeNics, filledFromPool } from "../kvm/network/nic-rules";
 import { DEFAULT_ALLOWED_CLIENTS } from "../kvm/proxy/access";
@@ -177,7 +178,9 @@ export function squidConfOf(c: {
  * The checked inputs with the addresses their pool NICs have: `nics`' (the
  * NICs as a create made them, `createdNics`, or as the state records them),
  * by position: the addresses a pool gave (filledFromPool), in this run or
- * when the VM was made. Other NICs, and inputs without pools, are as they are.
+ * when the VM was made, taken only when they are CIDRs the NIC's pool holds
+ * (the state's are read as recorded). Other NICs, and inputs without pools,
+ * are as they are.
  */
 export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | undefined): CheckedInputs {
   if (c.nics === undefined || nics === undefined || !c.nics.some((n) => n.addressPool !== undefined))
@@ -185,10 +188,16 @@ export function withPoolAddresses(c: CheckedInputs, nics: readonly NicSpec[] | u
   return {
     ...c,
     nics: c.nics.map((n, i) => {
-      const had = nics[i]?.addresses;
-      return n.addressPool !== undefined && n.addresses.length === 0 && had !== undefined && had.length > 0
-        ? filledFromPool(n, [...had])
-        : n;
+      const had: unknown = nics[i]?.addresses;
+      const pool = n.addressPool;
+      // The recorded addresses, when they are ones this pool gives (as diff keeps them: poolLeft).
+      const taken =
+        pool !== undefined &&
+        n.addresses.length === 0 &&
+        Array.isArray(had) &&
+        had.length > 0 &&
+        had.every((a) => typeof a === "string" && parseCidr(a) !== undefined && inPool(pool, a));
+      return taken ? filledFromPool(n, [...(had as string[])]) : n;
     }),
   };
 }

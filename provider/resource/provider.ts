@@ -91,7 +91,7 @@ export class KvmProxyRuntime {
    * Milliseconds between IP and health polls. 1 s keeps the delay between the
    * guest getting its address (or squid answering) and create noticing under
    * the 2 s goal; an IP poll is mostly 2 libvirt calls (see waitForIp), a
-   * health poll one TCP connect or HTTP request.
+   * health poll one HTTP request (or SOCKS greeting) through the proxy.
    */
   pollMs = 1_000;
   /** Which proxies due for rotation are replaced in this up (rotation.ts). */

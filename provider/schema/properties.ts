@@ -245,8 +245,29 @@ const owner: Table<OwnerInput> = {
   resource: p(STRING),
 };
 
-/** Whether the schema's type `U` describes `T`: `T` fits it, and `T` has no field it lacks. */
-type Describes<T, U> = [T] extends [U] ? ([Exclude<keyof T, keyof U>] extends [never] ? true : false) : false;
+/**
+ * Whether the schema's type `U` describes `T`: `T` fits it, and neither `T`
+ * nor any object in it (each member of a union, each list's items) has a
+ * field the schema's type lacks, so nothing goes undescribed or unmarked.
+ */
+type Describes<T, U> = T extends readonly (infer A)[]
+  ? U extends readonly (infer B)[]
+    ? Describes<A, B>
+    : false
+  : T extends object
+    ? [T] extends [U]
+      ? [Exclude<keyof T, keyof U>] extends [never]
+        ? false extends FieldsDescribed<T, U>
+          ? false
+          : true
+        : false
+      : false
+    : [T] extends [U]
+      ? true
+      : false;
+type FieldsDescribed<T, U> = {
+  [K in keyof T & keyof U]-?: Describes<NonNullable<T[K]>, NonNullable<U[K]>>;
+}[keyof T & keyof U];
 type Holds<T extends true> = T;
 /** The state's types, held to the object types the schema gives their outputs (`tsc` fails on a drift). */
 export type OutputTypesDescribed = [

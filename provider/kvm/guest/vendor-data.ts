@@ -20,11 +20,9 @@
 import { createHash } from "node:crypto";
 import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../../errors";
+import { isPackageName, packageNameProblem } from "../config/image";
 import { PROXY_APT_PACKAGES, PROXY_SETUP_SCRIPT_FILENAME } from "../proxy/setup";
 import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
-
-/** A Debian package name as policy allows it (what the script may name in an apt-get command line). */
-const APT_NAME = /^[a-z0-9][a-z0-9+.-]+$/;
 
 /**
  * {@link GUEST_AGENT_SCRIPT}, with `alsoApt` installed in the same apt-get
@@ -32,19 +30,27 @@ const APT_NAME = /^[a-z0-9][a-z0-9+.-]+$/;
  * squid when that script follows, so a stock Debian guest runs dpkg and its
  * triggers once instead of twice (the proxy setup then finds squid there).
  * If that install fails the agent is installed alone, as without `alsoApt`,
- * and the proxy setup installs its own packages as it always does.
+ * and the proxy setup installs its own packages as it always does; a failure
+ * that left the agent installed is none of this script's.
  */
 export function guestAgentScript(alsoApt: readonly string[] = []): string {
-  const bad = alsoApt.find((name) => !APT_NAME.test(name));
-  if (bad !== undefined)
-    throw new ProviderError("permanent", `not a package name apt-get reads as one: ${bad}`);
+  // The bake's rule: Debian policy's names, nothing apt-get reads as an option, a removal or a pattern.
+  const bad = alsoApt.find((name) => !isPackageName(name));
+  if (bad !== undefined) {
+    throw new ProviderError(
+      "permanent",
+      `not a package name apt-get reads as one: ${bad} (${packageNameProblem(bad)})`,
+    );
+  }
   const also = alsoApt.join(" ");
   const together =
     also === ""
       ? ""
       : `	# The proxy setup's packages in the same transaction (one dpkg run, one round of triggers);
-	# the agent alone if that fails, and the proxy setup installs its own.
+	# the agent alone if that fails, and the proxy setup installs its own. A failure that left
+	# the agent installed (another package's maintainer script) is no failure of this script.
 	apt-get -o DPkg::Lock::Timeout=300 -q -y install qemu-guest-agent ${also} && return 0
+	agent_present && { log "installing ${also} beside the agent failed; the agent is there"; return 0; }
 	log "installing ${also} beside the agent failed; installing the agent alone"
 `;
   return `#!/bin/sh
@@ -84,7 +90,7 @@ ${ENABLE_FUNCTION}
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q update ||
 		log "apt-get update failed; trying the install with the current lists"
-${together}	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent
+${together}	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent${also === "" ? "" : " || agent_present"}
 }
 
 install_agent() {

@@ -11,7 +11,7 @@
 import { describe, expect, it } from "vitest";
 import { mayCarryKeyMaterial } from "../../../provider/kvm/config/host-config";
 import { urlWithCredentials } from "../../../provider/program/proxy-auth";
-import { secretKeysOf } from "../../../provider/program/secret-inputs";
+import { secretConfigKeysOf, secretKeysOf } from "../../../provider/program/secret-inputs";
 
 const KEY =
   "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
@@ -145,5 +145,40 @@ describe("the URL with credentials", () => {
       ]);
       expect(u.protocol).toBe(new URL(url as string).protocol);
     }
+  });
+});
+
+describe("an explicit provider's configuration keeps key material and a bake's user-data secret", () => {
+  it.each<[string, Record<string, unknown>, string[]]>([
+    [
+      "nothing secret",
+      { hosts: { lab: { uri: "unix:///s" } }, images: { d: { url: "https://x/d.qcow2" } } },
+      [],
+    ],
+    ["a host's private key", { hosts: { lab: { uri: "ssh://h", privateKey: "KEY" } } }, ["hosts"]],
+    [
+      "a jump host's passphrase",
+      { hosts: { lab: { uri: "ssh://h", jump: { uri: "ssh://b", passphrase: "p" } } } },
+      ["hosts"],
+    ],
+    ["a URI with a password", { hosts: { lab: { uri: "ssh://u:pw@h" } } }, ["hosts"]],
+    ["a misspelt key field", { hosts: { lab: { uri: "ssh://h", privatekey: "KEY" } } }, ["hosts"]],
+    [
+      "a bake's user-data",
+      { images: { d: { url: "https://x/d.qcow2", bake: { userData: "#cloud-config\n" } } } },
+      ["images"],
+    ],
+    [
+      "a bake without user-data",
+      { images: { d: { url: "https://x/d.qcow2", bake: { packages: ["htop"] } } } },
+      [],
+    ],
+    [
+      "the shared key and the state key",
+      { sshPrivateKey: "KEY", stateKey: "k".repeat(32) },
+      ["sshPrivateKey", "stateKey"],
+    ],
+  ])("%s", (_, config, keys) => {
+    expect(secretConfigKeysOf(config).sort()).toEqual(keys.sort());
   });
 });

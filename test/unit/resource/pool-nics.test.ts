@@ -40,6 +40,16 @@ describe("a pool NIC's address in the resource layer", () => {
     expect(withPoolAddresses(checked, undefined)).toBe(checked);
   });
 
+  it.each<[string, unknown]>([
+    ["an address the pool does not hold", ["198.51.100.7/24"]],
+    ["a text where the list was", "203.0.113.12/24"],
+    ["an address without its prefix", ["203.0.113.12"]],
+    ["a number", [7]],
+  ])("is left out when the state records %s: nothing unchecked reaches the VM's NICs", (_, recorded) => {
+    const made = withPoolAddresses(checked, [{ ...poolNic, addresses: recorded as string[] }]);
+    expect(made.nics?.[0]).toEqual(poolNic);
+  });
+
   it("never enters squid.conf: its name is the same before the address is taken and after", () => {
     const before = squidConfOf(checked);
     const after = squidConfOf(withPoolAddresses(checked, [{ ...poolNic, addresses: ["203.0.113.12/24"] }]));

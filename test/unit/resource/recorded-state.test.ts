@@ -81,8 +81,30 @@ describe("decodeState: a state this provider writes", () => {
       "no health check, no guest agent",
       { host: "lab", image: "debian", healthCheck: false, installGuestAgent: false },
     ],
+    [
+      "TLS made for the proxy at a static address, and an egress check",
+      {
+        host: "lab",
+        image: "debian",
+        nics: [{ bridge: "br0", addresses: ["203.0.113.7/24"], gateway4: "203.0.113.1" }],
+        proxy: { tls: {} },
+        egressCheck: { url: "http://192.0.2.1/ip" },
+      },
+    ],
   ])("%s: decodes to itself, nothing dropped", (_, args) => {
     const state = stored(args);
+    expect(decodeState(state)).toEqual(state);
+  });
+
+  it("with what later steps add: a kept VM's mark, a sealed host record, an import's spec hash, the egress seen", () => {
+    const state = {
+      ...stored({ host: "lab", image: "debian" }),
+      keptAfterFailure: { failedAt: "2026-12-01T00:05:00.000Z", reason: "cloud-init failed" },
+      hostConnection: "kvmp-sealed:v1:an-opaque-ciphertext",
+      adoptedSpecHash: "ab".repeat(32),
+      egressAddress: "203.0.113.7",
+      proxyCaCertificate: "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n",
+    };
     expect(decodeState(state)).toEqual(state);
   });
 });

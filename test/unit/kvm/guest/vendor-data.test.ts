@@ -322,7 +322,12 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
 
   function runScript(
     fakes: Record<string, number>,
-    opts: { agentPresent?: boolean; script?: string; aptFailsNaming?: string } = {},
+    opts: {
+      agentPresent?: boolean;
+      script?: string;
+      aptFailsNaming?: string;
+      aptFailsAfterInstall?: boolean;
+    } = {},
   ) {
     const dir = mkdtempSync(path.join(workDir, "fakes-"));
     const log = path.join(dir, "calls.log");
@@ -340,6 +345,7 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
           (installs
             ? `case "$*" in *install*|add*) printf '#!/bin/sh\\n' > "${dir}/qemu-ga"; /bin/chmod +x "${dir}/qemu-ga";; esac\n`
             : "") +
+          (name === "apt-get" && opts.aptFailsAfterInstall === true ? "exit 100\n" : "") +
           `exit ${exitCode}\n`,
       );
       chmodSync(path.join(dir, name), 0o755);
@@ -411,7 +417,17 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
     expect(started(r.calls)).toBe(true);
   });
 
-  it.each(["", "-o", "squid=1.0", "squid;reboot", "Squid", "a"])(
+  it("goes on when apt-get fails but the agent was installed (another package's maintainer script failed)", () => {
+    const r = runScript(
+      { ...services, "apt-get": 0 },
+      { script: guestAgentScript(PROXY_APT_PACKAGES), aptFailsAfterInstall: true },
+    );
+    expect(r.status).toBe(0);
+    expect(r.stderr).toContain("installing squid beside the agent failed; the agent is there");
+    expect(started(r.calls)).toBe(true);
+  });
+
+  it.each(["", "-o", "squid=1.0", "squid;reboot", "Squid", "a", "squid-"])(
     "refuses %j as a package to install beside the agent (apt-get would read it as something else)",
     (name) => {
       expect(() => guestAgentScript([name])).toThrow(/not a package name apt-get reads as one/);

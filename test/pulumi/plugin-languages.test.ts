@@ -165,6 +165,42 @@ describe("a Pulumi YAML program", () => {
   });
 });
 
+describe("an explicit provider given key material and a bake's user-data as plain text", () => {
+  it("keeps its hosts and images secret in the state: neither text is in the checkpoint", () => {
+    const key = `-----BEGIN OPENSSH PRIVATE KEY-----\nkvmpt-not-a-key-${process.pid}\n-----END OPENSSH PRIVATE KEY-----\n`;
+    const userData = `#cloud-config\n# kvmpt-bake-user-data-${process.pid}\n`;
+    const ws = track(
+      pluginWorkspace("yamlkeys", {
+        name: "kvmpt-yamlkeys",
+        runtime: "yaml",
+        resources: {
+          lab: {
+            type: "pulumi:providers:kvmproxy",
+            properties: {
+              hosts: {
+                far: {
+                  uri: "ssh://root@192.0.2.250:22",
+                  knownHosts: "192.0.2.250 ssh-ed25519 AAAA",
+                  privateKey: key,
+                },
+              },
+              images: { baked: { url: "https://images.invalid/debian.qcow2", bake: { userData } } },
+            },
+          },
+        },
+      }),
+    );
+    ws.up();
+    const text = ws.stateText();
+    expect(text).not.toContain(`kvmpt-not-a-key-${process.pid}`);
+    expect(text).not.toContain(`kvmpt-bake-user-data-${process.pid}`);
+    const provider = ws.state().resources.find((r) => r.type === "pulumi:providers:kvmproxy");
+    expect(Object.keys((provider?.inputs?.hosts ?? {}) as object)).toContain("ciphertext");
+    expect(Object.keys((provider?.inputs?.images ?? {}) as object)).toContain("ciphertext");
+    ws.destroy();
+  });
+});
+
 describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constructs)", () => {
   it("makes its members of the plugin's KvmProxy type under it, each with a password of its own, previews with no change and destroys them", () => {
     const bridge = staticBridgeOf(host);

@@ -16,17 +16,25 @@ interface Declared {
   bases: string[];
 }
 
-/** The TSDoc of `node`, its `{@link X}` written as `X`, lines of one paragraph joined. */
+/** The TSDoc of `node`, its `{@link X}` written as `X`, lines of one paragraph joined (a fenced code block kept as written). */
 function docOf(node: ts.Node): string | undefined {
   const docs = ts.getJSDocCommentsAndTags(node).filter(ts.isJSDoc);
   const last = docs[docs.length - 1];
   if (last === undefined) return undefined;
   const text = ts.getTextOfJSDocComment(last.comment)?.trim();
   if (text === undefined || text === "") return undefined;
+  // Lines of a paragraph are joined; a fenced code block keeps its lines as written.
   return text
-    .replace(/\{@link\s+([^}\s]+)\s*\}/g, "`$1`")
-    .replace(/\n(?!\n|- )/g, " ")
-    .replace(/[ \t]+/g, " ");
+    .split(/(^```[^\n]*\n[\s\S]*?^```)/m)
+    .map((part, i) =>
+      i % 2 === 1
+        ? part
+        : part
+            .replace(/\{@link\s+([^}\s]+)\s*\}/g, "`$1`")
+            .replace(/(?<!\n)\n(?!\n|- |```|$)/g, " ")
+            .replace(/[ \t]+/g, " "),
+    )
+    .join("");
 }
 
 /** Every interface and class declared at the top level of `files`, with their property docs. */

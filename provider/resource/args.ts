@@ -228,23 +228,11 @@ export interface RotationInput {
  * give them), and `key`, the host's name in provider IDs, placement and the
  * image cache. Key material is kept secret in the state.
  */
-export interface HostInput {
+export interface HostInput extends SshMaterialInput {
   /** The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing). */
   key: pulumi.Input<string>;
   /** `ssh://[user@]host[:port][?socket=/path]` or `unix:///path/to/libvirt-sock`. */
   uri: pulumi.Input<string>;
-  /** known_hosts lines for the host (default: the file `~/.ssh/known_hosts`); never trusted on first use. */
-  knownHosts?: pulumi.Input<string>;
-  /** A known_hosts file instead of the lines. */
-  knownHostsPath?: pulumi.Input<string>;
-  /** An SSH private key (OpenSSH or PEM), kept secret. */
-  privateKey?: pulumi.Input<string>;
-  /** A private key file instead of the key. */
-  privateKeyPath?: pulumi.Input<string>;
-  /** An SSH agent's socket instead of a key. */
-  agentSocket?: pulumi.Input<string>;
-  /** The private key's passphrase, kept secret. */
-  passphrase?: pulumi.Input<string>;
   /** libvirt's driver URI on the host: `qemu:///system` (the default), `qemu:///session` or `test:///default`. */
   driverUri?: pulumi.Input<string>;
   /** `kvm` (the default) or `qemu` (TCG, for hosts without hardware virtualisation). */
@@ -274,14 +262,18 @@ export interface HostInput {
  * own SSH material: what it leaves out it takes from the host (its user, its
  * known_hosts, its credentials). Verified against its known_hosts like the host.
  */
-export interface JumpHopInput {
+export interface JumpHopInput extends SshMaterialInput {
   /** `ssh://[user@]host[:port]`, without a password. */
   uri: pulumi.Input<string>;
-  /** known_hosts lines for the hop (default: the host's). */
+}
+
+/** How an SSH server is verified and logged in to: a host's, or a jump host's own. */
+export interface SshMaterialInput {
+  /** known_hosts lines (a host's default: the file `~/.ssh/known_hosts`; a jump host's: its host's); never trusted on first use. */
   knownHosts?: pulumi.Input<string>;
   /** A known_hosts file instead of the lines. */
   knownHostsPath?: pulumi.Input<string>;
-  /** The hop's own SSH private key (OpenSSH or PEM), kept secret. */
+  /** An SSH private key (OpenSSH or PEM), kept secret (a jump host's default: its host's). */
   privateKey?: pulumi.Input<string>;
   /** A private key file instead of the key. */
   privateKeyPath?: pulumi.Input<string>;

@@ -31,6 +31,7 @@ import type {
   ProxyTlsInput,
   RotationInput,
   SocksInput,
+  SshMaterialInput,
   Timeouts,
   TlsKeyPair,
 } from "../resource/args";
@@ -113,15 +114,19 @@ const proxy: Table<ProxyInput> = {
   tls: p(t("ProxyTls")),
 };
 
-const hostInput: Table<HostInput> = {
-  key: p(STRING),
-  uri: p(STRING),
+const sshMaterial: Table<SshMaterialInput> = {
   knownHosts: p(STRING),
   knownHostsPath: p(STRING),
   privateKey: p(STRING, { secret: true }),
   privateKeyPath: p(STRING),
   agentSocket: p(STRING),
   passphrase: p(STRING, { secret: true }),
+};
+
+const hostInput: Table<HostInput> = {
+  key: p(STRING),
+  uri: p(STRING),
+  ...sshMaterial,
   driverUri: p(STRING),
   domainType: p(STRING),
   pool: p(STRING),
@@ -135,15 +140,7 @@ const hostInput: Table<HostInput> = {
   sshConfig: p(STRING),
 };
 
-const jumpHop: Table<JumpHopInput> = {
-  uri: p(STRING),
-  knownHosts: p(STRING),
-  knownHostsPath: p(STRING),
-  privateKey: p(STRING, { secret: true }),
-  privateKeyPath: p(STRING),
-  agentSocket: p(STRING),
-  passphrase: p(STRING, { secret: true }),
-};
+const jumpHop: Table<JumpHopInput> = { uri: p(STRING), ...sshMaterial };
 
 const imageConfig: Table<ImageConfigInput> = { ...inlineImage, bake: p({ oneOf: [BOOLEAN, t("Bake")] }) };
 const bake: Table<BakeInput> = { packages: p(strings), userData: p(STRING, { secret: true }) };

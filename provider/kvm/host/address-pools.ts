@@ -126,6 +126,13 @@ export class AddressPools {
    * reservations: an earlier attempt of the same create).
    */
   async taken(segment: string, hosts: readonly string[], except?: string): Promise<Set<string>> {
+    // The reservations are read before the domains: a create defines its domain and then drops its
+    // reservation, so an address missing from the first read is in the second. The other order
+    // misses a create that does both between the two reads.
+    const lockHost = lockHostOf(hosts);
+    const lockLv = this.hosts.libvirt(lockHost);
+    const pool = await this.hosts.pool(lockHost);
+    const reserved = pool === undefined ? [] : await lockLv.storagePoolListAllVolumes(pool);
     const out = new Set<string>();
     const names = new Set<string>();
     for (const h of hosts) {
@@ -136,15 +143,12 @@ export class AddressPools {
       }
     }
     // Reservations count whatever their segment (the volume name has none): the safe side. Stale ones go.
-    const lockHost = lockHostOf(hosts);
-    const lv = this.hosts.libvirt(lockHost);
-    const pool = await this.hosts.pool(lockHost);
     if (pool !== undefined) {
       const now = this.now() / 1000;
-      for (const v of await lv.storagePoolListAllVolumes(pool)) {
+      for (const v of reserved) {
         const r = parseReservation(v.name);
         if (r === undefined || names.has(r.domain) || r.domain === except) continue;
-        if (now - r.seconds > RESERVATION_STALE_SECONDS) await deleteVolumeByName(lv, pool, v.name);
+        if (now - r.seconds > RESERVATION_STALE_SECONDS) await deleteVolumeByName(lockLv, pool, v.name);
         else out.add(r.address);
       }
     }

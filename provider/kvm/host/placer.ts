@@ -122,6 +122,19 @@ export class Placer {
     const config = this.hosts.config(key);
     const lv = this.hosts.libvirt(key);
     const usage: HostUsage = { host: key, capacity: config.capacity, proxies: 0, memoryMiB: 0, vcpus: 0 };
+    // The reservations are read before the domains: a create defines its domain and then drops its
+    // reservation, so one missing from the first read is in the second. The other order misses a
+    // create that does both between the two reads.
+    const pool = await this.hosts.pool(key);
+    const reserved: { domain: string; request: PlacementRequest }[] = [];
+    if (pool !== undefined) {
+      for (const vol of await reservations(lv, pool)) {
+        const domain = reservationDomain(vol.name);
+        if (domain === undefined) continue;
+        const info = await volumeInfo(lv, vol);
+        if (info !== undefined) reserved.push({ domain, request: reservationRequest(info.capacity) });
+      }
+    }
     const domains = await lv.connectListAllDomains(0);
     const names = new Set(domains.map((d) => d.name));
     for (const dom of domains) {
@@ -132,20 +145,13 @@ export class Placer {
       usage.memoryMiB += size.memoryMiB;
       usage.vcpus += size.vcpus;
     }
-    const pool = await this.hosts.pool(key);
     let reservedMiB = 0;
-    if (pool !== undefined) {
-      for (const vol of await reservations(lv, pool)) {
-        const domain = reservationDomain(vol.name);
-        if (domain === undefined || names.has(domain)) continue;
-        const info = await volumeInfo(lv, vol);
-        if (info === undefined) continue;
-        const r = reservationRequest(info.capacity);
-        usage.proxies += 1;
-        usage.memoryMiB += r.memoryMiB;
-        usage.vcpus += r.vcpus;
-        reservedMiB += r.memoryMiB;
-      }
+    for (const { domain, request } of reserved) {
+      if (names.has(domain)) continue;
+      usage.proxies += 1;
+      usage.memoryMiB += request.memoryMiB;
+      usage.vcpus += request.vcpus;
+      reservedMiB += request.memoryMiB;
     }
     const free = await freeMemoryBytes(lv);
     if (free !== undefined) usage.freeMemoryMiB = free / 2 ** 20 - reservedMiB;

@@ -199,6 +199,32 @@ describe("address pools on the host", () => {
     expect(reservations()).toEqual([]);
   });
 
+  it("counts the address of a create that defines its domain and drops its reservation between the count's two reads, whichever comes first", async () => {
+    const [a, b] = [ops(), ops()];
+    const lv = (pools.at(-1) as HostPool).libvirt("local");
+    const ONE_ADDRESS: AddressPool = { ranges: ["192.0.2.118-192.0.2.118/24"] };
+    const name = uniqueName("poolbetween");
+    // The other process's whole create (reserve, define, drop the reservation) runs right after b's
+    // first read of the host, before its second.
+    let between: Promise<unknown> | undefined;
+    const afterFirstRead = async <T>(read: Promise<T>): Promise<T> => {
+      const result = await read;
+      between ??= a.provision(spec(name, ONE_ADDRESS), { waitForIp: false });
+      await between;
+      return result;
+    };
+    const domains = lv.connectListAllDomains.bind(lv);
+    const volumes = lv.storagePoolListAllVolumes.bind(lv);
+    lv.connectListAllDomains = (...args) => afterFirstRead(domains(...args));
+    lv.storagePoolListAllVolumes = (...args) => afterFirstRead(volumes(...args));
+    const taken = await b.addresses.taken(SEGMENT(), ["local"]);
+    expect(between).toBeDefined();
+    expect(recorded(name)).toEqual([`${SEGMENT()} 192.0.2.118/24`]);
+    expect(reservations()).toEqual([]);
+    expect(taken.has("192.0.2.118")).toBe(true);
+    await a.delete("local", name, ownedBy(name));
+  });
+
   it("a dual-stack pool gives one address of each family; its reservation (IPv6 in the volume name) stands until the define, then goes", async () => {
     const o = ops();
     const name = uniqueName("pooldual");

@@ -101,7 +101,7 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
       python: { packageName: "pulumi_kvmproxy", respectSchemaVersion: true },
       // Container types: ProxyFleet outputs its members as an array of KvmProxy.
       go: {
-        importBasePath: "github.com/pulumi-kvm-proxy/sdk/go/kvmproxy",
+        importBasePath: "github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go/kvmproxy",
         generateResourceContainerTypes: true,
         respectSchemaVersion: true,
       },

@@ -3,8 +3,8 @@
  * through the real CLI and its language host (scripts/pulumi-cli builds
  * them: pulumi-yaml's, and this project's minimal Python and Go hosts):
  * Pulumi YAML (an explicit provider whose hosts come from the program),
- * Python and Go (the SDKs generated from the schema the plugin serves, the
- * default provider configured by the stack). Each creates two proxies, one
+ * Python and Go (the repository's SDKs, sdk/, the default provider
+ * configured by the stack). Each creates two proxies, one
  * with auth whose URL with credentials is a secret output, previews and
  * refreshes with no change, and destroys them. No guest boots
  * (TEST_PROXY_ARGS); a static address on the test bridge gives the proxy
@@ -21,6 +21,7 @@
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { packageVersion } from "../../provider/plugin/served-schema";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
@@ -32,7 +33,8 @@ import {
   type Workspace,
 } from "./harness";
 import {
-  generateSdk,
+  copiedSdk,
+  GO_SDK_MODULE,
   KVM_PROXY_TYPE,
   PLUGIN_PROXY_ARGS,
   PYTHON_VENV,
@@ -267,9 +269,9 @@ describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constr
 });
 
 describe("a Python program", () => {
-  it("creates two proxies through the generated Python SDK (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
+  it("creates two proxies through the Python SDK (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
     // The SDK installed into a folder of its own (its version is read from its installed metadata).
-    const src = generateSdk("python", path.join(SDK_DIR, "python-src"));
+    const src = copiedSdk("python", path.join(SDK_DIR, "python-src"));
     const site = path.join(SDK_DIR, "python-site");
     const pip = runTool(
       path.join(PYTHON_VENV, "bin/pip"),
@@ -339,25 +341,26 @@ if cfg.get_bool("exportCredentials") is not False:
 });
 
 describe("a Go program", () => {
-  it("built by the Go host against the generated Go SDK, creates two proxies (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
-    const sdk = generateSdk("go", path.join(SDK_DIR, "go"));
-    // The SDK's module, offline, against the versions tools/pulumi pins (its go.mod, renamed); the
-    // program is a package of that module.
-    const mod = readFileSync(path.join(repoRoot, "tools/pulumi/go.mod"), "utf8").replace(
-      /^module .*$/m,
-      "module github.com/pulumi-kvm-proxy/sdk/go",
+  it("built by the Go host against the Go SDK's module, creates two proxies (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
+    // A module of its own requiring the SDK's module by its path (replaced by sdk/go), offline.
+    const program = path.join(SDK_DIR, "go-program");
+    rmSync(program, { recursive: true, force: true });
+    mkdirSync(program, { recursive: true });
+    const sdk = path.join(repoRoot, "sdk/go");
+    const goLine = /^go .*$/m.exec(readFileSync(path.join(sdk, "go.mod"), "utf8"))?.[0];
+    writeFileSync(
+      path.join(program, "go.mod"),
+      `module example.com/edge\n\n${goLine}\n\nrequire ${GO_SDK_MODULE} v${packageVersion()}\n\nreplace ${GO_SDK_MODULE} => ${sdk}\n`,
     );
-    writeFileSync(path.join(sdk, "go.mod"), mod);
-    copyFileSync(path.join(repoRoot, "tools/pulumi/go.sum"), path.join(sdk, "go.sum"));
+    copyFileSync(path.join(sdk, "go.sum"), path.join(program, "go.sum"));
     const bridge = staticBridgeOf(host);
     const ip = "192.0.2.235";
-    mkdirSync(path.join(sdk, "program"));
     writeFileSync(
-      path.join(sdk, "program/main.go"),
+      path.join(program, "main.go"),
       `package main
 
 import (
-	"github.com/pulumi-kvm-proxy/sdk/go/kvmproxy"
+	"${GO_SDK_MODULE}/kvmproxy"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
 )
@@ -403,7 +406,7 @@ func main() {
       pluginWorkspace("go", {
         name: "kvmpt-go",
         runtime: "go",
-        main: path.join(sdk, "program"),
+        main: program,
       }),
     );
     // The flags of the CLI's build (scripts/pulumi-cli), whose compiled packages the build cache holds.

@@ -3,16 +3,16 @@
  * plugin-languages.test.ts): a project that finds the plugin in bin/ by
  * `plugins.providers[].path` (no PATH, no plugin install), the test host's
  * configuration under the plugin's namespace, the arguments of a proxy
- * that boots no guest, the SDKs generated from the schema the plugin
- * serves, and a secret as `stack export --show-secrets` shows it.
+ * that boots no guest, the SDKs kept in sdk/ (what the generators make of
+ * the schema the plugin serves: sdk.test.ts), and a secret as `stack export
+ * --show-secrets` shows it.
  */
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { expect } from "vitest";
 import YAML from "yaml";
-import { servedSchema } from "../../provider/plugin/server";
 import { repoRoot, type TestHost } from "../support/test-host";
-import { hostsConfig, runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
+import { hostsConfig, TEST_PROXY_ARGS, Workspace } from "./harness";
 
 export const KVM_PROXY_TYPE = "kvmproxy:index:KvmProxy";
 
@@ -49,15 +49,15 @@ export function pluginWorkspace(
   return ws;
 }
 
-/** The `lang` SDK of the schema the plugin serves, generated into `dir` (emptied first). */
-export function generateSdk(lang: "nodejs" | "python" | "go", dir: string): string {
+/** The Go SDK's module path (sdk/go/go.mod): a program requires it, replaced by the folder. */
+export const GO_SDK_MODULE = "github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go";
+
+/** A copy of the repository's `lang` SDK (sdk/<lang>) in `dir` (emptied first): building it writes beside its files. */
+export function copiedSdk(lang: "nodejs" | "python", dir: string): string {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
-  const schemaFile = path.join(dir, "schema.json");
-  writeFileSync(schemaFile, servedSchema());
   const out = path.join(dir, lang);
-  const gen = runTool("kvmproxy-schema", ["gen-sdk", lang, schemaFile, out], repoRoot);
-  expect(gen.out).toMatch(new RegExp(`^ok: ${lang} SDK`));
+  cpSync(path.join(repoRoot, "sdk", lang), out, { recursive: true });
   return out;
 }
 

@@ -30,7 +30,7 @@ import {
   type Workspace,
 } from "./harness";
 import {
-  generateSdk,
+  copiedSdk,
   KVM_PROXY_TYPE,
   PLUGIN_PROXY_ARGS,
   pluginConfig,
@@ -51,9 +51,9 @@ const workspaces: Workspace[] = [];
 
 const run = runTool;
 
-/** The TypeScript SDK of the schema the plugin serves, compiled to a package folder. */
+/** The repository's TypeScript SDK (sdk/nodejs), compiled to a package folder. */
 function buildSdk(): string {
-  const src = generateSdk("nodejs", SDK_DIR);
+  const src = copiedSdk("nodejs", SDK_DIR);
   const tsc = run(
     process.execPath,
     [path.join(repoRoot, "node_modules/typescript/bin/tsc"), "-p", "tsconfig.json"],

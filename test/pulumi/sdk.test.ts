@@ -1,78 +1,132 @@
 /**
- * The SDKs pkg/v3's generators make from provider/schema/schema.json
- * (`kvmproxy-schema gen-sdk`, tools/pulumi/cmd/kvmproxy-schema), built the
- * way each language builds them, offline: TypeScript with tsc against the
- * @pulumi/pulumi of node_modules, Python byte-compiled, Go with the toolchain
- * against the module versions the CLI is built from. A program in each of
- * TypeScript and Go declares a proxy through its SDK and compiles; one with
- * a wrong type does not (the SDK's types are real). Programs that run
- * through the plugin: plugin.test.ts (TypeScript) and
+ * The SDKs kept in sdk/ (scripts/sdk): what pkg/v3's generators make of the
+ * schema the plugin serves, installed the way each language installs a
+ * package, offline, into programs outside the repository:
+ * - sdk/ is what a regeneration writes (a schema changed without
+ *   `scripts/sdk gen` fails here);
+ * - Node.js: npm's tarball installs with npm, and a TypeScript program
+ *   compiles against its types (one with a wrong type does not);
+ * - Python: the wheel and the sdist (`python -m build`) pip-install into
+ *   fresh virtual environments, with the version of the package;
+ * - Go: a program's module requires the SDK's module by its path (a replace
+ *   to sdk/go stands for the published tag) and builds; one with a wrong
+ *   type does not.
+ * Programs that run through the plugin: plugin.test.ts (Node.js) and
  * plugin-languages.test.ts (YAML, Python, Go).
  */
-import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { packageVersion } from "../../provider/plugin/served-schema";
 import { repoRoot } from "../support/test-host";
 import { runTool } from "./harness";
 
-const SCHEMA = path.join(repoRoot, "provider/schema/schema.json");
-// Inside the repository: the TypeScript SDK resolves @pulumi/pulumi and @types/node from its node_modules.
-const DIR = path.join(repoRoot, ".state/sdk", String(process.pid));
+const SDK = path.join(repoRoot, "sdk");
+const GO_MODULE = "github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go";
+const WHEELS = path.join(repoRoot, ".tools/pulumi/wheels");
+const TSC = path.join(repoRoot, "node_modules/typescript/bin/tsc");
+const version = packageVersion();
 
 const run = runTool;
+/** Outside the repository: nothing resolves through its node_modules. */
+let dir: string;
+/** What `scripts/sdk pack` made. */
+let packed: { npm: string; wheel: string; sdist: string };
 
-function generate(lang: string): string {
-  const out = path.join(DIR, lang);
-  const r = run("kvmproxy-schema", ["gen-sdk", lang, SCHEMA, out], repoRoot);
-  expect(r.out).toMatch(new RegExp(`^ok: ${lang} SDK: \\d+ files\\n$`));
-  expect(r.code).toBe(0);
-  return out;
+/** Every file under `root`, relative, sorted. */
+function filesUnder(root: string, rel = ""): string[] {
+  return readdirSync(path.join(root, rel), { withFileTypes: true })
+    .flatMap((e) => (e.isDirectory() ? filesUnder(root, path.join(rel, e.name)) : [path.join(rel, e.name)]))
+    .sort();
 }
 
 beforeAll(() => {
-  rmSync(DIR, { recursive: true, force: true });
-  mkdirSync(DIR, { recursive: true });
-});
+  dir = mkdtempSync(path.join(os.tmpdir(), "kvmpt-sdk-"));
+  const r = run(path.join(repoRoot, "scripts/sdk"), ["pack", path.join(dir, "dist")], repoRoot);
+  expect(r.code, r.out).toBe(0);
+  packed = {
+    npm: path.join(dir, "dist", `kvmproxy-sdk-${version}.tgz`),
+    wheel: path.join(dir, "dist", `pulumi_kvmproxy-${version}-py3-none-any.whl`),
+    sdist: path.join(dir, "dist", `pulumi_kvmproxy-${version}.tar.gz`),
+  };
+  expect(r.out.trim().split("\n")).toEqual([packed.npm, packed.wheel, packed.sdist]);
+}, 300_000);
 
 afterAll(() => {
-  rmSync(DIR, { recursive: true, force: true });
+  rmSync(dir, { recursive: true, force: true });
 });
 
-describe("the TypeScript SDK", () => {
-  let sdk: string;
-  const tsc = (project: string) =>
-    run(
-      process.execPath,
-      [path.join(repoRoot, "node_modules/typescript/bin/tsc"), "-p", project, "--noEmit"],
-      sdk,
+describe("sdk/", () => {
+  it("is what the generators make of the schema the plugin serves: no file added, missing or changed", () => {
+    const fresh = path.join(dir, "fresh");
+    const r = run(path.join(repoRoot, "scripts/sdk"), ["gen", fresh], repoRoot);
+    expect(r.code, r.out).toBe(0);
+    // Written by hand, not generated.
+    const handWritten = new Set(["README.md", "go/go.mod", "go/go.sum"]);
+    const kept = filesUnder(SDK).filter((f) => !handWritten.has(f));
+    expect(kept).toEqual(filesUnder(fresh));
+    const changed = kept.filter(
+      (f) => readFileSync(path.join(SDK, f), "utf8") !== readFileSync(path.join(fresh, f), "utf8"),
     );
+    expect(changed, "run scripts/sdk gen").toEqual([]);
+    expect(kept).toContain("python/pulumi_kvmproxy/kvm_proxy.py");
+  });
+});
 
-  /** A program beside the SDK's files, compiled with the SDK's own tsconfig. */
-  function program(body: string): string {
-    writeFileSync(path.join(sdk, "program.ts"), body);
-    const config = JSON.parse(
-      readFileSync(path.join(sdk, "tsconfig.json"), "utf8").replace(/^\s*\/\/.*$/gm, ""),
-    ) as { files: string[] };
-    writeFileSync(
-      path.join(sdk, "tsconfig.program.json"),
-      JSON.stringify({ extends: "./tsconfig.json", files: [...config.files, "program.ts"] }),
-    );
-    return "tsconfig.program.json";
-  }
+describe("the Node.js SDK, npm's tarball", () => {
+  let program: string;
+  const tsc = () => run(process.execPath, [TSC, "-p", "tsconfig.json"], program);
 
   beforeAll(() => {
-    sdk = generate("nodejs");
+    program = path.join(dir, "node-program");
+    mkdirSync(program);
+    // @pulumi/pulumi at the repository's version: its lock names every package the npm cache holds.
+    const pulumi = (
+      JSON.parse(readFileSync(path.join(repoRoot, "package.json"), "utf8")) as {
+        devDependencies: Record<string, string>;
+      }
+    ).devDependencies["@pulumi/pulumi"];
+    writeFileSync(
+      path.join(program, "package.json"),
+      JSON.stringify({
+        name: "edge",
+        private: true,
+        dependencies: { "@kvmproxy/sdk": `file:${packed.npm}`, "@pulumi/pulumi": pulumi },
+      }),
+    );
+    copyFileSync(path.join(repoRoot, "package-lock.json"), path.join(program, "package-lock.json"));
+    writeFileSync(
+      path.join(program, "tsconfig.json"),
+      JSON.stringify({
+        compilerOptions: { strict: true, module: "commonjs", target: "ES2022", noEmit: true, skipLibCheck: true },
+        files: ["index.ts"],
+      }),
+    );
   });
 
-  it("compiles", () => {
-    const r = tsc("tsconfig.json");
-    expect(r.out).toBe("");
-    expect(r.code).toBe(0);
+  it("installs with npm, offline, and loads with the package's version", () => {
+    const npm = run(
+      "npm",
+      ["install", "--offline", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
+      program,
+    );
+    expect(npm.code, npm.out).toBe(0);
+    const node = run(
+      process.execPath,
+      [
+        "-e",
+        'const k = require("@kvmproxy/sdk"); console.log(typeof k.KvmProxy, typeof k.ProxyFleet, require("@kvmproxy/sdk/package.json").version)',
+      ],
+      program,
+    );
+    expect(node.out).toBe(`function function ${version}\n`);
   });
 
-  it("types a proxy with auth, a host in full and the outputs", () => {
-    const r = tsc(
-      program(`import * as kvmproxy from "./index";
+  it("types a program declaring a proxy with auth, a host in full and its outputs", () => {
+    writeFileSync(
+      path.join(program, "index.ts"),
+      `import * as kvmproxy from "@kvmproxy/sdk";
 const p = new kvmproxy.KvmProxy("edge", {
   host: { key: "hv-1", uri: "ssh://root@hv-1", knownHosts: "hv-1 ssh-ed25519 AAAA" },
   image: "debian-12",
@@ -81,41 +135,63 @@ const p = new kvmproxy.KvmProxy("edge", {
   healthCheck: false,
 });
 export const url: kvmproxy.KvmProxy["proxyUrl"] = p.proxyUrl;
-`),
+`,
     );
+    const r = tsc();
     expect(r.out).toBe("");
     expect(r.code).toBe(0);
   });
 
   it("refuses a program giving memoryMiB as text", () => {
-    const r = tsc(
-      program(
-        `import * as kvmproxy from "./index";\nnew kvmproxy.KvmProxy("edge", { host: "hv-1", image: "i", memoryMiB: "768" });\n`,
-      ),
+    writeFileSync(
+      path.join(program, "index.ts"),
+      `import * as kvmproxy from "@kvmproxy/sdk";\nnew kvmproxy.KvmProxy("edge", { host: "hv-1", image: "i", memoryMiB: "768" });\n`,
     );
+    const r = tsc();
     expect(r.out).toMatch(
-      /program\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'Input<number/,
+      /index\.ts\(\d+,\d+\): error TS2322: Type 'string' is not assignable to type 'Input<number/,
     );
     expect(r.code).not.toBe(0);
   });
 });
 
-describe("the Python SDK", () => {
-  it("byte-compiles, with the resource's arguments named as Python names them", () => {
-    const sdk = generate("python");
-    const r = run("python3", ["-m", "compileall", "-q", sdk], sdk);
-    expect(r.out).toBe("");
-    expect(r.code).toBe(0);
-    const kvm = readFileSync(path.join(sdk, "pulumi_kvmproxy/kvm_proxy.py"), "utf8");
-    expect(kvm).toMatch(/host: pulumi\.Input\[Union\[_builtins\.str, 'HostInputArgs', 'HostPoolArgs'\]\]/);
-  });
+describe("the Python SDK, a wheel and an sdist", () => {
+  it.each([
+    ["wheel", () => packed.wheel],
+    ["sdist", () => packed.sdist],
+  ])("the %s pip-installs into a fresh virtual environment, offline, with the package's version and the resource's arguments as Python names them", (kind, file) => {
+    const venv = path.join(dir, `venv-${kind}`);
+    const made = run("python3", ["-m", "venv", venv], dir);
+    expect(made.code, made.out).toBe(0);
+    const pip = run(
+      path.join(venv, "bin/pip"),
+      ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, file()],
+      dir,
+    );
+    expect(pip.code, pip.out).toBe(0);
+    const py = run(
+      path.join(venv, "bin/python"),
+      [
+        "-c",
+        `import importlib.metadata as m, inspect, pulumi_kvmproxy as k
+print(m.version("pulumi_kvmproxy"), k.KvmProxy.__name__, k.ProxyFleet.__name__)
+print(inspect.signature(k.KvmProxyArgs.__init__).parameters["host"].annotation)`,
+      ],
+      dir,
+    );
+    expect(py.code, py.out).toBe(0);
+    const [first, second] = py.out.split("\n");
+    expect(first).toBe(`${version} KvmProxy ProxyFleet`);
+    // Input[...] evaluated: the union of str and the two typed forms, each possibly an Output.
+    expect(second).toMatch(/^typing\.Union\[str, ForwardRef\('HostInputArgs'\), ForwardRef\('HostPoolArgs'\),/);
+  }, 300_000);
 });
 
-describe("the Go SDK", () => {
-  let sdk: string;
-  /** Builds the SDK's module, offline, against the versions tools/pulumi pins (its go.mod, renamed), with the flags of the CLI's build (scripts/pulumi-cli), whose compiled packages the build cache then holds. */
+describe("the Go SDK, a module a program requires by its path", () => {
+  let program: string;
+  /** Builds the program offline, with the flags of the CLI's build, whose compiled packages the build cache holds. */
   const build = () =>
-    run("go", ["build", "-trimpath", "./..."], sdk, {
+    run("go", ["build", "-trimpath", "./..."], program, {
       ...process.env,
       GOFLAGS: "-mod=mod",
       GOPROXY: "off",
@@ -123,24 +199,23 @@ describe("the Go SDK", () => {
     });
 
   beforeAll(() => {
-    sdk = generate("go");
-    const mod = readFileSync(path.join(repoRoot, "tools/pulumi/go.mod"), "utf8").replace(
-      /^module .*$/m,
-      "module github.com/pulumi-kvm-proxy/sdk/go",
+    program = path.join(dir, "go-program");
+    mkdirSync(program);
+    const goLine = /^go .*$/m.exec(readFileSync(path.join(SDK, "go/go.mod"), "utf8"))?.[0];
+    writeFileSync(
+      path.join(program, "go.mod"),
+      `module example.com/edge\n\n${goLine}\n\nrequire ${GO_MODULE} v${version}\n\nreplace ${GO_MODULE} => ${path.join(SDK, "go")}\n`,
     );
-    writeFileSync(path.join(sdk, "go.mod"), mod);
-    copyFileSync(path.join(repoRoot, "tools/pulumi/go.sum"), path.join(sdk, "go.sum"));
+    copyFileSync(path.join(SDK, "go/go.sum"), path.join(program, "go.sum"));
   });
 
-  /** A `pulumi.Run` program in the SDK's module whose function body is `body`. */
-  function program(body: string) {
-    mkdirSync(path.join(sdk, "program"), { recursive: true });
+  function main(body: string) {
     writeFileSync(
-      path.join(sdk, "program/main.go"),
+      path.join(program, "main.go"),
       `package main
 
 import (
-	"github.com/pulumi-kvm-proxy/sdk/go/kvmproxy"
+	"${GO_MODULE}/kvmproxy"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
@@ -153,8 +228,8 @@ ${body}
     );
   }
 
-  it("compiles with a program declaring a proxy", () => {
-    program(`		p, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{
+  it("builds a program declaring a proxy", () => {
+    main(`		p, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{
 			Host:      pulumi.String("hv-1"),
 			Image:     pulumi.String("debian-12"),
 			MemoryMiB: pulumi.Int(768),
@@ -173,7 +248,7 @@ ${body}
   }, 600_000);
 
   it("refuses a program giving MemoryMiB as text", () => {
-    program(`		_, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{Host: pulumi.String("hv-1"), Image: pulumi.String("i"), MemoryMiB: pulumi.String("768")})
+    main(`		_, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{Host: pulumi.String("hv-1"), Image: pulumi.String("i"), MemoryMiB: pulumi.String("768")})
 		return err`);
     const r = build();
     expect(r.out).toMatch(/cannot use pulumi\.String\("768"\)/);

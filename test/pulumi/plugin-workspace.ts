@@ -9,7 +9,6 @@
  */
 import { cpSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { expect } from "vitest";
 import YAML from "yaml";
 import { repoRoot, type TestHost } from "../support/test-host";
 import { hostsConfig, TEST_PROXY_ARGS, Workspace } from "./harness";

@@ -14,7 +14,15 @@
  * Programs that run through the plugin: plugin.test.ts (Node.js) and
  * plugin-languages.test.ts (YAML, Python, Go).
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -99,7 +107,13 @@ describe("the Node.js SDK, npm's tarball", () => {
     writeFileSync(
       path.join(program, "tsconfig.json"),
       JSON.stringify({
-        compilerOptions: { strict: true, module: "commonjs", target: "ES2022", noEmit: true, skipLibCheck: true },
+        compilerOptions: {
+          strict: true,
+          module: "commonjs",
+          target: "ES2022",
+          noEmit: true,
+          skipLibCheck: true,
+        },
         files: ["index.ts"],
       }),
     );
@@ -159,32 +173,38 @@ describe("the Python SDK, a wheel and an sdist", () => {
   it.each([
     ["wheel", () => packed.wheel],
     ["sdist", () => packed.sdist],
-  ])("the %s pip-installs into a fresh virtual environment, offline, with the package's version and the resource's arguments as Python names them", (kind, file) => {
-    const venv = path.join(dir, `venv-${kind}`);
-    const made = run("python3", ["-m", "venv", venv], dir);
-    expect(made.code, made.out).toBe(0);
-    const pip = run(
-      path.join(venv, "bin/pip"),
-      ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, file()],
-      dir,
-    );
-    expect(pip.code, pip.out).toBe(0);
-    const py = run(
-      path.join(venv, "bin/python"),
-      [
-        "-c",
-        `import importlib.metadata as m, inspect, pulumi_kvmproxy as k
+  ])(
+    "the %s pip-installs into a fresh virtual environment, offline, with the package's version and the resource's arguments as Python names them",
+    (kind, file) => {
+      const venv = path.join(dir, `venv-${kind}`);
+      const made = run("python3", ["-m", "venv", venv], dir);
+      expect(made.code, made.out).toBe(0);
+      const pip = run(
+        path.join(venv, "bin/pip"),
+        ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, file()],
+        dir,
+      );
+      expect(pip.code, pip.out).toBe(0);
+      const py = run(
+        path.join(venv, "bin/python"),
+        [
+          "-c",
+          `import importlib.metadata as m, inspect, pulumi_kvmproxy as k
 print(m.version("pulumi_kvmproxy"), k.KvmProxy.__name__, k.ProxyFleet.__name__)
 print(inspect.signature(k.KvmProxyArgs.__init__).parameters["host"].annotation)`,
-      ],
-      dir,
-    );
-    expect(py.code, py.out).toBe(0);
-    const [first, second] = py.out.split("\n");
-    expect(first).toBe(`${version} KvmProxy ProxyFleet`);
-    // Input[...] evaluated: the union of str and the two typed forms, each possibly an Output.
-    expect(second).toMatch(/^typing\.Union\[str, ForwardRef\('HostInputArgs'\), ForwardRef\('HostPoolArgs'\),/);
-  }, 300_000);
+        ],
+        dir,
+      );
+      expect(py.code, py.out).toBe(0);
+      const [first, second] = py.out.split("\n");
+      expect(first).toBe(`${version} KvmProxy ProxyFleet`);
+      // Input[...] evaluated: the union of str and the two typed forms, each possibly an Output.
+      expect(second).toMatch(
+        /^typing\.Union\[str, ForwardRef\('HostInputArgs'\), ForwardRef\('HostPoolArgs'\),/,
+      );
+    },
+    300_000,
+  );
 });
 
 describe("the Go SDK, a module a program requires by its path", () => {

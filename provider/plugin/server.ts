@@ -166,7 +166,7 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
       reply.setFailuresList(
         r.failures.map((f) => {
           const x = new m.pb.CheckFailure();
-          x.setProperty(f.property);
+          x.setProperty(inPluginNamespace(f.property));
           x.setReason(inPluginNamespace(f.reason));
           return x;
         }),

@@ -12,6 +12,7 @@ import {
   SECRET_DERIVED_OUTPUTS,
   SECRET_OUTPUTS,
 } from "../resource/kvm-proxy-properties";
+import { inPluginNamespace } from "../resource/stack-config";
 import {
   type DocLookup,
   objectType,
@@ -76,7 +77,7 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
   };
 
   const config = schemaProperties(CONFIG, docs, "StackConfig").properties;
-  return {
+  return inPluginWords({
     name: PACKAGE,
     displayName: "KVM Proxy",
     description:
@@ -106,7 +107,23 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
         respectSchemaVersion: true,
       },
     },
-  };
+  });
+}
+
+/**
+ * The schema is the plugin's: its descriptions (written once, in the TSDoc
+ * both doors share) name the configuration keys as the plugin's users set
+ * them, `kvmproxy:images` where the dynamic class reads `kvm:images`.
+ */
+function inPluginWords<T>(value: T): T {
+  if (Array.isArray(value)) return value.map(inPluginWords) as T;
+  if (typeof value !== "object" || value === null) return value;
+  return Object.fromEntries(
+    Object.entries(value).map(([k, v]) => [
+      k,
+      k === "description" && typeof v === "string" ? inPluginNamespace(v) : inPluginWords(v),
+    ]),
+  ) as T;
 }
 
 function describe(docs: DocLookup, name: string): string {

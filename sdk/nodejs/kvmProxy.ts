@@ -9,7 +9,7 @@ import * as utilities from "./utilities";
 /**
  * A KVM VM running an HTTP forward proxy.
  *
- * Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvm:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+ * Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
  */
 export class KvmProxy extends pulumi.CustomResource {
     /**
@@ -87,7 +87,7 @@ export class KvmProxy extends pulumi.CustomResource {
      */
     declare public /*out*/ readonly hostPool: pulumi.Output<string[] | undefined>;
     /**
-     * A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+     * A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
      */
     declare public readonly image: pulumi.Output<string | outputs.InlineImage | undefined>;
     /**
@@ -336,11 +336,11 @@ export interface KvmProxyArgs {
      */
     healthCheck?: pulumi.Input<boolean | inputs.HealthCheckArgs | undefined>;
     /**
-     * A key of the stack config `kvm:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
+     * A key of the stack config `kvmproxy:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
      */
     host: pulumi.Input<string | inputs.HostInputArgs | inputs.HostPoolArgs>;
     /**
-     * A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+     * A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
      */
     image: pulumi.Input<string | inputs.InlineImageArgs>;
     /**

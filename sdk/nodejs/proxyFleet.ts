@@ -113,7 +113,7 @@ export class ProxyFleet extends pulumi.ComponentResource {
  */
 export interface ProxyFleetArgs {
     /**
-     * The pool members are placed over: keys of the stack config `kvm:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
+     * The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
      */
     hosts: pulumi.Input<pulumi.Input<string | inputs.HostInputArgs>[]>;
     /**

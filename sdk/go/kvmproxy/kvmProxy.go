@@ -14,7 +14,7 @@ import (
 
 // A KVM VM running an HTTP forward proxy.
 //
-// Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvm:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+// Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
 type KvmProxy struct {
 	pulumi.CustomResourceState
 
@@ -42,7 +42,7 @@ type KvmProxy struct {
 	Host pulumi.StringOutput `pulumi:"host"`
 	// The pool a pooled proxy was placed from.
 	HostPool pulumi.StringArrayOutput `pulumi:"hostPool"`
-	// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+	// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 	Image pulumi.AnyOutput `pulumi:"image"`
 	// Add the qemu-guest-agent bootstrap to vendor-data (default true).
 	InstallGuestAgent pulumi.BoolPtrOutput `pulumi:"installGuestAgent"`
@@ -191,9 +191,9 @@ type kvmProxyArgs struct {
 	EgressCheck *EgressCheck `pulumi:"egressCheck"`
 	// What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself.
 	HealthCheck interface{} `pulumi:"healthCheck"`
-	// A key of the stack config `kvm:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
+	// A key of the stack config `kvmproxy:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
 	Host interface{} `pulumi:"host"`
-	// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+	// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 	Image interface{} `pulumi:"image"`
 	// Add the qemu-guest-agent bootstrap to vendor-data (default true).
 	InstallGuestAgent *bool `pulumi:"installGuestAgent"`
@@ -245,9 +245,9 @@ type KvmProxyArgs struct {
 	EgressCheck EgressCheckPtrInput
 	// What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself.
 	HealthCheck pulumi.Input
-	// A key of the stack config `kvm:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
+	// A key of the stack config `kvmproxy:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
 	Host pulumi.Input
-	// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+	// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 	Image pulumi.Input
 	// Add the qemu-guest-agent bootstrap to vendor-data (default true).
 	InstallGuestAgent pulumi.BoolPtrInput
@@ -436,7 +436,7 @@ func (o KvmProxyOutput) HostPool() pulumi.StringArrayOutput {
 	return o.ApplyT(func(v *KvmProxy) pulumi.StringArrayOutput { return v.HostPool }).(pulumi.StringArrayOutput)
 }
 
-// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 func (o KvmProxyOutput) Image() pulumi.AnyOutput {
 	return o.ApplyT(func(v *KvmProxy) pulumi.AnyOutput { return v.Image }).(pulumi.AnyOutput)
 }

@@ -66,7 +66,7 @@ func NewProxyFleet(ctx *pulumi.Context,
 }
 
 type proxyFleetArgs struct {
-	// The pool members are placed over: keys of the stack config `kvm:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
+	// The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
 	Hosts []interface{} `pulumi:"hosts"`
 	// A password of its own for each member, derived from `secret` (at least 16 characters; HMAC-SHA-256 of the member's name) instead of `proxy.auth.password`, which is then left out (`proxy.auth.username` is every member's): a leaked crawler config opens one member only. The same secret gives the same passwords at every run; a new secret replaces every member. `urlsWithCredentials` carries each member's.
 	MemberPasswords *MemberPasswords `pulumi:"memberPasswords"`
@@ -80,7 +80,7 @@ type proxyFleetArgs struct {
 
 // The set of arguments for constructing a ProxyFleet resource.
 type ProxyFleetArgs struct {
-	// The pool members are placed over: keys of the stack config `kvm:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
+	// The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
 	Hosts pulumi.ArrayInput
 	// A password of its own for each member, derived from `secret` (at least 16 characters; HMAC-SHA-256 of the member's name) instead of `proxy.auth.password`, which is then left out (`proxy.auth.username` is every member's): a leaked crawler config opens one member only. The same secret gives the same passwords at every run; a new secret replaces every member. `urlsWithCredentials` carries each member's.
 	MemberPasswords MemberPasswordsPtrInput

@@ -17,7 +17,7 @@ var _ = internal.GetEnvOrDefault
 type Bake struct {
 	// Distribution package names installed beside them: names only, no versions, options or patterns.
 	Packages []string `pulumi:"packages"`
-	// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+	// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
 	UserData *string `pulumi:"userData"`
 }
 
@@ -36,7 +36,7 @@ type BakeInput interface {
 type BakeArgs struct {
 	// Distribution package names installed beside them: names only, no versions, options or patterns.
 	Packages pulumi.StringArrayInput `pulumi:"packages"`
-	// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+	// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
 	UserData pulumi.StringPtrInput `pulumi:"userData"`
 }
 
@@ -123,7 +123,7 @@ func (o BakeOutput) Packages() pulumi.StringArrayOutput {
 	return o.ApplyT(func(v Bake) []string { return v.Packages }).(pulumi.StringArrayOutput)
 }
 
-// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
 func (o BakeOutput) UserData() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v Bake) *string { return v.UserData }).(pulumi.StringPtrOutput)
 }
@@ -162,7 +162,7 @@ func (o BakePtrOutput) Packages() pulumi.StringArrayOutput {
 	}).(pulumi.StringArrayOutput)
 }
 
-// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
 func (o BakePtrOutput) UserData() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *Bake) *string {
 		if v == nil {
@@ -322,7 +322,7 @@ type FleetProxy struct {
 	EgressCheck *EgressCheck `pulumi:"egressCheck"`
 	// What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself.
 	HealthCheck interface{} `pulumi:"healthCheck"`
-	// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+	// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 	Image interface{} `pulumi:"image"`
 	// Add the qemu-guest-agent bootstrap to vendor-data (default true).
 	InstallGuestAgent *bool `pulumi:"installGuestAgent"`
@@ -410,7 +410,7 @@ type FleetProxyArgs struct {
 	EgressCheck EgressCheckPtrInput `pulumi:"egressCheck"`
 	// What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself.
 	HealthCheck pulumi.Input `pulumi:"healthCheck"`
-	// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+	// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 	Image pulumi.Input `pulumi:"image"`
 	// Add the qemu-guest-agent bootstrap to vendor-data (default true).
 	InstallGuestAgent pulumi.BoolPtrInput `pulumi:"installGuestAgent"`
@@ -517,7 +517,7 @@ func (o FleetProxyOutput) HealthCheck() pulumi.AnyOutput {
 	return o.ApplyT(func(v FleetProxy) interface{} { return v.HealthCheck }).(pulumi.AnyOutput)
 }
 
-// A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+// A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
 func (o FleetProxyOutput) Image() pulumi.AnyOutput {
 	return o.ApplyT(func(v FleetProxy) interface{} { return v.Image }).(pulumi.AnyOutput)
 }
@@ -1842,7 +1842,7 @@ func (o HostConfigMapOutput) MapIndex(k pulumi.StringInput) HostConfigOutput {
 	}).(HostConfigOutput)
 }
 
-// A host given in full: the fields of a `kvm:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
+// A host given in full: the fields of a `kvmproxy:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
 type HostInput struct {
 	// The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`): a NIC with `addressPool: "public"` takes that pool of the host it is placed on, so hosts on different subnets serve one fleet.
 	AddressPools map[string]HostAddressPool `pulumi:"addressPools"`
@@ -1860,7 +1860,7 @@ type HostInput struct {
 	DriverUri *string `pulumi:"driverUri"`
 	// Bastions on the way to the host: one hop or a chain (the first dialled directly), each verified.
 	Jump interface{} `pulumi:"jump"`
-	// The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+	// The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
 	Key string `pulumi:"key"`
 	// known_hosts lines (a host's default: the file `~/.ssh/known_hosts`; a jump host's: its host's); never trusted on first use.
 	KnownHosts *string `pulumi:"knownHosts"`
@@ -1895,7 +1895,7 @@ type HostInputInput interface {
 	ToHostInputOutputWithContext(context.Context) HostInputOutput
 }
 
-// A host given in full: the fields of a `kvm:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
+// A host given in full: the fields of a `kvmproxy:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
 type HostInputArgs struct {
 	// The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`): a NIC with `addressPool: "public"` takes that pool of the host it is placed on, so hosts on different subnets serve one fleet.
 	AddressPools HostAddressPoolMapInput `pulumi:"addressPools"`
@@ -1913,7 +1913,7 @@ type HostInputArgs struct {
 	DriverUri pulumi.StringPtrInput `pulumi:"driverUri"`
 	// Bastions on the way to the host: one hop or a chain (the first dialled directly), each verified.
 	Jump pulumi.Input `pulumi:"jump"`
-	// The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+	// The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
 	Key pulumi.StringInput `pulumi:"key"`
 	// known_hosts lines (a host's default: the file `~/.ssh/known_hosts`; a jump host's: its host's); never trusted on first use.
 	KnownHosts pulumi.StringPtrInput `pulumi:"knownHosts"`
@@ -1949,7 +1949,7 @@ func (i HostInputArgs) ToHostInputOutputWithContext(ctx context.Context) HostInp
 	return pulumi.ToOutputWithContext(ctx, i).(HostInputOutput)
 }
 
-// A host given in full: the fields of a `kvm:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
+// A host given in full: the fields of a `kvmproxy:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
 type HostInputOutput struct{ *pulumi.OutputState }
 
 func (HostInputOutput) ElementType() reflect.Type {
@@ -2004,7 +2004,7 @@ func (o HostInputOutput) Jump() pulumi.AnyOutput {
 	return o.ApplyT(func(v HostInput) interface{} { return v.Jump }).(pulumi.AnyOutput)
 }
 
-// The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+// The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
 func (o HostInputOutput) Key() pulumi.StringOutput {
 	return o.ApplyT(func(v HostInput) string { return v.Key }).(pulumi.StringOutput)
 }
@@ -2061,7 +2061,7 @@ func (o HostInputOutput) Uri() pulumi.StringOutput {
 
 // The host pool a proxy is placed on at create.
 type HostPool struct {
-	// Keys of `kvm:hosts`, hosts given in full, or both.
+	// Keys of `kvmproxy:hosts`, hosts given in full, or both.
 	Pool []interface{} `pulumi:"pool"`
 }
 
@@ -2078,7 +2078,7 @@ type HostPoolInput interface {
 
 // The host pool a proxy is placed on at create.
 type HostPoolArgs struct {
-	// Keys of `kvm:hosts`, hosts given in full, or both.
+	// Keys of `kvmproxy:hosts`, hosts given in full, or both.
 	Pool pulumi.ArrayInput `pulumi:"pool"`
 }
 
@@ -2109,12 +2109,12 @@ func (o HostPoolOutput) ToHostPoolOutputWithContext(ctx context.Context) HostPoo
 	return o
 }
 
-// Keys of `kvm:hosts`, hosts given in full, or both.
+// Keys of `kvmproxy:hosts`, hosts given in full, or both.
 func (o HostPoolOutput) Pool() pulumi.ArrayOutput {
 	return o.ApplyT(func(v HostPool) []interface{} { return v.Pool }).(pulumi.ArrayOutput)
 }
 
-// An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+// An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
 type ImageConfig struct {
 	// Bake the image on each host with the proxy's packages installed: `true`, or a recipe. Changing it replaces the proxies using it.
 	Bake interface{} `pulumi:"bake"`
@@ -2156,7 +2156,7 @@ type ImageConfigInput interface {
 	ToImageConfigOutputWithContext(context.Context) ImageConfigOutput
 }
 
-// An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+// An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
 type ImageConfigArgs struct {
 	// Bake the image on each host with the proxy's packages installed: `true`, or a recipe. Changing it replaces the proxies using it.
 	Bake pulumi.Input `pulumi:"bake"`
@@ -2221,7 +2221,7 @@ func (i ImageConfigMap) ToImageConfigMapOutputWithContext(ctx context.Context) I
 	return pulumi.ToOutputWithContext(ctx, i).(ImageConfigMapOutput)
 }
 
-// An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+// An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
 type ImageConfigOutput struct{ *pulumi.OutputState }
 
 func (ImageConfigOutput) ElementType() reflect.Type {
@@ -2281,7 +2281,7 @@ func (o ImageConfigMapOutput) MapIndex(k pulumi.StringInput) ImageConfigOutput {
 	}).(ImageConfigOutput)
 }
 
-// An image given inline rather than by a key of `kvm:images`.
+// An image given inline rather than by a key of `kvmproxy:images`.
 type InlineImage struct {
 	// Default uefi.
 	Firmware *string `pulumi:"firmware"`
@@ -2321,7 +2321,7 @@ type InlineImageInput interface {
 	ToInlineImageOutputWithContext(context.Context) InlineImageOutput
 }
 
-// An image given inline rather than by a key of `kvm:images`.
+// An image given inline rather than by a key of `kvmproxy:images`.
 type InlineImageArgs struct {
 	// Default uefi.
 	Firmware pulumi.StringPtrInput `pulumi:"firmware"`
@@ -2359,7 +2359,7 @@ func (i InlineImageArgs) ToInlineImageOutputWithContext(ctx context.Context) Inl
 	return pulumi.ToOutputWithContext(ctx, i).(InlineImageOutput)
 }
 
-// An image given inline rather than by a key of `kvm:images`.
+// An image given inline rather than by a key of `kvmproxy:images`.
 type InlineImageOutput struct{ *pulumi.OutputState }
 
 func (InlineImageOutput) ElementType() reflect.Type {
@@ -4898,7 +4898,7 @@ func (o PublicProxyTlsPtrOutput) Certificate() pulumi.StringPtrOutput {
 type ResolvedBake struct {
 	// The extra packages, sorted.
 	Packages []string `pulumi:"packages"`
-	// HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`.
+	// HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvmproxy:stateKey`.
 	UserDataMac *string `pulumi:"userDataMac"`
 }
 
@@ -4922,7 +4922,7 @@ func (o ResolvedBakeOutput) Packages() pulumi.StringArrayOutput {
 	return o.ApplyT(func(v ResolvedBake) []string { return v.Packages }).(pulumi.StringArrayOutput)
 }
 
-// HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`.
+// HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvmproxy:stateKey`.
 func (o ResolvedBakeOutput) UserDataMac() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v ResolvedBake) *string { return v.UserDataMac }).(pulumi.StringPtrOutput)
 }
@@ -4961,7 +4961,7 @@ func (o ResolvedBakePtrOutput) Packages() pulumi.StringArrayOutput {
 	}).(pulumi.StringArrayOutput)
 }
 
-// HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`.
+// HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvmproxy:stateKey`.
 func (o ResolvedBakePtrOutput) UserDataMac() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v *ResolvedBake) *string {
 		if v == nil {

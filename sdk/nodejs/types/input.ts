@@ -16,7 +16,7 @@ export interface BakeArgs {
      */
     packages?: pulumi.Input<pulumi.Input<string>[] | undefined>;
     /**
-     * The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+     * The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
      */
     userData?: pulumi.Input<string | undefined>;
 }
@@ -52,7 +52,7 @@ export interface FleetProxyArgs {
      */
     healthCheck?: pulumi.Input<boolean | inputs.HealthCheckArgs | undefined>;
     /**
-     * A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+     * A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
      */
     image: pulumi.Input<string | inputs.InlineImageArgs>;
     /**
@@ -359,7 +359,7 @@ export interface HostConfigArgs {
 }
 
 /**
- * A host given in full: the fields of a `kvm:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
+ * A host given in full: the fields of a `kvmproxy:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
  */
 export interface HostInputArgs {
     /**
@@ -395,7 +395,7 @@ export interface HostInputArgs {
      */
     jump?: pulumi.Input<string | inputs.JumpHopArgs | pulumi.Input<string | inputs.JumpHopArgs>[] | undefined>;
     /**
-     * The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+     * The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
      */
     key: pulumi.Input<string>;
     /**
@@ -445,13 +445,13 @@ export interface HostInputArgs {
  */
 export interface HostPoolArgs {
     /**
-     * Keys of `kvm:hosts`, hosts given in full, or both.
+     * Keys of `kvmproxy:hosts`, hosts given in full, or both.
      */
     pool: pulumi.Input<pulumi.Input<string | inputs.HostInputArgs>[]>;
 }
 
 /**
- * An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+ * An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
  */
 export interface ImageConfigArgs {
     /**
@@ -487,7 +487,7 @@ export function imageConfigArgsProvideDefaults(val: ImageConfigArgs): ImageConfi
 }
 
 /**
- * An image given inline rather than by a key of `kvm:images`.
+ * An image given inline rather than by a key of `kvmproxy:images`.
  */
 export interface InlineImageArgs {
     /**

@@ -16,7 +16,7 @@ export interface Bake {
      */
     packages?: string[];
     /**
-     * The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+     * The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
      */
     userData?: string;
 }
@@ -180,7 +180,7 @@ export interface HostConfig {
 }
 
 /**
- * An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+ * An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
  */
 export interface ImageConfig {
     /**
@@ -216,7 +216,7 @@ export function imageConfigProvideDefaults(val: ImageConfig): ImageConfig {
 }
 
 /**
- * An image given inline rather than by a key of `kvm:images`.
+ * An image given inline rather than by a key of `kvmproxy:images`.
  */
 export interface InlineImage {
     /**
@@ -477,7 +477,7 @@ export interface ResolvedBake {
      */
     packages: string[];
     /**
-     * HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`.
+     * HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvmproxy:stateKey`.
      */
     userDataMac?: string;
 }

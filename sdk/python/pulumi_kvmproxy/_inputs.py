@@ -79,7 +79,7 @@ class BakeArgsDict(TypedDict):
     """
     user_data: NotRequired[pulumi.Input[Optional[_builtins.str]]]
     """
-    The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+    The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
     """
 
 @pulumi.input_type
@@ -91,7 +91,7 @@ class BakeArgs:
         What a baked image is made with, beside squid, the guest agent and Dante.
 
         :param pulumi.Input[Sequence[pulumi.Input[_builtins.str]]] packages: Distribution package names installed beside them: names only, no versions, options or patterns.
-        :param pulumi.Input[_builtins.str] user_data: The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+        :param pulumi.Input[_builtins.str] user_data: The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
         """
         if packages is not None:
             pulumi.set(__self__, "packages", packages)
@@ -114,7 +114,7 @@ class BakeArgs:
     @pulumi.getter(name="userData")
     def user_data(self) -> pulumi.Input[Optional[_builtins.str]]:
         """
-        The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+        The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
         """
         return pulumi.get(self, "user_data")
 
@@ -162,7 +162,7 @@ class FleetProxyArgsDict(TypedDict):
     """
     image: pulumi.Input[Union[_builtins.str, 'InlineImageArgsDict']]
     """
-    A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+    A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
     """
     bridge: NotRequired[pulumi.Input[Optional[_builtins.str]]]
     """
@@ -272,7 +272,7 @@ class FleetProxyArgs:
         """
         What every member of a ProxyFleet gets: the arguments of a KvmProxy but its host, name, rotation and MAC address.
 
-        :param pulumi.Input[Union[_builtins.str, 'InlineImageArgs']] image: A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+        :param pulumi.Input[Union[_builtins.str, 'InlineImageArgs']] image: A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
         :param pulumi.Input[_builtins.str] bridge: An existing host bridge, instead of the host's configured network.
         :param pulumi.Input[_builtins.int] disk_gi_b: Root disk size (the overlay is at least the image's virtual size). Default 10.
         :param pulumi.Input['EgressCheckArgs'] egress_check: Which address targets see the proxy's requests come from: an IP echo fetched through the proxy after the health check and at refresh (the `egressAddress` output; a warning when it is not `proxy.outgoingAddress` or the VM's static address). Updated in place.
@@ -350,7 +350,7 @@ class FleetProxyArgs:
     @pulumi.getter
     def image(self) -> pulumi.Input[Union[_builtins.str, 'InlineImageArgs']]:
         """
-        A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+        A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
         """
         return pulumi.get(self, "image")
 
@@ -1483,11 +1483,11 @@ class HostConfigArgs:
 
 class HostInputArgsDict(TypedDict):
     """
-    A host given in full: the fields of a `kvm:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
+    A host given in full: the fields of a `kvmproxy:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
     """
     key: pulumi.Input[_builtins.str]
     """
-    The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+    The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
     """
     uri: pulumi.Input[_builtins.str]
     """
@@ -1585,9 +1585,9 @@ class HostInputArgs:
                  ssh_config: pulumi.Input[Optional[_builtins.str]] = None,
                  transport: pulumi.Input[Optional[_builtins.str]] = None):
         """
-        A host given in full: the fields of a `kvm:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
+        A host given in full: the fields of a `kvmproxy:hosts` entry, each an Input (so another resource of the program, the one that makes the hypervisor, can give them), and `key`, the host's name in provider IDs, placement and the image cache. Key material is kept secret in the state.
 
-        :param pulumi.Input[_builtins.str] key: The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+        :param pulumi.Input[_builtins.str] key: The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
         :param pulumi.Input[_builtins.str] uri: `ssh://[user@]host[:port][?socket=/path]` or `unix:///path/to/libvirt-sock`.
         :param pulumi.Input[Mapping[str, pulumi.Input['HostAddressPoolArgs']]] address_pools: The host's own address pools by name (`{ public: { ranges, gateway4, bridge } }`): a NIC with `addressPool: "public"` takes that pool of the host it is placed on, so hosts on different subnets serve one fleet.
         :param pulumi.Input[_builtins.str] agent_socket: An SSH agent's socket instead of a key.
@@ -1648,7 +1648,7 @@ class HostInputArgs:
     @pulumi.getter
     def key(self) -> pulumi.Input[_builtins.str]:
         """
-        The host's name (its key in `kvm:hosts` if it has one there: moving between the two forms replaces nothing).
+        The host's name (its key in `kvmproxy:hosts` if it has one there: moving between the two forms replaces nothing).
         """
         return pulumi.get(self, "key")
 
@@ -1879,7 +1879,7 @@ class HostPoolArgsDict(TypedDict):
     """
     pool: pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgsDict']]]]
     """
-    Keys of `kvm:hosts`, hosts given in full, or both.
+    Keys of `kvmproxy:hosts`, hosts given in full, or both.
     """
 
 @pulumi.input_type
@@ -1889,7 +1889,7 @@ class HostPoolArgs:
         """
         The host pool a proxy is placed on at create.
 
-        :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgs']]]] pool: Keys of `kvm:hosts`, hosts given in full, or both.
+        :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgs']]]] pool: Keys of `kvmproxy:hosts`, hosts given in full, or both.
         """
         pulumi.set(__self__, "pool", pool)
 
@@ -1897,7 +1897,7 @@ class HostPoolArgs:
     @pulumi.getter
     def pool(self) -> pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgs']]]]:
         """
-        Keys of `kvm:hosts`, hosts given in full, or both.
+        Keys of `kvmproxy:hosts`, hosts given in full, or both.
         """
         return pulumi.get(self, "pool")
 
@@ -1908,7 +1908,7 @@ class HostPoolArgs:
 
 class ImageConfigArgsDict(TypedDict):
     """
-    An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+    An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
     """
     url: pulumi.Input[_builtins.str]
     """
@@ -1940,7 +1940,7 @@ class ImageConfigArgs:
                  format: pulumi.Input[Optional[_builtins.str]] = None,
                  sha256: pulumi.Input[Optional[_builtins.str]] = None):
         """
-        An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+        An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
 
         :param pulumi.Input[_builtins.str] url: https://, http://, file:///path or an absolute local path, read from where Pulumi runs.
         :param pulumi.Input[Union[_builtins.bool, 'BakeArgs']] bake: Bake the image on each host with the proxy's packages installed: `true`, or a recipe. Changing it replaces the proxies using it.
@@ -2025,7 +2025,7 @@ class ImageConfigArgs:
 
 class InlineImageArgsDict(TypedDict):
     """
-    An image given inline rather than by a key of `kvm:images`.
+    An image given inline rather than by a key of `kvmproxy:images`.
     """
     url: pulumi.Input[_builtins.str]
     """
@@ -2052,7 +2052,7 @@ class InlineImageArgs:
                  format: pulumi.Input[Optional[_builtins.str]] = None,
                  sha256: pulumi.Input[Optional[_builtins.str]] = None):
         """
-        An image given inline rather than by a key of `kvm:images`.
+        An image given inline rather than by a key of `kvmproxy:images`.
 
         :param pulumi.Input[_builtins.str] url: https://, http://, file:///path or an absolute local path, read from where Pulumi runs.
         :param pulumi.Input[_builtins.str] firmware: Default uefi.

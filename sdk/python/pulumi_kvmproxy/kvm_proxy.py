@@ -49,8 +49,8 @@ class KvmProxyArgs:
         """
         The set of arguments for constructing a KvmProxy resource.
 
-        :param pulumi.Input[Union[_builtins.str, 'HostInputArgs', 'HostPoolArgs']] host: A key of the stack config `kvm:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
-        :param pulumi.Input[Union[_builtins.str, 'InlineImageArgs']] image: A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+        :param pulumi.Input[Union[_builtins.str, 'HostInputArgs', 'HostPoolArgs']] host: A key of the stack config `kvmproxy:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
+        :param pulumi.Input[Union[_builtins.str, 'InlineImageArgs']] image: A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
         :param pulumi.Input[_builtins.str] bridge: An existing host bridge, instead of the host's configured network.
         :param pulumi.Input[_builtins.int] disk_gi_b: Root disk size (the overlay is at least the image's virtual size). Default 10.
         :param pulumi.Input['EgressCheckArgs'] egress_check: Which address targets see the proxy's requests come from: an IP echo fetched through the proxy after the health check and at refresh (the `egressAddress` output; a warning when it is not `proxy.outgoingAddress` or the VM's static address). Updated in place.
@@ -138,7 +138,7 @@ class KvmProxyArgs:
     @pulumi.getter
     def host(self) -> pulumi.Input[Union[_builtins.str, 'HostInputArgs', 'HostPoolArgs']]:
         """
-        A key of the stack config `kvm:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
+        A key of the stack config `kvmproxy:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
         """
         return pulumi.get(self, "host")
 
@@ -150,7 +150,7 @@ class KvmProxyArgs:
     @pulumi.getter
     def image(self) -> pulumi.Input[Union[_builtins.str, 'InlineImageArgs']]:
         """
-        A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+        A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
         """
         return pulumi.get(self, "image")
 
@@ -470,7 +470,7 @@ class KvmProxy(pulumi.CustomResource):
         """
         A KVM VM running an HTTP forward proxy.
 
-        Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvm:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+        Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
 
         :param str resource_name: The name of the resource.
         :param pulumi.ResourceOptions opts: Options for the resource.
@@ -478,8 +478,8 @@ class KvmProxy(pulumi.CustomResource):
         :param pulumi.Input[_builtins.int] disk_gi_b: Root disk size (the overlay is at least the image's virtual size). Default 10.
         :param pulumi.Input[Union['EgressCheckArgs', 'EgressCheckArgsDict']] egress_check: Which address targets see the proxy's requests come from: an IP echo fetched through the proxy after the health check and at refresh (the `egressAddress` output; a warning when it is not `proxy.outgoingAddress` or the VM's static address). Updated in place.
         :param pulumi.Input[Union[_builtins.bool, Union['HealthCheckArgs', 'HealthCheckArgsDict']]] health_check: What must succeed before create returns; false to skip. Default `{}`: `GET /` to the proxy port, which this proxy's squid answers itself.
-        :param pulumi.Input[Union[_builtins.str, Union['HostInputArgs', 'HostInputArgsDict'], Union['HostPoolArgs', 'HostPoolArgsDict']]] host: A key of the stack config `kvm:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
-        :param pulumi.Input[Union[_builtins.str, Union['InlineImageArgs', 'InlineImageArgsDict']]] image: A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+        :param pulumi.Input[Union[_builtins.str, Union['HostInputArgs', 'HostInputArgsDict'], Union['HostPoolArgs', 'HostPoolArgsDict']]] host: A key of the stack config `kvmproxy:hosts`; a host given in full (`HostInput`); or `{pool: [keys]}`: placed at create on the host of the pool with the most room (its capacity less what our VMs of every stack hold there). The host chosen is the `host` output and part of the ID; a later change of the pool moves the proxy only when its host leaves the pool. Changing the host's key replaces the proxy; changing how a host is reached (its uri, keys) does not.
+        :param pulumi.Input[Union[_builtins.str, Union['InlineImageArgs', 'InlineImageArgsDict']]] image: A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
         :param pulumi.Input[_builtins.bool] install_guest_agent: Add the qemu-guest-agent bootstrap to vendor-data (default true).
         :param pulumi.Input[_builtins.bool] keep_on_failure: Keep the VM when its create fails once it runs (first boot, address, health check, deadline), for inspection (`pulumi-kvm-proxy console <host> <domain>`), recorded with `keptAfterFailure`: the next `up` replaces it (deleting it first), `destroy` deletes it. Changing it rebuilds nothing.
         :param pulumi.Input[_builtins.str] mac_address: A fixed MAC address; libvirt generates one when omitted.
@@ -509,7 +509,7 @@ class KvmProxy(pulumi.CustomResource):
         """
         A KVM VM running an HTTP forward proxy.
 
-        Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvm:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+        Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
 
         :param str resource_name: The name of the resource.
         :param KvmProxyArgs args: The arguments to use to populate this resource's properties.
@@ -786,7 +786,7 @@ class KvmProxy(pulumi.CustomResource):
     @pulumi.getter
     def image(self) -> pulumi.Output[Optional[Any]]:
         """
-        A key of `kvm:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
+        A key of `kvmproxy:images`, an image URL, or an inline image. Replaces on change (also when the config behind a key changes).
         """
         return pulumi.get(self, "image")
 

@@ -54,7 +54,7 @@ class Bake(dict):
         What a baked image is made with, beside squid, the guest agent and Dante.
 
         :param Sequence[_builtins.str] packages: Distribution package names installed beside them: names only, no versions, options or patterns.
-        :param _builtins.str user_data: The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+        :param _builtins.str user_data: The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
         """
         if packages is not None:
             pulumi.set(__self__, "packages", packages)
@@ -73,7 +73,7 @@ class Bake(dict):
     @pulumi.getter(name="userData")
     def user_data(self) -> Optional[_builtins.str]:
         """
-        The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`).
+        The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
         """
         return pulumi.get(self, "user_data")
 
@@ -493,7 +493,7 @@ class HostConfig(dict):
 @pulumi.output_type
 class ImageConfig(dict):
     """
-    An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+    An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
     """
     def __init__(__self__, *,
                  url: _builtins.str,
@@ -502,7 +502,7 @@ class ImageConfig(dict):
                  format: Optional[_builtins.str] = None,
                  sha256: Optional[_builtins.str] = None):
         """
-        An image of the provider's configuration (`kvm:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
+        An image of the provider's configuration (`kvmproxy:images`, or an explicit provider's `images`), under its key: an inline image's fields, and whether proxies boot from a copy baked on each host.
 
         :param _builtins.str url: https://, http://, file:///path or an absolute local path, read from where Pulumi runs.
         :param Union[_builtins.bool, 'Bake'] bake: Bake the image on each host with the proxy's packages installed: `true`, or a recipe. Changing it replaces the proxies using it.
@@ -568,7 +568,7 @@ class ImageConfig(dict):
 @pulumi.output_type
 class InlineImage(dict):
     """
-    An image given inline rather than by a key of `kvm:images`.
+    An image given inline rather than by a key of `kvmproxy:images`.
     """
     def __init__(__self__, *,
                  url: _builtins.str,
@@ -576,7 +576,7 @@ class InlineImage(dict):
                  format: Optional[_builtins.str] = None,
                  sha256: Optional[_builtins.str] = None):
         """
-        An image given inline rather than by a key of `kvm:images`.
+        An image given inline rather than by a key of `kvmproxy:images`.
 
         :param _builtins.str url: https://, http://, file:///path or an absolute local path, read from where Pulumi runs.
         :param _builtins.str firmware: Default uefi.
@@ -1281,7 +1281,7 @@ class ResolvedBake(dict):
         A bake recipe as the state records it: the packages, and the user-data by a keyed digest only.
 
         :param Sequence[_builtins.str] packages: The extra packages, sorted.
-        :param _builtins.str user_data_mac: HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`.
+        :param _builtins.str user_data_mac: HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvmproxy:stateKey`.
         """
         pulumi.set(__self__, "packages", packages)
         if user_data_mac is not None:
@@ -1299,7 +1299,7 @@ class ResolvedBake(dict):
     @pulumi.getter(name="userDataMac")
     def user_data_mac(self) -> Optional[_builtins.str]:
         """
-        HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvm:stateKey`.
+        HMAC-SHA-256 (hex) of the builder's user-data under a key derived from `kvmproxy:stateKey`.
         """
         return pulumi.get(self, "user_data_mac")
 

@@ -29,7 +29,7 @@ class ProxyFleetArgs:
         """
         The set of arguments for constructing a ProxyFleet resource.
 
-        :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgs']]]] hosts: The pool members are placed over: keys of the stack config `kvm:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
+        :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgs']]]] hosts: The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
         :param pulumi.Input['FleetProxyArgs'] proxy: What every member gets (image, memoryMiB, proxy block, ...); tags gain `fleet` and `member`. With `memberPasswords`, `proxy.auth` has the username only.
         :param pulumi.Input[_builtins.int] size: How many proxies, 0 to 1000 (a plain number: members are separate resources).
         :param pulumi.Input['MemberPasswordsArgs'] member_passwords: A password of its own for each member, derived from `secret` (at least 16 characters; HMAC-SHA-256 of the member's name) instead of `proxy.auth.password`, which is then left out (`proxy.auth.username` is every member's): a leaked crawler config opens one member only. The same secret gives the same passwords at every run; a new secret replaces every member. `urlsWithCredentials` carries each member's.
@@ -47,7 +47,7 @@ class ProxyFleetArgs:
     @pulumi.getter
     def hosts(self) -> pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, 'HostInputArgs']]]]:
         """
-        The pool members are placed over: keys of the stack config `kvm:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
+        The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
         """
         return pulumi.get(self, "hosts")
 
@@ -121,7 +121,7 @@ class ProxyFleet(pulumi.ComponentResource):
 
         :param str resource_name: The name of the resource.
         :param pulumi.ResourceOptions opts: Options for the resource.
-        :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, Union['HostInputArgs', 'HostInputArgsDict']]]]] hosts: The pool members are placed over: keys of the stack config `kvm:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
+        :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, Union['HostInputArgs', 'HostInputArgsDict']]]]] hosts: The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
         :param pulumi.Input[Union['MemberPasswordsArgs', 'MemberPasswordsArgsDict']] member_passwords: A password of its own for each member, derived from `secret` (at least 16 characters; HMAC-SHA-256 of the member's name) instead of `proxy.auth.password`, which is then left out (`proxy.auth.username` is every member's): a leaked crawler config opens one member only. The same secret gives the same passwords at every run; a new secret replaces every member. `urlsWithCredentials` carries each member's.
         :param pulumi.Input[Union['FleetProxyArgs', 'FleetProxyArgsDict']] proxy: What every member gets (image, memoryMiB, proxy block, ...); tags gain `fleet` and `member`. With `memberPasswords`, `proxy.auth` has the username only.
         :param pulumi.Input[Union['FleetRotationArgs', 'FleetRotationArgsDict']] rotation: Replace members older than `maxAge` ("7d", "12h"), at most `batch` (default 1) per `up`, oldest first; each replacement is created (and passes its health check) before its predecessor is deleted.

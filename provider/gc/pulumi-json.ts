@@ -5,7 +5,7 @@
  * output never silently turns into "this stack holds nothing".
  */
 import { messageOf, ProviderError } from "../errors";
-import { inPluginNamespace } from "../resource/stack-config";
+import { inPluginNamespace } from "../schema/config-namespace";
 import type { PendingOperation, StackRef, StackState, StateResource } from "./classify";
 
 /** The CLI printed something gc cannot read. Permanent. */

@@ -27,7 +27,7 @@ import { messageOf } from "../errors";
 import { secretConfigKeysOf } from "../program/secret-inputs";
 import { engineAddressFromArgv } from "../resource/engine-log";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
-import { inPluginNamespace } from "../resource/stack-config";
+import { inPluginNamespace } from "../schema/config-namespace";
 import { KVM_PROXY_TOKEN } from "../schema/properties";
 import { construct } from "./construct";
 import { KvmProxyPlugin } from "./kvm-proxy-plugin";

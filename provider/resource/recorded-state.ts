@@ -12,6 +12,7 @@
  * applied to them), and properties without a row (a state's `__provider`,
  * an older state's user-data text) are kept for what reads them.
  */
+import { isObject } from "../kvm/fields";
 import type { TypeSpec } from "../schema/type-spec";
 import { KVM_PROXY_OUTPUT_PROPERTIES } from "./kvm-proxy-properties";
 import type { KvmProxyOutputs } from "./outputs";
@@ -48,12 +49,8 @@ export function hasShape(type: TypeSpec, v: unknown): boolean {
     case "array":
       return Array.isArray(v) && v.every((item) => hasShape(type.items, item));
     case "object":
-      return isObject(v) && Object.values(v as object).every((x) => hasShape(type.additionalProperties, x));
+      return isObject(v) && Object.values(v).every((x) => hasShape(type.additionalProperties, x));
   }
-}
-
-function isObject(v: unknown): boolean {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 const ROWS: Readonly<Record<string, { type: TypeSpec }>> = KVM_PROXY_OUTPUT_PROPERTIES;

@@ -32,14 +32,6 @@ export const CONFIG_KEYS = {
   stateKey: "kvm:stateKey",
 } as const;
 
-/** The provider plugin's configuration namespace (its package's name): `kvmproxy:hosts` for `kvm:hosts`. */
-export const PLUGIN_CONFIG_NAMESPACE = "kvmproxy";
-
-/** A configuration key's name in the plugin's namespace (`kvm:hosts` → `kvmproxy:hosts`); text names the keys too. */
-export function inPluginNamespace(text: string): string {
-  return text.replace(/\bkvm:(hosts|images|sshPrivateKey|stateKey)\b/g, `${PLUGIN_CONFIG_NAMESPACE}:$1`);
-}
-
 /** The parsed stack config: what parsed, and the failures of what did not, per entry. */
 export interface StackConfig {
   hosts: Record<string, HostConfig>;

@@ -12,7 +12,7 @@ import {
   SECRET_DERIVED_OUTPUTS,
   SECRET_OUTPUTS,
 } from "../resource/kvm-proxy-properties";
-import { inPluginNamespace } from "../resource/stack-config";
+import { inPluginNamespace } from "./config-namespace";
 import {
   type DocLookup,
   objectType,

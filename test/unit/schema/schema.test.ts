@@ -118,7 +118,9 @@ describe("the schema says what the resource does", () => {
   it("names the configuration keys as the plugin's users set them: kvmproxy:images, never the dynamic class's kvm:images", () => {
     const text = JSON.stringify(schema);
     expect(text.match(/\bkvm:(hosts|images|sshPrivateKey|stateKey)\b/g) ?? []).toEqual([]);
-    expect(schema.resources[KVM_PROXY_TOKEN]?.inputProperties.image?.description).toMatch(/`kvmproxy:images`/);
+    expect(schema.resources[KVM_PROXY_TOKEN]?.inputProperties.image?.description).toMatch(
+      /`kvmproxy:images`/,
+    );
     // Provider IDs keep their scheme.
     expect(text).toContain("kvm://");
   });

@@ -34,6 +34,7 @@ import { type CheckedNic, decodeNics } from "../../../provider/kvm/network/nic-r
 import { staticBridgeOf, type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,
+  betweenReads,
   hostPool,
   imageConfig,
   makeQcow2,
@@ -204,21 +205,10 @@ describe("address pools on the host", () => {
     const lv = (pools.at(-1) as HostPool).libvirt("local");
     const ONE_ADDRESS: AddressPool = { ranges: ["192.0.2.118-192.0.2.118/24"] };
     const name = uniqueName("poolbetween");
-    // The other process's whole create (reserve, define, drop the reservation) runs right after b's
-    // first read of the host, before its second.
-    let between: Promise<unknown> | undefined;
-    const afterFirstRead = async <T>(read: Promise<T>): Promise<T> => {
-      const result = await read;
-      between ??= a.provision(spec(name, ONE_ADDRESS), { waitForIp: false });
-      await between;
-      return result;
-    };
-    const domains = lv.connectListAllDomains.bind(lv);
-    const volumes = lv.storagePoolListAllVolumes.bind(lv);
-    lv.connectListAllDomains = (...args) => afterFirstRead(domains(...args));
-    lv.storagePoolListAllVolumes = (...args) => afterFirstRead(volumes(...args));
+    // The other process's whole create (reserve, define, drop the reservation) lands between b's reads.
+    const ran = betweenReads(lv, () => a.provision(spec(name, ONE_ADDRESS), { waitForIp: false }));
     const taken = await b.addresses.taken(SEGMENT(), ["local"]);
-    expect(between).toBeDefined();
+    expect(ran()).toBe(true);
     expect(recorded(name)).toEqual([`${SEGMENT()} 192.0.2.118/24`]);
     expect(reservations()).toEqual([]);
     expect(taken.has("192.0.2.118")).toBe(true);

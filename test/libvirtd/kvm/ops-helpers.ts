@@ -15,6 +15,7 @@ import type { CreateSpec } from "../../../provider/kvm/host/operations";
 import { shorthandNic } from "../../../provider/kvm/network/nic";
 import { decodeNics } from "../../../provider/kvm/network/nic-rules";
 import { Failures } from "../../../provider/kvm/validation";
+import type { Libvirt } from "../../../provider/libvirt/libvirt";
 import type { Transport } from "../../../provider/transport/types";
 import { type TestHost, virshUri } from "../../support/test-host";
 
@@ -312,4 +313,25 @@ export class DnsmasqLeases {
   restore(): void {
     this.edit((l) => l.filter((e) => !this.added.has(e["mac-address"] ?? "")));
   }
+}
+
+/**
+ * Has `lv` run `work` (another process's create, say) once, right after the
+ * first of its domain or volume listings returns and before its caller sees
+ * it: the work lands between a count's two reads of the host, whichever it
+ * reads first. Returns whether it ran.
+ */
+export function betweenReads(lv: Libvirt, work: () => Promise<unknown>): () => boolean {
+  let running: Promise<unknown> | undefined;
+  const afterFirst = async <T>(read: Promise<T>): Promise<T> => {
+    const result = await read;
+    running ??= work();
+    await running;
+    return result;
+  };
+  const listDomains = lv.connectListAllDomains.bind(lv);
+  const listVolumes = lv.storagePoolListAllVolumes.bind(lv);
+  lv.connectListAllDomains = (...args) => afterFirst(listDomains(...args));
+  lv.storagePoolListAllVolumes = (...args) => afterFirst(listVolumes(...args));
+  return () => running !== undefined;
 }

@@ -17,6 +17,7 @@ import { KvmOperations } from "../../../provider/kvm/host/operations";
 import { type TestHost, testHost } from "../../support/test-host";
 import {
   baseSpec,
+  betweenReads,
   imageConfig,
   makeQcow2,
   ownedBy,
@@ -78,21 +79,11 @@ describe("placement's count on the host", () => {
     const name = uniqueName("placebetween");
     domains.add(name);
     const spec = { ...baseSpec("local", name, image), memoryMiB: 160 };
-    // The other process's whole placed create (reserve, define, drop the reservation) runs right
-    // after b's first read of the host, before its second.
-    let between: Promise<unknown> | undefined;
-    const afterFirstRead = async <T>(read: Promise<T>): Promise<T> => {
-      const result = await read;
-      between ??= a.ops.provision(spec, { pool: ["local"], waitForIp: false });
-      await between;
-      return result;
-    };
-    const listDomains = lv.connectListAllDomains.bind(lv);
-    const listVolumes = lv.storagePoolListAllVolumes.bind(lv);
-    lv.connectListAllDomains = (...args) => afterFirstRead(listDomains(...args));
-    lv.storagePoolListAllVolumes = (...args) => afterFirstRead(listVolumes(...args));
+    // The other process's whole placed create (reserve, define, drop the reservation) lands between
+    // b's reads.
+    const ran = betweenReads(lv, () => a.ops.provision(spec, { pool: ["local"], waitForIp: false }));
     const usage = await b.ops.placer.usageOf("local");
-    expect(between).toBeDefined();
+    expect(ran()).toBe(true);
     expect(virsh(host, "vol-list", POOL)).not.toMatch(/kvmp-rsv-/);
     expect({ proxies: usage.proxies, memoryMiB: usage.memoryMiB, vcpus: usage.vcpus }).toEqual({
       proxies: 1,

@@ -36,13 +36,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { packageVersion } from "../../provider/plugin/served-schema";
 import { repoRoot } from "../support/test-host";
-import { pulumiEnv, runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
-import { KVM_PROXY_TYPE } from "./plugin-workspace";
+import { runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
+import { KVM_PROXY_TYPE, PLUGIN_EXECUTABLE, pluginArchive, pluginFreeEnv } from "./plugin-workspace";
 
 const ROOT = path.join(repoRoot, ".state/plugin-install", String(process.pid));
 const CLI_BIN = path.join(repoRoot, ".tools/pulumi/bin");
 const PULUMI = path.join(CLI_BIN, "pulumi");
-const PLUGIN = "pulumi-resource-kvmproxy";
+const PLUGIN = PLUGIN_EXECUTABLE;
 const VERSION = packageVersion();
 /** A libvirt socket that does not exist: the plugin must not need its host to preview a create. */
 const NO_HOST = {
@@ -58,21 +58,6 @@ const NO_HOST = {
 };
 
 let archive: string;
-
-/**
- * The CLI's environment with `home` as PULUMI_HOME, and a PATH of the CLI's
- * folder, node's and the system's, none of which holds the plugin.
- */
-function cliEnv(home: string): NodeJS.ProcessEnv {
-  const dirs = [CLI_BIN, path.dirname(process.execPath), "/usr/bin", "/bin"];
-  for (const d of dirs) expect(existsSync(path.join(d, PLUGIN)), `${PLUGIN} in ${d}`).toBe(false);
-  return {
-    ...pulumiEnv(),
-    PATH: dirs.join(path.delimiter),
-    PULUMI_HOME: home,
-    PULUMI_DISABLE_REGISTRY_RESOLVE: "true",
-  };
-}
 
 /** The CLI (`args`, not interactive, no colours) in `cwd`: its exit code, stdout, and stdout with stderr. */
 function cli(args: string[], cwd: string, env: NodeJS.ProcessEnv) {
@@ -97,13 +82,7 @@ function freshDir(name: string): string {
 
 beforeAll(() => {
   freshDir(".");
-  const made = spawnSync(path.join(repoRoot, "scripts/plugin-archive"), [path.join(ROOT, "dist")], {
-    cwd: repoRoot,
-    encoding: "utf8",
-    timeout: 600_000,
-  });
-  if (made.status !== 0) throw new Error(`scripts/plugin-archive exited ${made.status}:\n${made.stderr}`);
-  archive = made.stdout.trim();
+  archive = pluginArchive(path.join(ROOT, "dist"));
 });
 
 afterAll(() => {
@@ -144,7 +123,7 @@ describe("`pulumi plugin install resource kvmproxy <version> --file <archive>`",
 
   beforeAll(() => {
     home = freshDir("home");
-    env = cliEnv(home);
+    env = pluginFreeEnv(home);
     const r = cli(["plugin", "install", "resource", "kvmproxy", VERSION, "--file", archive], ROOT, env);
     expect(r.code, r.output.slice(-4000)).toBe(0);
   });
@@ -204,7 +183,7 @@ describe("`pulumi plugin install resource kvmproxy <version> --file <archive>`",
     expect(r.stdout).toMatch(/\+ 2 to create/);
     expect(r.output).not.toContain("from $PATH");
 
-    ws.extraEnv = cliEnv(freshDir("empty-home"));
+    ws.extraEnv = pluginFreeEnv(freshDir("empty-home"));
     const bare = ws.run("preview");
     expect(bare.code).not.toBe(0);
     expect(bare.output).toContain(`no resource plugin '${PLUGIN}' found`);

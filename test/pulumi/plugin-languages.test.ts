@@ -3,8 +3,14 @@
  * through the real CLI and its language host (scripts/pulumi-cli builds
  * them: pulumi-yaml's, and this project's minimal Python and Go hosts):
  * Pulumi YAML (an explicit provider whose hosts come from the program),
- * Python and Go (the repository's SDKs, sdk/, the default provider
- * configured by the stack). Each creates two proxies, one
+ * Python and Go (the default provider configured by the stack). Each is a
+ * user's project in an empty folder outside the repository, set up as the
+ * docs say (docs/guides/languages.md): the plugin installed from its archive
+ * (`pulumi plugin install --file`, a PULUMI_HOME of this file's own) and
+ * found by name, no `plugins:` in Pulumi.yaml; Python's SDK pip-installed
+ * from its wheel into the project's own virtual environment, offline (the
+ * toolchain's wheels stand for PyPI); Go's required by its module path (a
+ * replace to sdk/go stands for the published tag). Each creates two proxies, one
  * with auth whose URL with credentials is a secret output, previews and
  * refreshes with no change, and destroys them. No guest boots
  * (TEST_PROXY_ARGS); a static address on the test bridge gives the proxy
@@ -18,7 +24,8 @@
  * with credentials when, and only when, the program exports it. (Node.js:
  * plugin.test.ts.)
  */
-import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { packageVersion } from "../../provider/plugin/served-schema";
@@ -33,29 +40,40 @@ import {
   type Workspace,
 } from "./harness";
 import {
-  copiedSdk,
   GO_SDK_MODULE,
+  type InstalledPlugin,
+  installPlugin,
   KVM_PROXY_TYPE,
   PLUGIN_PROXY_ARGS,
-  PYTHON_VENV,
   pluginConfig,
   pluginWorkspace,
 } from "./plugin-workspace";
 
-const SDK_DIR = path.join(repoRoot, ".state/plugin-languages", String(process.pid));
+const WHEELS = path.join(repoRoot, ".tools/pulumi/wheels");
 /** Characters URLs encode: its URL-encoded form is no config secret the engine masks. */
 const PASSWORD = `languages-${process.pid}-S3c@r#t%pw`;
 
 let host: TestHost;
 const workspaces: Workspace[] = [];
+/** Where the users' projects are: outside the repository. */
+let outside: string;
+/** The plugin installed from its archive, the projects' folder beside it. */
+let plugin: InstalledPlugin & { root: string };
+/** The Python SDK's wheel, as scripts/sdk pack makes it. */
+let wheel: string;
 
 beforeAll(() => {
   host = testHost();
-});
+  outside = mkdtempSync(path.join(os.tmpdir(), "kvmpt-languages-"));
+  plugin = { ...installPlugin(path.join(outside, "plugin")), root: outside };
+  const packed = runTool(path.join(repoRoot, "scripts/sdk"), ["pack", path.join(outside, "sdk")], repoRoot);
+  expect(packed.code, packed.out).toBe(0);
+  wheel = packed.out.split("\n").find((l) => l.endsWith(".whl")) as string;
+}, 600_000);
 
 afterAll(() => {
   cleanUpWorkspaces(host, workspaces);
-  rmSync(SDK_DIR, { recursive: true, force: true });
+  rmSync(outside, { recursive: true, force: true });
 });
 
 function track(ws: Workspace): Workspace {
@@ -131,35 +149,40 @@ describe("a Pulumi YAML program", () => {
     const ip = "192.0.2.233";
     const common = { ...PLUGIN_PROXY_ARGS };
     const ws = track(
-      pluginWorkspace("yaml", {
-        name: "kvmpt-yaml",
-        runtime: "yaml",
-        config: { password: { type: "string", secret: true } },
-        resources: {
-          lab: {
-            type: "pulumi:providers:kvmproxy",
-            properties: { hosts: c["kvm:hosts"], images: c["kvm:images"] },
-          },
-          plain: {
-            type: KVM_PROXY_TYPE,
-            properties: common,
-            options: { provider: yamlRef("lab") },
-          },
-          authed: {
-            type: KVM_PROXY_TYPE,
-            properties: {
-              ...common,
-              nics: [{ bridge: bridge.name, addresses: [`${ip}/24`] }],
-              proxy: { auth: { username: "crawler", password: yamlRef("password") } },
+      pluginWorkspace(
+        "yaml",
+        {
+          name: "kvmpt-yaml",
+          runtime: "yaml",
+          config: { password: { type: "string", secret: true } },
+          resources: {
+            lab: {
+              type: "pulumi:providers:kvmproxy",
+              properties: { hosts: c["kvm:hosts"], images: c["kvm:images"] },
             },
-            options: { provider: yamlRef("lab") },
+            plain: {
+              type: KVM_PROXY_TYPE,
+              properties: common,
+              options: { provider: yamlRef("lab") },
+            },
+            authed: {
+              type: KVM_PROXY_TYPE,
+              properties: {
+                ...common,
+                nics: [{ bridge: bridge.name, addresses: [`${ip}/24`] }],
+                proxy: { auth: { username: "crawler", password: yamlRef("password") } },
+              },
+              options: { provider: yamlRef("lab") },
+            },
+          },
+          outputs: {
+            url: yamlRef("authed.proxyUrl"),
+            urlWithCredentials: yamlRef("authed.proxyUrlWithCredentials"),
           },
         },
-        outputs: {
-          url: yamlRef("authed.proxyUrl"),
-          urlWithCredentials: yamlRef("authed.proxyUrlWithCredentials"),
-        },
-      }),
+        {},
+        plugin,
+      ),
     );
     ws.setSecret("kvmpt-yaml:password", PASSWORD);
     // Pulumi YAML prints no output with --debug, exported or not.
@@ -172,25 +195,30 @@ describe("an explicit provider given key material and a bake's user-data as plai
     const key = `-----BEGIN OPENSSH PRIVATE KEY-----\nkvmpt-not-a-key-${process.pid}\n-----END OPENSSH PRIVATE KEY-----\n`;
     const userData = `#cloud-config\n# kvmpt-bake-user-data-${process.pid}\n`;
     const ws = track(
-      pluginWorkspace("yamlkeys", {
-        name: "kvmpt-yamlkeys",
-        runtime: "yaml",
-        resources: {
-          lab: {
-            type: "pulumi:providers:kvmproxy",
-            properties: {
-              hosts: {
-                far: {
-                  uri: "ssh://root@192.0.2.250:22",
-                  knownHosts: "192.0.2.250 ssh-ed25519 AAAA",
-                  privateKey: key,
+      pluginWorkspace(
+        "yamlkeys",
+        {
+          name: "kvmpt-yamlkeys",
+          runtime: "yaml",
+          resources: {
+            lab: {
+              type: "pulumi:providers:kvmproxy",
+              properties: {
+                hosts: {
+                  far: {
+                    uri: "ssh://root@192.0.2.250:22",
+                    knownHosts: "192.0.2.250 ssh-ed25519 AAAA",
+                    privateKey: key,
+                  },
                 },
+                images: { baked: { url: "https://images.invalid/debian.qcow2", bake: { userData } } },
               },
-              images: { baked: { url: "https://images.invalid/debian.qcow2", bake: { userData } } },
             },
           },
         },
-      }),
+        {},
+        plugin,
+      ),
     );
     ws.up();
     const text = ws.stateText();
@@ -208,28 +236,33 @@ describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constr
     const bridge = staticBridgeOf(host);
     const { host: _host, image: _image, ...sized } = PLUGIN_PROXY_ARGS;
     const ws = track(
-      pluginWorkspace("yamlfleet", {
-        name: "kvmpt-yamlfleet",
-        runtime: "yaml",
-        config: { password: { type: "string", secret: true } },
-        resources: {
-          fleet: {
-            type: "kvmproxy:index:ProxyFleet",
-            properties: {
-              size: 2,
-              hosts: ["local"],
-              proxy: {
-                ...sized,
-                image: "tiny",
-                nics: [{ bridge: bridge.name, addressPool: { ranges: ["192.0.2.240-192.0.2.242/24"] } }],
-                proxy: { auth: { username: "crawler" } },
+      pluginWorkspace(
+        "yamlfleet",
+        {
+          name: "kvmpt-yamlfleet",
+          runtime: "yaml",
+          config: { password: { type: "string", secret: true } },
+          resources: {
+            fleet: {
+              type: "kvmproxy:index:ProxyFleet",
+              properties: {
+                size: 2,
+                hosts: ["local"],
+                proxy: {
+                  ...sized,
+                  image: "tiny",
+                  nics: [{ bridge: bridge.name, addressPool: { ranges: ["192.0.2.240-192.0.2.242/24"] } }],
+                  proxy: { auth: { username: "crawler" } },
+                },
+                memberPasswords: { secret: yamlRef("password") },
               },
-              memberPasswords: { secret: yamlRef("password") },
             },
           },
+          outputs: { urls: yamlRef("fleet.urls"), urlsWithCredentials: yamlRef("fleet.urlsWithCredentials") },
         },
-        outputs: { urls: yamlRef("fleet.urls"), urlsWithCredentials: yamlRef("fleet.urlsWithCredentials") },
-      }),
+        {},
+        plugin,
+      ),
     );
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-yamlfleet:password", PASSWORD);
@@ -270,37 +303,14 @@ describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constr
 
 describe("a Python program", () => {
   it("creates two proxies through the Python SDK (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
-    // The SDK installed into a folder of its own (its version is read from its installed metadata).
-    const src = copiedSdk("python", path.join(SDK_DIR, "python-src"));
-    const site = path.join(SDK_DIR, "python-site");
-    const pip = runTool(
-      path.join(PYTHON_VENV, "bin/pip"),
-      [
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "--target",
-        site,
-        src,
-      ],
-      SDK_DIR,
-    );
-    expect(pip.out).toBe("");
-    expect(pip.code).toBe(0);
     const bridge = staticBridgeOf(host);
     const ip = "192.0.2.234";
     const ws = track(
       pluginWorkspace(
         "python",
-        { name: "kvmpt-python", runtime: { name: "python", options: { virtualenv: PYTHON_VENV } } },
+        { name: "kvmpt-python", runtime: { name: "python", options: { virtualenv: "venv" } } },
         {
-          "__main__.py": `import sys
-sys.path.insert(0, ${JSON.stringify(site)})
-
-import pulumi
+          "__main__.py": `import pulumi
 import pulumi_kvmproxy as kvmproxy
 
 cfg = pulumi.Config()
@@ -320,8 +330,19 @@ if cfg.get_bool("exportCredentials") is not False:
     pulumi.export("urlWithCredentials", authed.proxy_url_with_credentials)
 `,
         },
+        plugin,
       ),
     );
+    // The project's own virtual environment, the SDK's wheel pip-installed into it as the docs say,
+    // offline (its dependencies from the toolchain's wheels, standing for PyPI).
+    const venv = runTool("python3", ["-m", "venv", "venv"], ws.dir);
+    expect(venv.code, venv.out).toBe(0);
+    const pip = runTool(
+      path.join(ws.dir, "venv/bin/pip"),
+      ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, wheel],
+      ws.dir,
+    );
+    expect(pip.code, pip.out).toBe(0);
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-python:password", PASSWORD);
     upToDestroy(ws, ip, () => {
@@ -342,22 +363,11 @@ if cfg.get_bool("exportCredentials") is not False:
 
 describe("a Go program", () => {
   it("built by the Go host against the Go SDK's module, creates two proxies (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
-    // A module of its own requiring the SDK's module by its path (replaced by sdk/go), offline.
-    const program = path.join(SDK_DIR, "go-program");
-    rmSync(program, { recursive: true, force: true });
-    mkdirSync(program, { recursive: true });
-    const sdk = path.join(repoRoot, "sdk/go");
-    const goLine = /^go .*$/m.exec(readFileSync(path.join(sdk, "go.mod"), "utf8"))?.[0];
-    writeFileSync(
-      path.join(program, "go.mod"),
-      `module example.com/edge\n\n${goLine}\n\nrequire ${GO_SDK_MODULE} v${packageVersion()}\n\nreplace ${GO_SDK_MODULE} => ${sdk}\n`,
-    );
-    copyFileSync(path.join(sdk, "go.sum"), path.join(program, "go.sum"));
     const bridge = staticBridgeOf(host);
     const ip = "192.0.2.235";
-    writeFileSync(
-      path.join(program, "main.go"),
-      `package main
+    const sdk = path.join(repoRoot, "sdk/go");
+    const goLine = /^go .*$/m.exec(readFileSync(path.join(sdk, "go.mod"), "utf8"))?.[0];
+    const main = `package main
 
 import (
 	"${GO_SDK_MODULE}/kvmproxy"
@@ -400,17 +410,22 @@ func main() {
 		return nil
 	})
 }
-`,
-    );
+`;
+    // A module of its own requiring the SDK's module by its path, offline.
     const ws = track(
-      pluginWorkspace("go", {
-        name: "kvmpt-go",
-        runtime: "go",
-        main: program,
-      }),
+      pluginWorkspace(
+        "go",
+        { name: "kvmpt-go", runtime: "go" },
+        {
+          "main.go": main,
+          "go.mod": `module example.com/edge\n\n${goLine}\n\nrequire ${GO_SDK_MODULE} v${packageVersion()}\n\nreplace ${GO_SDK_MODULE} => ${sdk}\n`,
+          "go.sum": readFileSync(path.join(sdk, "go.sum"), "utf8"),
+        },
+        plugin,
+      ),
     );
     // The flags of the CLI's build (scripts/pulumi-cli), whose compiled packages the build cache holds.
-    ws.extraEnv = { GOFLAGS: "-mod=mod -trimpath", GOPROXY: "off", CGO_ENABLED: "0" };
+    ws.extraEnv = { ...ws.extraEnv, GOFLAGS: "-mod=mod -trimpath", GOPROXY: "off", CGO_ENABLED: "0" };
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-go:password", PASSWORD);
     // The Go SDK prints no output with --debug, exported or not.

@@ -20,6 +20,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { hostsConfig, removeByHand, Workspace } from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { done, pending, waitUntil } from "../support/wait-until";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
@@ -221,6 +222,9 @@ describe("a proxy with proxy.tls on a booted guest", () => {
 
   it("curl --proxy https:// with the CA: 407 without credentials, the target's answer with them, plainly and by CONNECT; a capture on the bridge holds no credentials", async () => {
     const pcap = path.join(dir, "bridge.pcap");
+    const control = `Proxy-Authorization: Basic ${Buffer.from(CONTROL).toString("base64")}`;
+    const captured = () => readFileSync(pcap, { flag: "a+" });
+    let said = "";
     capture = spawn(
       "ip",
       [
@@ -238,11 +242,20 @@ describe("a proxy with proxy.tls on a booted guest", () => {
         "host",
         ADDRESS,
       ],
-      {
-        stdio: "ignore",
-      },
+      { stdio: ["ignore", "ignore", "pipe"] },
     );
-    await new Promise((r) => setTimeout(r, 2_000));
+    capture.stderr?.on("data", (b: Buffer) => {
+      said += b.toString();
+    });
+    // Until tcpdump says it listens: a request sent before would pass unseen.
+    await waitUntil({
+      what: "tcpdump to listen on the bridge",
+      check: () => (said.includes("listening on") ? done(true) : pending(said.trim() || undefined)),
+      progress: () => said,
+      stallMs: 60_000,
+      ceilingMs: 120_000,
+      pollMs: 100,
+    });
     try {
       expect(curlThrough(env.targetUrl, { ca: caFile })).toMatchObject({ status: "407" });
       expect(curlThrough(env.targetUrl, { ca: caFile, credentials: true })).toMatchObject({ status: "204" });
@@ -251,10 +264,18 @@ describe("a proxy with proxy.tls on a booted guest", () => {
       expect(curlThrough(tunnel, { ca: caFile, credentials: true, connect: true })).toMatchObject({
         status: "200",
       });
-      // Positive control: credentials sent in plain HTTP to the same port are in the capture.
+      // Positive control: credentials sent in plain HTTP to the same port are in the capture. It is the
+      // last request: once the capture holds it, it holds every packet before it.
       curlThrough(env.targetUrl, { proxy: `http://${ADDRESS}:3128`, user: CONTROL });
+      await waitUntil({
+        what: "the capture to hold the control's plain-text request",
+        check: () => (captured().includes(Buffer.from(control)) ? done(true) : pending()),
+        progress: () => captured().length,
+        stallMs: 30_000,
+        ceilingMs: 120_000,
+        pollMs: 200,
+      });
     } finally {
-      await new Promise((r) => setTimeout(r, 1_000));
       capture.kill("SIGINT");
       await new Promise((r) => capture?.once("close", r));
       capture = undefined;
@@ -263,7 +284,6 @@ describe("a proxy with proxy.tls on a booted guest", () => {
     // The capture saw the exchanges (the proxy's TLS records), and nothing readable of the credentials.
     expect(wire.length).toBeGreaterThan(4_000);
     // Only the control's request, in plain HTTP, shows a Proxy-Authorization; no form of the password shows.
-    const control = `Proxy-Authorization: Basic ${Buffer.from(CONTROL).toString("base64")}`;
     expect(wire.includes(Buffer.from(control))).toBe(true);
     expect(wire.toString("latin1").split("Proxy-Authorization").length - 1).toBe(1);
     for (const form of passwordForms()) expect(wire.includes(Buffer.from(form)), form).toBe(false);

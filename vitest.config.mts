@@ -15,9 +15,9 @@ const FIRST_GROUP_WORKERS = 3;
 
 // The longest files of the guest group start first, side by side: the stock
 // first boot (four guests, two installing from a mirror) and the egress fleet
-// (two guests, then two rotations of one guest each, which leave a core
-// free if they run last and alone); then the bake (a stock builder, then two
-// guests at once); the other files follow as workers free.
+// (a guest, then its rotation onto another, which leave a core free if they
+// run last and alone); then the bake (a stock builder, then two guests at
+// once); the other files follow as workers free.
 const START_FIRST = [
   "test/guest/first-boot.test.ts",
   "test/guest/egress-fleet.test.ts",

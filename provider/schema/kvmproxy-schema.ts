@@ -1,9 +1,11 @@
 /**
- * The `kvmproxy` package schema from the property tables (./properties.ts)
- * and the sources' TSDoc, and the reference pages' tables (docs/reference/)
- * from the schema. Pure: `docs` reads the TSDoc (tools/schema/tsdoc.ts does, from the
- * source files); provider/schema/schema.json is this function's output,
- * checked in and compared by test/unit/schema/schema.test.ts.
+ * The `kvmproxy` package schema from the property tables (./properties.ts),
+ * the sources' TSDoc and the resources' example programs (./examples/), and
+ * the reference pages' tables (docs/reference/) from the schema. Pure:
+ * `docs` reads the TSDoc (tools/schema/tsdoc.ts does, from the source
+ * files) and `examples` the example programs (tools/schema/examples.ts);
+ * provider/schema/schema.json is this function's output, checked in and
+ * compared by test/unit/schema/schema.test.ts.
  */
 import {
   KVM_PROXY_INPUT_PROPERTIES,
@@ -33,8 +35,28 @@ import {
 } from "./properties";
 import { PACKAGE, type TypeSpec } from "./type-spec";
 
-/** Builds the package schema; throws SchemaSourceError naming a property the sources do not describe. */
-export function buildPackageSchema(docs: DocLookup): PackageSpec {
+/**
+ * The languages of a resource's examples, as pkg/v3's SDK generators name
+ * them (codegen.FilterExamples keeps, in each SDK's doc comments, the code
+ * blocks of its own language), with the extension of their files.
+ */
+export const EXAMPLE_LANGUAGES = { typescript: "ts", python: "py", go: "go", yaml: "yaml" } as const;
+export type ExampleLanguage = keyof typeof EXAMPLE_LANGUAGES;
+
+/** A resource's example program in each language it has one in (by the resource's name: `KvmProxy`). */
+export type ExampleLookup = (resource: string) => Partial<Record<ExampleLanguage, string>>;
+
+/** What each resource's example shows: its heading in the description. */
+const EXAMPLE_TITLES: Record<string, string> = {
+  KvmProxy: "A proxy with Basic authentication, its password a secret of the stack's config",
+  ProxyFleet: "Three proxies over two hosts, each with a password of its own derived from a secret",
+};
+
+/**
+ * Builds the package schema; throws SchemaSourceError naming a property the
+ * sources do not describe, or a resource lacking an example in a language.
+ */
+export function buildPackageSchema(docs: DocLookup, examples: ExampleLookup): PackageSpec {
   const types: PackageSpec["types"] = {};
   for (const [name, table] of Object.entries({ ...TYPES, ...FLEET_TYPES })) {
     const spec = objectType(table, docs);
@@ -55,7 +77,7 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
   for (const name of SECRET_DERIVED_OUTPUTS) delete outputs.properties[name];
   const kvmProxy: ResourceSpec = {
     type: "object",
-    description: describe(docs, "KvmProxy"),
+    description: describe(docs, examples, "KvmProxy"),
     properties: outputs.properties,
     required: ["host", "name", "domainName", "uuid", "state", "proxyPort"].filter(
       (n) => n in outputs.properties,
@@ -68,7 +90,7 @@ export function buildPackageSchema(docs: DocLookup): PackageSpec {
   const fleetOutputs = schemaProperties(PROXY_FLEET_OUTPUTS, docs, "ProxyFleet");
   const proxyFleet: ResourceSpec = {
     type: "object",
-    description: describe(docs, "ProxyFleet"),
+    description: describe(docs, examples, "ProxyFleet"),
     isComponent: true,
     properties: fleetOutputs.properties,
     required: Object.keys(fleetOutputs.properties),
@@ -126,10 +148,46 @@ function inPluginWords<T>(value: T): T {
   ) as T;
 }
 
-function describe(docs: DocLookup, name: string): string {
+/**
+ * A resource's description: its class's TSDoc, then its examples in Pulumi's
+ * convention for descriptions (`{{% examples %}}` holding one `{{% example
+ * %}}`, a code block per language), which each SDK's generator filters to
+ * its own language and a registry page shows per language. A code block of
+ * the TSDoc is left out: it shows the dynamic provider's class (imported from
+ * `pulumi-kvm-proxy`), not an SDK's, and a generator keeps no block outside
+ * its own language anyway.
+ */
+function describe(docs: DocLookup, examples: ExampleLookup, name: string): string {
   const d = docs(name)?.description;
   if (d === undefined) throw new SchemaSourceError(`${name} has no description: write its TSDoc`);
-  return d;
+  const prose = d
+    .replace(/^```[^\n]*\n[\s\S]*?^```$/gm, "")
+    .replace(/\n{3,}/g, "\n\n")
+    .trim();
+  const found = examples(name);
+  const blocks = (Object.keys(EXAMPLE_LANGUAGES) as ExampleLanguage[]).map((lang) => {
+    const code = found[lang];
+    if (code === undefined)
+      throw new SchemaSourceError(
+        `${name} has no ${lang} example: write provider/schema/examples/<resource>.${EXAMPLE_LANGUAGES[lang]}`,
+      );
+    return `\`\`\`${lang}\n${code.trimEnd()}\n\`\`\``;
+  });
+  const title = EXAMPLE_TITLES[name];
+  if (title === undefined)
+    throw new SchemaSourceError(`${name}'s example has no title: add it to EXAMPLE_TITLES`);
+  return [
+    prose,
+    "",
+    "{{% examples %}}",
+    "## Example Usage",
+    "{{% example %}}",
+    `### ${title}`,
+    "",
+    ...blocks,
+    "{{% /example %}}",
+    "{{% /examples %}}",
+  ].join("\n");
 }
 
 /** A type as the reference tables write it. */

@@ -10,6 +10,26 @@ import * as utilities from "./utilities";
  * A KVM VM running an HTTP forward proxy.
  *
  * Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+ *
+ * ## Example Usage
+ * ### A proxy with Basic authentication, its password a secret of the stack's config
+ *
+ * ```typescript
+ * import * as kvmproxy from "@kvmproxy/sdk";
+ * import * as pulumi from "@pulumi/pulumi";
+ *
+ * // `pulumi config set --secret password` (12 characters or more); the host
+ * // `lab` and the image `debian-12` are keys of kvmproxy:hosts and kvmproxy:images.
+ * const config = new pulumi.Config();
+ * const edge = new kvmproxy.KvmProxy("edge", {
+ *   host: "lab",
+ *   image: "debian-12",
+ *   proxy: { auth: { username: "crawler", password: config.requireSecret("password") } },
+ * });
+ *
+ * export const url = edge.proxyUrl; // no credentials
+ * export const urlWithCredentials = edge.proxyUrlWithCredentials; // a secret
+ * ```
  */
 export class KvmProxy extends pulumi.CustomResource {
     /**

@@ -11,6 +11,13 @@
  * - Go: a program's module requires the SDK's module by its path (a replace
  *   to sdk/go stands for the published tag) and builds; one with a wrong
  *   type does not.
+ * - the examples every resource's description carries (what a registry page
+ *   and each SDK's doc comments show), taken out of the served schema: the
+ *   TypeScript one compiles against npm's tarball, the Python one runs
+ *   under the SDK's mocks in a venv with the wheel (every resource and
+ *   argument constructed as the SDK takes them), the Go one builds in the
+ *   program's module, and the YAML one names the schema's types and
+ *   properties and previews through the plugin.
  * Programs that run through the plugin: plugin.test.ts (Node.js) and
  * plugin-languages.test.ts (YAML, Python, Go).
  */
@@ -26,9 +33,11 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { packageVersion } from "../../provider/plugin/served-schema";
+import YAML from "yaml";
+import { packageVersion, servedSchema } from "../../provider/plugin/served-schema";
+import { exampleFileStem, examplesOf } from "../../tools/schema/examples";
 import { repoRoot } from "../support/test-host";
-import { runTool } from "./harness";
+import { runTool, Workspace } from "./harness";
 
 const SDK = path.join(repoRoot, "sdk");
 const GO_MODULE = "github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go";
@@ -41,6 +50,113 @@ const run = runTool;
 let dir: string;
 /** What `scripts/sdk pack` made. */
 let packed: { npm: string; wheel: string; sdist: string };
+
+/** The parts of the served schema the examples' tests read. */
+interface SchemaObject {
+  properties?: Record<string, SchemaProperty>;
+  required?: string[];
+}
+type SchemaProperty = {
+  $ref?: string;
+  type?: string;
+  items?: SchemaProperty;
+  additionalProperties?: SchemaProperty;
+  oneOf?: SchemaProperty[];
+};
+interface Served {
+  resources: Record<
+    string,
+    SchemaObject & {
+      description: string;
+      inputProperties: Record<string, SchemaProperty>;
+      requiredInputs?: string[];
+    }
+  >;
+  types: Record<string, SchemaObject>;
+}
+/** The schema the plugin serves: its descriptions are what a registry page and the SDKs' doc comments show. */
+const served = JSON.parse(servedSchema()) as Served;
+
+/** Each resource's `lang` example, as its description in the served schema holds it: [token, code]. */
+function schemaExamples(lang: string): [string, string][] {
+  return Object.entries(served.resources).map(([token, r]) => {
+    const found = examplesOf(r.description).filter((e) => e.lang === lang);
+    if (found.length !== 1) throw new Error(`${token}'s description holds ${found.length} ${lang} examples`);
+    return [token, (found[0] as { code: string }).code];
+  });
+}
+
+/** `kvmproxy:index:KvmProxy` -> `kvm-proxy`. */
+const stemOf = (token: string) => exampleFileStem(token.replace(/^.*:/, ""));
+
+/**
+ * What in a Pulumi YAML program disagrees with the served schema: a resource
+ * type it lacks, an input it does not name (at any depth, through object
+ * types, arrays, maps and a `oneOf`'s object alternative), a required input
+ * left out, an output exported that the resource does not have.
+ */
+function yamlProblems(program: {
+  resources?: Record<string, { type: string; properties?: Record<string, unknown> }>;
+  outputs?: Record<string, unknown>;
+}): string[] {
+  const problems: string[] = [];
+  const isInterpolation = (v: unknown) => typeof v === "string" && /^\$\{[^}]+\}$/.test(v);
+  const checkObject = (
+    value: Record<string, unknown>,
+    properties: Record<string, SchemaProperty>,
+    required: readonly string[],
+    at: string,
+  ) => {
+    for (const name of required) if (!(name in value)) problems.push(`${at}: ${name} is required`);
+    for (const [name, v] of Object.entries(value)) {
+      const spec = properties[name];
+      if (spec === undefined) problems.push(`${at}: no input ${name}`);
+      else checkValue(v, spec, `${at}.${name}`);
+    }
+  };
+  const objectType = (spec: SchemaProperty) =>
+    spec.$ref === undefined ? undefined : served.types[spec.$ref.replace(/^#\/types\//, "")];
+  const checkValue = (value: unknown, spec: SchemaProperty, at: string): void => {
+    if (isInterpolation(value) || value === null) return;
+    if (spec.oneOf !== undefined) {
+      const objects = spec.oneOf.filter((alt) => alt.$ref !== undefined);
+      if (typeof value === "object" && !Array.isArray(value) && objects.length > 0) {
+        const fits = objects.find((alt) =>
+          Object.keys(value).every((k) => k in (objectType(alt)?.properties ?? {})),
+        );
+        checkValue(value, fits ?? (objects[0] as SchemaProperty), at);
+      }
+      return;
+    }
+    const type = objectType(spec);
+    if (spec.$ref !== undefined) {
+      if (type === undefined) problems.push(`${at}: the schema has no type ${spec.$ref}`);
+      else if (typeof value !== "object" || Array.isArray(value)) problems.push(`${at}: not an object`);
+      else checkObject(value as Record<string, unknown>, type.properties ?? {}, type.required ?? [], at);
+    } else if (spec.type === "array" && spec.items !== undefined) {
+      if (!Array.isArray(value)) problems.push(`${at}: not a list`);
+      else for (const [i, v] of value.entries()) checkValue(v, spec.items, `${at}[${i}]`);
+    } else if (spec.type === "object" && spec.additionalProperties !== undefined) {
+      for (const [k, v] of Object.entries(value as Record<string, unknown>))
+        checkValue(v, spec.additionalProperties, `${at}.${k}`);
+    }
+  };
+  const resources = program.resources ?? {};
+  for (const [name, r] of Object.entries(resources)) {
+    const resource = served.resources[r.type];
+    if (resource === undefined) problems.push(`${name}: the schema has no resource ${r.type}`);
+    else checkObject(r.properties ?? {}, resource.inputProperties, resource.requiredInputs ?? [], name);
+  }
+  for (const [key, v] of Object.entries(program.outputs ?? {})) {
+    for (const m of String(v).matchAll(/\$\{(\w+)\.(\w+)\}/g)) {
+      const type = resources[m[1] as string]?.type;
+      const outputs = type === undefined ? undefined : served.resources[type]?.properties;
+      if (outputs === undefined || !((m[2] as string) in outputs))
+        problems.push(`outputs.${key}: ${m[1]} has no output ${m[2]}`);
+    }
+  }
+  return problems;
+}
 
 /** Every file under `root`, relative, sorted. */
 function filesUnder(root: string, rel = ""): string[] {
@@ -167,6 +283,13 @@ export const url: kvmproxy.KvmProxy["proxyUrl"] = p.proxyUrl;
     );
     expect(r.code).not.toBe(0);
   });
+
+  it.each(schemaExamples("typescript"))("compiles the TypeScript example of %s's description", (_, code) => {
+    writeFileSync(path.join(program, "index.ts"), code);
+    const r = tsc();
+    expect(r.out).toBe("");
+    expect(r.code).toBe(0);
+  });
 });
 
 describe("the Python SDK, a wheel and an sdist", () => {
@@ -204,6 +327,73 @@ print(inspect.signature(k.KvmProxyArgs.__init__).parameters["host"].annotation)`
       );
     },
     300_000,
+  );
+});
+
+/**
+ * Runs a Pulumi Python program under the SDK's mocks, the secret config
+ * keys it names set: every resource and argument it declares is
+ * constructed as the SDK takes them (a keyword the SDK lacks raises),
+ * nothing is deployed.
+ */
+const PYTHON_MOCKS_RUNNER = `import runpy
+import sys
+
+import pulumi
+
+
+class Mocks(pulumi.runtime.Mocks):
+    def new_resource(self, args):
+        return [f"{args.name}-id", args.inputs]
+
+    def call(self, args):
+        return {}
+
+
+program, *secrets = sys.argv[1:]
+pulumi.runtime.set_mocks(Mocks(), project="example", stack="test", preview=False)
+pulumi.runtime.set_all_config(
+    {f"example:{k}": "an-example-secret-0123456789" for k in secrets}, [f"example:{k}" for k in secrets]
+)
+runpy.run_path(program, run_name="__main__")
+print("ran")
+`;
+
+describe("the Python examples of the descriptions, in a venv with the wheel", () => {
+  let python: string;
+
+  beforeAll(() => {
+    const venv = path.join(dir, "venv-examples");
+    const made = run("python3", ["-m", "venv", venv], dir);
+    expect(made.code, made.out).toBe(0);
+    const pip = run(
+      path.join(venv, "bin/pip"),
+      [
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--find-links",
+        WHEELS,
+        packed.wheel,
+      ],
+      dir,
+    );
+    expect(pip.code, pip.out).toBe(0);
+    python = path.join(venv, "bin/python");
+    writeFileSync(path.join(dir, "run_example.py"), PYTHON_MOCKS_RUNNER);
+  }, 300_000);
+
+  it.each(schemaExamples("python"))(
+    "the example of %s's description runs under the SDK's mocks: it compiles, imports the SDK and declares its resources as the SDK takes them",
+    (token, code) => {
+      const file = path.join(dir, `${stemOf(token).replace(/-/g, "_")}.py`);
+      writeFileSync(file, code);
+      const secrets = [...code.matchAll(/require_secret\("(\w+)"\)/g)].map((m) => m[1] as string);
+      const r = run(python, [path.join(dir, "run_example.py"), file, ...secrets], dir);
+      expect(r.out).toBe("ran\n");
+      expect(r.code).toBe(0);
+    },
   );
 });
 
@@ -274,4 +464,58 @@ ${body}
     expect(r.out).toMatch(/cannot use pulumi\.String\("768"\)/);
     expect(r.code).not.toBe(0);
   }, 600_000);
+
+  it.each(schemaExamples("go"))(
+    "builds the Go example of %s's description",
+    (_, code) => {
+      writeFileSync(path.join(program, "main.go"), code);
+      const r = build();
+      expect(r.out).toBe("");
+      expect(r.code).toBe(0);
+    },
+    600_000,
+  );
+});
+
+describe("the YAML examples of the descriptions", () => {
+  /** The hosts and images the examples name, as libvirt sockets and files that do not exist: a preview reaches neither. */
+  const NO_HOST = { uri: "unix:///nonexistent/kvmp-sdk-examples/libvirt-sock", domainType: "qemu" };
+  const PLUGIN = { providers: [{ name: "kvmproxy", path: path.join(repoRoot, "bin") }] };
+  const CONFIG = {
+    "kvmproxy:hosts": { lab: NO_HOST, "hv-1": NO_HOST, "hv-2": NO_HOST },
+    "kvmproxy:images": { "debian-12": { url: "/nonexistent/kvmp-sdk-examples/debian-12.qcow2" } },
+  };
+
+  it.each(schemaExamples("yaml"))(
+    "the example of %s's description names the schema's resource types, their inputs (nested ones too) and outputs, and gives the required inputs",
+    (_, code) => {
+      expect(yamlProblems(YAML.parse(code))).toEqual([]);
+    },
+  );
+
+  it.each(schemaExamples("yaml"))(
+    "the example of %s's description previews through the plugin, its resources to create, reaching no libvirt host",
+    (token, code) => {
+      const program = YAML.parse(code) as {
+        config: Record<string, unknown>;
+        resources: Record<string, { type: string; properties: { size?: number } }>;
+      };
+      // Outside the repository, the plugin named by its path (bin/) as plugin-workspace.ts names it.
+      const ws = new Workspace(`example-${stemOf(token)}`, { name: "kvmpt-example" }, dir);
+      writeFileSync(
+        path.join(ws.dir, "Pulumi.yaml"),
+        YAML.stringify({ name: "kvmpt-example", runtime: "yaml", ...program, plugins: PLUGIN }),
+      );
+      ws.setConfig(CONFIG);
+      for (const key of Object.keys(program.config)) ws.setSecret(key, "an-example-secret-0123456789");
+      const r = ws.run("preview");
+      expect(r.code, r.output.slice(-4000)).toBe(0);
+      for (const [name, { type, properties }] of Object.entries(program.resources)) {
+        expect(r.stdout).toMatch(new RegExp(`\\+\\s+${type}\\s+${name}\\s+create`));
+        // A fleet's members too: the plugin constructs the fleet at preview.
+        for (let i = 0; i < (properties.size ?? 0); i++)
+          expect(r.stdout).toMatch(new RegExp(`\\+\\s+kvmproxy:index:KvmProxy\\s+${name}-${i}\\s+create`));
+      }
+    },
+  );
 });

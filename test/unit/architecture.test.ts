@@ -19,10 +19,16 @@ function filesUnder(dir: string): string[] {
   });
 }
 
-const sources = filesUnder(providerDir).map((file) => ({
-  file: path.relative(root, file),
-  text: readFileSync(file, "utf8"),
-}));
+// The schema's example programs are programs a user writes against the SDKs,
+// not modules of the package (tsconfig.json leaves them out of the build).
+const schemaExamples = path.join(providerDir, "schema/examples");
+
+const sources = filesUnder(providerDir)
+  .filter((file) => !file.startsWith(`${schemaExamples}/`))
+  .map((file) => ({
+    file: path.relative(root, file),
+    text: readFileSync(file, "utf8"),
+  }));
 
 interface Import {
   /** As written. */

@@ -15,6 +15,45 @@ import (
 // A KVM VM running an HTTP forward proxy.
 //
 // Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+//
+// ## Example Usage
+// ### A proxy with Basic authentication, its password a secret of the stack's config
+// ```go
+// package main
+//
+// import (
+//
+//	"github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go/kvmproxy"
+//	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+//	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
+//
+// )
+//
+//	func main() {
+//		pulumi.Run(func(ctx *pulumi.Context) error {
+//			// `pulumi config set --secret password` (12 characters or more); the host
+//			// `lab` and the image `debian-12` are keys of kvmproxy:hosts and kvmproxy:images.
+//			cfg := config.New(ctx, "")
+//			edge, err := kvmproxy.NewKvmProxy(ctx, "edge", &kvmproxy.KvmProxyArgs{
+//				Host:  pulumi.String("lab"),
+//				Image: pulumi.String("debian-12"),
+//				Proxy: &kvmproxy.ProxyArgs{
+//					Auth: &kvmproxy.ProxyAuthArgs{
+//						Username: pulumi.String("crawler"),
+//						Password: cfg.RequireSecret("password"),
+//					},
+//				},
+//			})
+//			if err != nil {
+//				return err
+//			}
+//			ctx.Export("url", edge.ProxyUrl)                               // no credentials
+//			ctx.Export("urlWithCredentials", edge.ProxyUrlWithCredentials) // a secret
+//			return nil
+//		})
+//	}
+//
+// ```
 type KvmProxy struct {
 	pulumi.CustomResourceState
 

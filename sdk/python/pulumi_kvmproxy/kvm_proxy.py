@@ -472,6 +472,28 @@ class KvmProxy(pulumi.CustomResource):
 
         Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
 
+        ## Example Usage
+        ### A proxy with Basic authentication, its password a secret of the stack's config
+        ```python
+        import pulumi
+        import pulumi_kvmproxy as kvmproxy
+
+        # `pulumi config set --secret password` (12 characters or more); the host
+        # `lab` and the image `debian-12` are keys of kvmproxy:hosts and kvmproxy:images.
+        config = pulumi.Config()
+        edge = kvmproxy.KvmProxy(
+            "edge",
+            host="lab",
+            image="debian-12",
+            proxy=kvmproxy.ProxyArgs(
+                auth=kvmproxy.ProxyAuthArgs(username="crawler", password=config.require_secret("password")),
+            ),
+        )
+
+        pulumi.export("url", edge.proxy_url)  # no credentials
+        pulumi.export("urlWithCredentials", edge.proxy_url_with_credentials)  # a secret
+        ```
+
         :param str resource_name: The name of the resource.
         :param pulumi.ResourceOptions opts: Options for the resource.
         :param pulumi.Input[_builtins.str] bridge: An existing host bridge, instead of the host's configured network.
@@ -510,6 +532,28 @@ class KvmProxy(pulumi.CustomResource):
         A KVM VM running an HTTP forward proxy.
 
         Changing an input that replaces (so marked in the package's reference and its schema; the image also when the `kvmproxy:images` entry behind its key changes) rebuilds the VM; the other inputs update it in place. A VM kept after a failed create (`keepOnFailure`) is rebuilt by the next `up`.
+
+        ## Example Usage
+        ### A proxy with Basic authentication, its password a secret of the stack's config
+        ```python
+        import pulumi
+        import pulumi_kvmproxy as kvmproxy
+
+        # `pulumi config set --secret password` (12 characters or more); the host
+        # `lab` and the image `debian-12` are keys of kvmproxy:hosts and kvmproxy:images.
+        config = pulumi.Config()
+        edge = kvmproxy.KvmProxy(
+            "edge",
+            host="lab",
+            image="debian-12",
+            proxy=kvmproxy.ProxyArgs(
+                auth=kvmproxy.ProxyAuthArgs(username="crawler", password=config.require_secret("password")),
+            ),
+        )
+
+        pulumi.export("url", edge.proxy_url)  # no credentials
+        pulumi.export("urlWithCredentials", edge.proxy_url_with_credentials)  # a secret
+        ```
 
         :param str resource_name: The name of the resource.
         :param KvmProxyArgs args: The arguments to use to populate this resource's properties.

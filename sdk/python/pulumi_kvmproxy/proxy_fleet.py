@@ -119,6 +119,31 @@ class ProxyFleet(pulumi.ComponentResource):
         """
         `size` proxies sharing one set of arguments, placed over a pool of hosts by capacity and rotated in batches; member `i` is the KvmProxy `<fleet>-<i>`.
 
+        ## Example Usage
+        ### Three proxies over two hosts, each with a password of its own derived from a secret
+        ```python
+        import pulumi
+        import pulumi_kvmproxy as kvmproxy
+
+        # `pulumi config set --secret memberSecret` (16 characters or more): each
+        # member's password is derived from it, so one leaked password opens one
+        # member only. `hv-1`, `hv-2` and `debian-12` are keys of kvmproxy:hosts and kvmproxy:images.
+        config = pulumi.Config()
+        fleet = kvmproxy.ProxyFleet(
+            "crawlers",
+            size=3,
+            hosts=["hv-1", "hv-2"],
+            proxy=kvmproxy.FleetProxyArgs(
+                image="debian-12",
+                proxy=kvmproxy.FleetProxyConfigArgs(auth=kvmproxy.FleetProxyAuthArgs(username="crawler")),
+            ),
+            member_passwords=kvmproxy.MemberPasswordsArgs(secret=config.require_secret("memberSecret")),
+        )
+
+        pulumi.export("urls", fleet.urls)  # no credentials
+        pulumi.export("urlsWithCredentials", fleet.urls_with_credentials)  # secrets
+        ```
+
         :param str resource_name: The name of the resource.
         :param pulumi.ResourceOptions opts: Options for the resource.
         :param pulumi.Input[Sequence[pulumi.Input[Union[_builtins.str, Union['HostInputArgs', 'HostInputArgsDict']]]]] hosts: The pool members are placed over: keys of the stack config `kvmproxy:hosts`, or hosts given in full (`{key, uri, ...}`, e.g. from the resources that make them), or both.
@@ -135,6 +160,31 @@ class ProxyFleet(pulumi.ComponentResource):
                  opts: Optional[pulumi.ResourceOptions] = None):
         """
         `size` proxies sharing one set of arguments, placed over a pool of hosts by capacity and rotated in batches; member `i` is the KvmProxy `<fleet>-<i>`.
+
+        ## Example Usage
+        ### Three proxies over two hosts, each with a password of its own derived from a secret
+        ```python
+        import pulumi
+        import pulumi_kvmproxy as kvmproxy
+
+        # `pulumi config set --secret memberSecret` (16 characters or more): each
+        # member's password is derived from it, so one leaked password opens one
+        # member only. `hv-1`, `hv-2` and `debian-12` are keys of kvmproxy:hosts and kvmproxy:images.
+        config = pulumi.Config()
+        fleet = kvmproxy.ProxyFleet(
+            "crawlers",
+            size=3,
+            hosts=["hv-1", "hv-2"],
+            proxy=kvmproxy.FleetProxyArgs(
+                image="debian-12",
+                proxy=kvmproxy.FleetProxyConfigArgs(auth=kvmproxy.FleetProxyAuthArgs(username="crawler")),
+            ),
+            member_passwords=kvmproxy.MemberPasswordsArgs(secret=config.require_secret("memberSecret")),
+        )
+
+        pulumi.export("urls", fleet.urls)  # no credentials
+        pulumi.export("urlsWithCredentials", fleet.urls_with_credentials)  # secrets
+        ```
 
         :param str resource_name: The name of the resource.
         :param ProxyFleetArgs args: The arguments to use to populate this resource's properties.

@@ -4,7 +4,10 @@
  * `schema-reference` markers) are what the tables and the sources' TSDoc make
  * now (regenerate both with `KVMP_UPDATE_REFERENCE=1 npx vitest run
  * --project unit test/unit/schema/schema.test.ts -u`), and the schema says
- * what the resource does: the inputs that replace, the secrets, the defaults.
+ * what the resource does: the inputs that replace, the secrets, the defaults,
+ * and shows it: every resource's description carries an example program per
+ * language (provider/schema/examples/; test/pulumi/sdk.test.ts compiles them
+ * against the SDKs).
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -19,11 +22,14 @@ import {
 import {
   buildPackageSchema,
   dynamicOnlyOutputs,
+  EXAMPLE_LANGUAGES,
+  type ExampleLookup,
   type ReferencePage,
   referencePages,
 } from "../../../provider/schema/kvmproxy-schema";
 import { type DocLookup, SchemaSourceError } from "../../../provider/schema/package-schema";
 import { KVM_PROXY_TOKEN, PROXY_FLEET_TOKEN } from "../../../provider/schema/properties";
+import { exampleFile, exampleLookup, examplesOf } from "../../../tools/schema/examples";
 import { docLookup } from "../../../tools/schema/tsdoc";
 
 const ROOT = path.resolve(__dirname, "../../..");
@@ -34,7 +40,8 @@ const SOURCES = [
   "provider/program/kvm-proxy.ts",
 ].map((f) => path.join(ROOT, f));
 const docs = docLookup(SOURCES);
-const schema = buildPackageSchema(docs);
+const examples = exampleLookup();
+const schema = buildPackageSchema(docs, examples);
 const kvmProxy = schema.resources[KVM_PROXY_TOKEN];
 if (kvmProxy === undefined) throw new Error("no KvmProxy in the schema");
 
@@ -150,6 +157,63 @@ describe("the schema says what the resource does", () => {
   });
 });
 
+describe("every resource's description shows it in an example per language", () => {
+  const resources = Object.entries(schema.resources).map(([token, r]) => ({
+    token,
+    name: token.replace(/^.*:/, ""),
+    description: r.description,
+  }));
+
+  it.each(resources)(
+    "$token: one example, in TypeScript, Python, Go and YAML, each its file's text",
+    ({ name, description }) => {
+      // Pulumi's convention, which the SDKs' generators filter per language.
+      expect(description).toMatch(
+        /\n\{\{% examples %\}\}\n## Example Usage\n\{\{% example %\}\}\n### \S[^\n]*\n\n```typescript\n[\s\S]*\n```\n\{\{% \/example %\}\}\n\{\{% \/examples %\}\}$/,
+      );
+      const found = examplesOf(description);
+      expect(found.map((e) => e.lang)).toEqual(["typescript", "python", "go", "yaml"]);
+      for (const { lang, code } of found)
+        expect(code, lang).toBe(
+          readFileSync(exampleFile(name, lang as keyof typeof EXAMPLE_LANGUAGES), "utf8"),
+        );
+    },
+  );
+
+  it.each(resources)(
+    "$token: no code block outside the examples (the TSDoc's is the dynamic class's)",
+    ({ description }) => {
+      const prose = description.slice(0, description.indexOf("{{% examples %}}"));
+      expect(prose).not.toContain("```");
+      expect(prose.trim()).not.toBe("");
+    },
+  );
+
+  it.each(resources)(
+    "$token: every example gives the proxy a password from a secret of the stack's config",
+    ({ description }) => {
+      const secretConfig: Record<string, RegExp> = {
+        typescript: /config\.requireSecret\("\w+"\)/,
+        python: /config\.require_secret\("\w+"\)/,
+        go: /cfg\.RequireSecret\("\w+"\)/,
+        yaml: /^config:\n {2}\w+:\n {4}type: string\n {4}secret: true$/m,
+      };
+      for (const { lang, code } of examplesOf(description))
+        expect(code, lang).toMatch(secretConfig[lang] as RegExp);
+    },
+  );
+
+  it.each(Object.keys(EXAMPLE_LANGUAGES))("an example missing in %s fails the build naming it", (lang) => {
+    const without: ExampleLookup = (resource) => {
+      const found = { ...examples(resource) };
+      if (resource === "ProxyFleet") delete found[lang as keyof typeof EXAMPLE_LANGUAGES];
+      return found;
+    };
+    expect(() => buildPackageSchema(docs, without)).toThrow(SchemaSourceError);
+    expect(() => buildPackageSchema(docs, without)).toThrow(`ProxyFleet has no ${lang} example`);
+  });
+});
+
 describe("a property the sources do not describe", () => {
   it.each([
     ["a property of KvmProxyArgs", "KvmProxyArgs", "memoryMiB", /KvmProxyArgs\.memoryMiB has no description/],
@@ -157,7 +221,7 @@ describe("a property the sources do not describe", () => {
     ["a property of an object type", "NicDirectInput", "dev", /NicDirectInput\.dev has no description/],
   ])("fails the build naming it: %s", (_, iface, prop, message) => {
     const without: DocLookup = (i, p) => (i === iface && p === prop ? undefined : docs(i, p));
-    expect(() => buildPackageSchema(without)).toThrow(SchemaSourceError);
-    expect(() => buildPackageSchema(without)).toThrow(message);
+    expect(() => buildPackageSchema(without, examples)).toThrow(SchemaSourceError);
+    expect(() => buildPackageSchema(without, examples)).toThrow(message);
   });
 });

@@ -22,10 +22,11 @@ import { type ImageConfig, parseImage } from "../kvm/config/image";
 import { privateKeyContentProblem } from "../kvm/config/ssh-reach";
 import { given, isObject } from "../kvm/fields";
 import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
+import type { ConfigKeyName } from "../schema/type-spec";
 import { bakeUserDataMac, SET_STATE_KEY, stateKeyProblem } from "./state-key";
 
-/** Stack config keys read. */
-export const CONFIG_KEYS = {
+/** Stack config keys read: each key of the configuration (schema/type-spec.ts) under `kvm:`. */
+export const CONFIG_KEYS: { readonly [K in ConfigKeyName]: `kvm:${K}` } = {
   hosts: "kvm:hosts",
   images: "kvm:images",
   sshPrivateKey: "kvm:sshPrivateKey",

@@ -1,7 +1,8 @@
 /**
  * The words a property's type is written in: the Pulumi package schema's
  * types (pkg/codegen/schema's TypeSpec, the subset used here), and a
- * property's entry of a table (its type, secret, default). A leaf with no
+ * property's entry of a table (its type, secret, default), and the
+ * package's name and configuration keys. A leaf with no
  * imports: the property registries of the resources (provider/resource/)
  * declare their types in it, and the schema builder (./package-schema.ts)
  * reads them.
@@ -9,6 +10,10 @@
 
 /** The package's name: type tokens are `kvmproxy:index:<Name>`. */
 export const PACKAGE = "kvmproxy";
+
+/** The configuration's keys, the same in the dynamic class's namespace and the plugin's (config-namespace.ts). */
+export const CONFIG_KEY_NAMES = ["hosts", "images", "sshPrivateKey", "stateKey"] as const;
+export type ConfigKeyName = (typeof CONFIG_KEY_NAMES)[number];
 
 /** A type as the schema writes it: a primitive, an array, a map, a reference or a union. */
 export type TypeSpec =

@@ -30,7 +30,17 @@
  * from the npm cache, about half a minute).
  */
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
@@ -39,7 +49,8 @@ import { repoRoot } from "../support/test-host";
 import { runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
 import { KVM_PROXY_TYPE, PLUGIN_EXECUTABLE, pluginArchive, pluginFreeEnv } from "./plugin-workspace";
 
-const ROOT = path.join(repoRoot, ".state/plugin-install", String(process.pid));
+/** Outside the repository: the installed plugin resolves nothing through the checkout's node_modules. */
+const ROOT = mkdtempSync(path.join(os.tmpdir(), "kvmpt-plugin-install-"));
 const CLI_BIN = path.join(repoRoot, ".tools/pulumi/bin");
 const PULUMI = path.join(CLI_BIN, "pulumi");
 const PLUGIN = PLUGIN_EXECUTABLE;

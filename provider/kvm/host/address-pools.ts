@@ -13,12 +13,15 @@
  *   lease volume, image-lease.ts) on the first of the hosts by key, counts
  *   again under it and makes its reservation there before letting go. The
  *   reservation is removed once the domain is defined (its metadata counts
- *   from then on), by the create's rollback, or by the delete of that VM
- *   name on the host holding it.
- * - A reservation left by a process that died between the two keeps its
- *   address for a day (no create lives longer: timeouts.create is at most
- *   24 h), its name carrying when it was made; the next allocation after
- *   that removes it.
+ *   from then on), or by the create's rollback. A reservation counts while
+ *   it stands, even when a domain of its name exists (its own, defined and
+ *   not yet let go of; or another host's of the same name, when creates
+ *   are in flight on this one).
+ * - A reservation left by a process that died between the two, or whose
+ *   removal failed, keeps its address for a day (no create lives longer:
+ *   timeouts.create is at most 24 h), its name carrying when it was made;
+ *   the next allocation after that removes it, unless a domain of its name
+ *   still stands.
  *
  * Drift: a domain deleted by hand frees its addresses (nothing else records
  * them); a domain whose metadata cannot be read is skipped, as placement
@@ -147,9 +150,9 @@ export class AddressPools {
       const now = this.now() / 1000;
       for (const v of reserved) {
         const r = parseReservation(v.name);
-        if (r === undefined || names.has(r.domain) || r.domain === except) continue;
-        if (now - r.seconds > RESERVATION_STALE_SECONDS) await deleteVolumeByName(lockLv, pool, v.name);
-        else out.add(r.address);
+        if (r === undefined || r.domain === except) continue;
+        if (now - r.seconds <= RESERVATION_STALE_SECONDS) out.add(r.address);
+        else if (!names.has(r.domain)) await deleteVolumeByName(lockLv, pool, v.name);
       }
     }
     return out;

@@ -24,11 +24,10 @@
  * with credentials when, and only when, the program exports it. (Node.js:
  * plugin.test.ts.)
  */
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { packageVersion } from "../../provider/plugin/served-schema";
 import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
@@ -41,15 +40,16 @@ import {
 } from "./harness";
 import {
   GO_SDK_MODULE,
+  goProgramModule,
   type InstalledPlugin,
   installPlugin,
   KVM_PROXY_TYPE,
   PLUGIN_PROXY_ARGS,
   pluginConfig,
   pluginWorkspace,
+  venvWith,
 } from "./plugin-workspace";
 
-const WHEELS = path.join(repoRoot, ".tools/pulumi/wheels");
 /** Characters URLs encode: its URL-encoded form is no config secret the engine masks. */
 const PASSWORD = `languages-${process.pid}-S3c@r#t%pw`;
 
@@ -333,16 +333,8 @@ if cfg.get_bool("exportCredentials") is not False:
         plugin,
       ),
     );
-    // The project's own virtual environment, the SDK's wheel pip-installed into it as the docs say,
-    // offline (its dependencies from the toolchain's wheels, standing for PyPI).
-    const venv = runTool("python3", ["-m", "venv", "venv"], ws.dir);
-    expect(venv.code, venv.out).toBe(0);
-    const pip = runTool(
-      path.join(ws.dir, "venv/bin/pip"),
-      ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, wheel],
-      ws.dir,
-    );
-    expect(pip.code, pip.out).toBe(0);
+    // The project's own virtual environment, the SDK's wheel pip-installed into it as the docs say.
+    venvWith(path.join(ws.dir, "venv"), wheel);
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-python:password", PASSWORD);
     upToDestroy(ws, ip, () => {
@@ -365,8 +357,6 @@ describe("a Go program", () => {
   it("built by the Go host against the Go SDK's module, creates two proxies (one with auth), previews and refreshes with no change, and destroys them; the secret URL is masked", () => {
     const bridge = staticBridgeOf(host);
     const ip = "192.0.2.235";
-    const sdk = path.join(repoRoot, "sdk/go");
-    const goLine = /^go .*$/m.exec(readFileSync(path.join(sdk, "go.mod"), "utf8"))?.[0];
     const main = `package main
 
 import (
@@ -418,8 +408,7 @@ func main() {
         { name: "kvmpt-go", runtime: "go" },
         {
           "main.go": main,
-          "go.mod": `module example.com/edge\n\n${goLine}\n\nrequire ${GO_SDK_MODULE} v${packageVersion()}\n\nreplace ${GO_SDK_MODULE} => ${sdk}\n`,
-          "go.sum": readFileSync(path.join(sdk, "go.sum"), "utf8"),
+          ...goProgramModule(),
         },
         plugin,
       ),

@@ -10,12 +10,13 @@
  * --show-secrets` shows it.
  */
 import { spawnSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { expect } from "vitest";
 import YAML from "yaml";
 import { packageVersion } from "../../provider/plugin/served-schema";
 import { repoRoot, type TestHost } from "../support/test-host";
-import { hostsConfig, pulumiEnv, TEST_PROXY_ARGS, Workspace } from "./harness";
+import { hostsConfig, pulumiEnv, runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
 
 export const KVM_PROXY_TYPE = "kvmproxy:index:KvmProxy";
 
@@ -116,6 +117,32 @@ export function pluginWorkspace(
 
 /** The Go SDK's module path (sdk/go/go.mod): a program requires it, replaced by the folder. */
 export const GO_SDK_MODULE = "github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go";
+
+/** A Go program's module files: `example.com/edge` requiring the SDK's module by its path, replaced by sdk/go (standing for its tag). */
+export function goProgramModule(): { "go.mod": string; "go.sum": string } {
+  const sdk = path.join(repoRoot, "sdk/go");
+  const goLine = /^go .*$/m.exec(readFileSync(path.join(sdk, "go.mod"), "utf8"))?.[0];
+  return {
+    "go.mod": `module example.com/edge\n\n${goLine}\n\nrequire ${GO_SDK_MODULE} v${packageVersion()}\n\nreplace ${GO_SDK_MODULE} => ${sdk}\n`,
+    "go.sum": readFileSync(path.join(sdk, "go.sum"), "utf8"),
+  };
+}
+
+/** The toolchain's wheels of the Python SDK's dependencies (scripts/pulumi-cli): PyPI for the offline tests. */
+const WHEELS = path.join(repoRoot, ".tools/pulumi/wheels");
+
+/** A fresh virtual environment at `venv` with `packages` pip-installed offline, their dependencies from the toolchain's wheels: its python. */
+export function venvWith(venv: string, ...packages: string[]): string {
+  const made = runTool("python3", ["-m", "venv", venv], path.dirname(venv));
+  expect(made.code, made.out).toBe(0);
+  const pip = runTool(
+    path.join(venv, "bin/pip"),
+    ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, ...packages],
+    path.dirname(venv),
+  );
+  expect(pip.code, pip.out).toBe(0);
+  return path.join(venv, "bin/python");
+}
 
 /** A copy of the repository's `lang` SDK (sdk/<lang>) in `dir` (emptied first): building it writes beside its files. */
 export function copiedSdk(lang: "nodejs", dir: string): string {

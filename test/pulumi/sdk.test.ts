@@ -38,10 +38,9 @@ import { packageVersion, servedSchema } from "../../provider/plugin/served-schem
 import { exampleFileStem, examplesOf } from "../../tools/schema/examples";
 import { repoRoot } from "../support/test-host";
 import { runTool, Workspace } from "./harness";
+import { GO_SDK_MODULE, goProgramModule, venvWith } from "./plugin-workspace";
 
 const SDK = path.join(repoRoot, "sdk");
-const GO_MODULE = "github.com/pulumi-kvm-proxy/pulumi-kvm-proxy/sdk/go";
-const WHEELS = path.join(repoRoot, ".tools/pulumi/wheels");
 const TSC = path.join(repoRoot, "node_modules/typescript/bin/tsc");
 const version = packageVersion();
 
@@ -299,17 +298,9 @@ describe("the Python SDK, a wheel and an sdist", () => {
   ])(
     "the %s pip-installs into a fresh virtual environment, offline, with the package's version and the resource's arguments as Python names them",
     (kind, file) => {
-      const venv = path.join(dir, `venv-${kind}`);
-      const made = run("python3", ["-m", "venv", venv], dir);
-      expect(made.code, made.out).toBe(0);
-      const pip = run(
-        path.join(venv, "bin/pip"),
-        ["install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", WHEELS, file()],
-        dir,
-      );
-      expect(pip.code, pip.out).toBe(0);
+      const python = venvWith(path.join(dir, `venv-${kind}`), file());
       const py = run(
-        path.join(venv, "bin/python"),
+        python,
         [
           "-c",
           `import importlib.metadata as m, inspect, pulumi_kvmproxy as k
@@ -363,24 +354,7 @@ describe("the Python examples of the descriptions, in a venv with the wheel", ()
   let python: string;
 
   beforeAll(() => {
-    const venv = path.join(dir, "venv-examples");
-    const made = run("python3", ["-m", "venv", venv], dir);
-    expect(made.code, made.out).toBe(0);
-    const pip = run(
-      path.join(venv, "bin/pip"),
-      [
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-index",
-        "--find-links",
-        WHEELS,
-        packed.wheel,
-      ],
-      dir,
-    );
-    expect(pip.code, pip.out).toBe(0);
-    python = path.join(venv, "bin/python");
+    python = venvWith(path.join(dir, "venv-examples"), packed.wheel);
     writeFileSync(path.join(dir, "run_example.py"), PYTHON_MOCKS_RUNNER);
   }, 300_000);
 
@@ -411,12 +385,8 @@ describe("the Go SDK, a module a program requires by its path", () => {
   beforeAll(() => {
     program = path.join(dir, "go-program");
     mkdirSync(program);
-    const goLine = /^go .*$/m.exec(readFileSync(path.join(SDK, "go/go.mod"), "utf8"))?.[0];
-    writeFileSync(
-      path.join(program, "go.mod"),
-      `module example.com/edge\n\n${goLine}\n\nrequire ${GO_MODULE} v${version}\n\nreplace ${GO_MODULE} => ${path.join(SDK, "go")}\n`,
-    );
-    copyFileSync(path.join(SDK, "go/go.sum"), path.join(program, "go.sum"));
+    for (const [name, text] of Object.entries(goProgramModule()))
+      writeFileSync(path.join(program, name), text);
   });
 
   function main(body: string) {
@@ -425,7 +395,7 @@ describe("the Go SDK, a module a program requires by its path", () => {
       `package main
 
 import (
-	"${GO_MODULE}/kvmproxy"
+	"${GO_SDK_MODULE}/kvmproxy"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 

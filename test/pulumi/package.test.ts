@@ -1,17 +1,20 @@
 /**
  * The user's path: the package packed as `npm pack` makes it, installed from
  * the tarball into new Pulumi projects OUTSIDE the repository (their own
- * package.json, `@pulumi/pulumi` and the TypeScript tools from the npm
- * registry, no link into the repo), then `pulumi up`, `preview`, `refresh`
- * and `destroy` against the test host, as JavaScript and as TypeScript
- * (type-checked by the Pulumi runtime against the installed types), and an
- * upgrade to a tarball of a higher version that previews no change.
+ * package.json, `@pulumi/pulumi` and the TypeScript tools at the versions
+ * the repository's lock pins, installed with npm offline from the cache the
+ * repository's `npm ci` fills: no registry, no link into the repo), then
+ * `pulumi up`, `preview`, `refresh` and `destroy` against the test host, as
+ * JavaScript and as TypeScript (type-checked by the Pulumi runtime against
+ * the installed types), and an upgrade to a tarball of a higher version that
+ * previews no change.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { lockedVersions, NO_REGISTRY_ENV, npmInstallOffline } from "../support/npm-offline";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import {
@@ -27,9 +30,14 @@ import {
   Workspace,
 } from "./harness";
 
-/** What the SDK and the TypeScript tools of a user's project are pinned to (the versions CI proves). */
-const PULUMI_SDK = "@pulumi/pulumi@3.248.0";
-const TS_TOOLS = ["typescript@5.9.3", "ts-node@10.9.2", "@types/node@20.19.25"];
+/** The SDK of a user's project, at the repository's version. */
+const PULUMI_SDK = lockedVersions("@pulumi/pulumi");
+/**
+ * A TypeScript project's tools, at the repository's versions. No ts-node: the
+ * Pulumi runtime runs the program through the ts-node it vendors, which
+ * type-checks with the project's typescript.
+ */
+const TS_TOOLS = lockedVersions("typescript", "@types/node");
 
 let host: TestHost;
 let outside: string;
@@ -38,15 +46,6 @@ const workspaces: Workspace[] = [];
 const images: string[] = [];
 const tarballs: Record<"current" | "next", string> = { current: "", next: "" };
 let version = "";
-
-function npm(cwd: string, ...args: string[]): void {
-  const r = spawnSync("npm", [...args, "--no-audit", "--no-fund"], {
-    cwd,
-    encoding: "utf8",
-    timeout: 600_000,
-  });
-  if (r.status !== 0) throw new Error(`npm ${args.join(" ")} exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
-}
 
 /** A new Pulumi project outside the repo with the package installed from `tarball`. */
 function userProject(language: "js" | "ts"): Workspace {
@@ -83,7 +82,11 @@ export const state: pulumi.Output<string> = proxy.state;
     outside,
   );
   workspaces.push(ws);
-  npm(ws.dir, "install", tarballs.current, PULUMI_SDK, ...(language === "ts" ? TS_TOOLS : []));
+  npmInstallOffline(ws.dir, {
+    "pulumi-kvm-proxy": tarballs.current,
+    ...PULUMI_SDK,
+    ...(language === "ts" ? TS_TOOLS : {}),
+  });
   // An image of this project's own (a copy under another path is another cache entry): its upload shows.
   const image = path.join(ws.dir, "tiny.qcow2");
   cpSync(TEST_IMAGE, image);
@@ -204,7 +207,7 @@ describe("a user's project outside the repository", () => {
         ["--no-install", "pulumi-kvm-proxy", "gc", "--stack", ws.stack, "--json", "--min-age", "0s"],
         {
           cwd: ws.dir,
-          env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
+          env: { ...pulumiEnv(), ...NO_REGISTRY_ENV, PULUMI_BACKEND_URL: `file://${ws.backend}` },
           encoding: "utf8",
           timeout: 300_000,
         },
@@ -221,7 +224,7 @@ describe("a user's project outside the repository", () => {
     const ws = userProject("js");
     ws.up();
     const before = ws.proxies()[0];
-    npm(ws.dir, "install", tarballs.next);
+    npmInstallOffline(ws.dir, { "pulumi-kvm-proxy": tarballs.next });
     const installed = JSON.parse(
       readFileSync(path.join(ws.dir, "node_modules/pulumi-kvm-proxy/package.json"), "utf8"),
     ) as { version: string };

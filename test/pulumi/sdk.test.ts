@@ -21,21 +21,14 @@
  * Programs that run through the plugin: plugin.test.ts (Node.js) and
  * plugin-languages.test.ts (YAML, Python, Go).
  */
-import {
-  copyFileSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { packageVersion, servedSchema } from "../../provider/plugin/served-schema";
 import { exampleFileStem, examplesOf } from "../../tools/schema/examples";
+import { lockedVersions, npmInstallOffline } from "../support/npm-offline";
 import { repoRoot } from "../support/test-host";
 import { runTool, Workspace } from "./harness";
 import { GO_SDK_MODULE, goProgramModule, venvWith } from "./plugin-workspace";
@@ -204,21 +197,7 @@ describe("the Node.js SDK, npm's tarball", () => {
   beforeAll(() => {
     program = path.join(dir, "node-program");
     mkdirSync(program);
-    // @pulumi/pulumi at the repository's version: its lock names every package the npm cache holds.
-    const pulumi = (
-      JSON.parse(readFileSync(path.join(repoRoot, "package.json"), "utf8")) as {
-        devDependencies: Record<string, string>;
-      }
-    ).devDependencies["@pulumi/pulumi"];
-    writeFileSync(
-      path.join(program, "package.json"),
-      JSON.stringify({
-        name: "edge",
-        private: true,
-        dependencies: { "@kvmproxy/sdk": `file:${packed.npm}`, "@pulumi/pulumi": pulumi },
-      }),
-    );
-    copyFileSync(path.join(repoRoot, "package-lock.json"), path.join(program, "package-lock.json"));
+    writeFileSync(path.join(program, "package.json"), JSON.stringify({ name: "edge", private: true }));
     writeFileSync(
       path.join(program, "tsconfig.json"),
       JSON.stringify({
@@ -235,12 +214,8 @@ describe("the Node.js SDK, npm's tarball", () => {
   });
 
   it("installs with npm, offline, and loads with the package's version", () => {
-    const npm = run(
-      "npm",
-      ["install", "--offline", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
-      program,
-    );
-    expect(npm.code, npm.out).toBe(0);
+    // @pulumi/pulumi at the repository's version: its lock names every package the npm cache holds.
+    npmInstallOffline(program, { "@kvmproxy/sdk": packed.npm, ...lockedVersions("@pulumi/pulumi") });
     const node = run(
       process.execPath,
       [

@@ -2,18 +2,23 @@
 import { messageOf } from "../errors";
 /**
  * The `pulumi-kvm-proxy` command (package.json "bin"): `gc`, the orphan
- * sweep, and `console`, a VM's boot output. Exit codes: 0 done, 1 something
- * could not be read or done, 2 bad usage.
+ * sweep; `status`, the stack's proxies read now; and `console`, a VM's boot
+ * output. Exit codes: 0 done, 1 something could not be read or done, 2 bad
+ * usage.
  */
 import { GC_USAGE, parseGcArgs, UsageError } from "../gc/command-line";
 import { formatJson, formatProblems, formatText } from "../gc/report";
 import { exitCodeOf, runGc } from "../gc/sweep";
+import { runStatus } from "../status/collect";
+import { parseStatusArgs, STATUS_USAGE } from "../status/status-command-line";
+import { formatPrometheus, formatTable, formatJson as statusJson } from "../status/status-report";
 import { CONSOLE_USAGE, parseConsoleArgs, runConsole } from "./console-command";
 
 const USAGE = `Usage: pulumi-kvm-proxy <command> [options]
 
 Commands:
   gc        list (and with --delete, delete) VMs whose owning stack no longer holds them
+  status    the stack's proxies now: state, addresses, health, age, traffic and requests
   console   print a VM's boot output (cloud-init's log, or its serial console), secrets masked
 
 Run \`pulumi-kvm-proxy <command> --help\` for a command's options.`;
@@ -30,6 +35,7 @@ export async function main(
     return command === undefined ? 2 : 0;
   }
   if (command === "console") return consoleCommand(rest, out, err);
+  if (command === "status") return statusCommand(rest, out, err);
   if (command !== "gc") {
     err(`error: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
     return 2;
@@ -48,6 +54,38 @@ export async function main(
     const msg = messageOf(e);
     if (e instanceof UsageError) {
       err(`error: ${msg}\n\n${GC_USAGE}\n`);
+      return 2;
+    }
+    err(`error: ${msg}\n`);
+    return 1;
+  }
+}
+
+/** `status`: the report on stdout in the form asked; what could not be read on stderr too (exit 1). */
+async function statusCommand(
+  argv: readonly string[],
+  out: (s: string) => void,
+  err: (s: string) => void,
+): Promise<number> {
+  try {
+    const options = parseStatusArgs(argv, process.cwd());
+    if (options.help) {
+      out(`${STATUS_USAGE}\n`);
+      return 0;
+    }
+    const report = await runStatus(options);
+    const form = { table: formatTable, json: statusJson, prometheus: formatPrometheus }[options.format];
+    out(form(report));
+    const unread = [
+      ...report.proxies.flatMap((p) => p.problems.map((m) => `${p.name}: ${m}`)),
+      ...report.problems.map((p) => `${p.subject}: ${p.message}`),
+    ];
+    if (options.format !== "table") for (const line of unread) err(`error: ${line}\n`);
+    return unread.length > 0 || report.proxies.some((p) => p.state === "unknown") ? 1 : 0;
+  } catch (e) {
+    const msg = messageOf(e);
+    if (e instanceof UsageError) {
+      err(`error: ${msg}\n\n${STATUS_USAGE}\n`);
       return 2;
     }
     err(`error: ${msg}\n`);

@@ -4,6 +4,7 @@ import { Procedures } from "./procedures";
 import type {
   Domain,
   DomainInterface,
+  DomainInterfaceStats,
   DomainStateInfo,
   HostInterface,
   Network,
@@ -107,6 +108,11 @@ export class Libvirt {
 
   domainGetState(dom: Domain, flags = 0, opts?: CallOptions): Promise<DomainStateInfo> {
     return this.rpc.call(Procedures.domainGetState, { dom, flags }, opts);
+  }
+
+  /** A NIC's counters; `device` is its target dev (`vnet3`) or MAC. */
+  domainInterfaceStats(dom: Domain, device: string, opts?: CallOptions): Promise<DomainInterfaceStats> {
+    return this.rpc.call(Procedures.domainInterfaceStats, { dom, device }, opts);
   }
 
   domainGetXmlDesc(dom: Domain, flags = 0, opts?: CallOptions): Promise<string> {

@@ -23,6 +23,7 @@ import {
 import type {
   Domain,
   DomainInterface,
+  DomainInterfaceStats,
   DomainStateInfo,
   HostInterface,
   Network,
@@ -282,6 +283,24 @@ export const Procedures = {
     RemoteProcedure.DOMAIN_GET_STATE,
     wDomFlags,
     (r) => ({ state: r.int(), reason: r.int() }),
+  ),
+  domainInterfaceStats: remote<{ dom: Domain; device: string }, DomainInterfaceStats>(
+    "domain_interface_stats",
+    RemoteProcedure.DOMAIN_INTERFACE_STATS,
+    (w, a) => {
+      writeDomain(w, a.dom);
+      w.string(a.device);
+    },
+    (r) => ({
+      rxBytes: r.hyperNumber(),
+      rxPackets: r.hyperNumber(),
+      rxErrs: r.hyperNumber(),
+      rxDrop: r.hyperNumber(),
+      txBytes: r.hyperNumber(),
+      txPackets: r.hyperNumber(),
+      txErrs: r.hyperNumber(),
+      txDrop: r.hyperNumber(),
+    }),
   ),
   domainGetXmlDesc: remote<DomainFlagsArg, string>(
     "domain_get_xml_desc",

@@ -32,6 +32,22 @@ export interface DomainStateInfo {
   reason: number;
 }
 
+/**
+ * remote_domain_interface_stats_ret: a NIC's counters as the guest sees them
+ * (libvirt swaps a tap device's host-side rx and tx), since its device was
+ * made; -1 where the hypervisor does not count.
+ */
+export interface DomainInterfaceStats {
+  rxBytes: number;
+  rxPackets: number;
+  rxErrs: number;
+  rxDrop: number;
+  txBytes: number;
+  txPackets: number;
+  txErrs: number;
+  txDrop: number;
+}
+
 /** remote_storage_vol_get_info_ret. Sizes in bytes (a safe integer up to 8 PiB). */
 export interface StorageVolInfo {
   /** virStorageVolType. */

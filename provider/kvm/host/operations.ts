@@ -51,6 +51,7 @@ import { Placer } from "./placer";
 import { type ProvisionOptions, provision } from "./provision";
 import { type OperationContext, type RetryEnv, type RetryPolicy, toOperationError, withRetry } from "./retry";
 import { Semaphore } from "./semaphore";
+import { type NicCounters, nicCounters, squidRequests } from "./traffic";
 import type { DeleteOptions, DeleteResult, VmStatus } from "./vm";
 import { hasCode } from "./volumes";
 
@@ -508,6 +509,32 @@ export class KvmOperations {
         return {
           error: out.startsWith("error ") ? out.slice(6) : `no greeting (exit ${run.exitcode ?? "unknown"})`,
         };
+      },
+      signal,
+    );
+  }
+
+  /** VM `name`'s NICs' counters (traffic.ts); empty when it is not running. */
+  async nicCounters(hostKey: string, name: string): Promise<NicCounters[]> {
+    const ctx: OperationContext = { operation: "NIC counters", host: hostKey, domain: name };
+    return this.retrying(ctx, async () => {
+      const { lv, dom } = await this.domainOf(hostKey, name);
+      return nicCounters(lv, dom);
+    });
+  }
+
+  /**
+   * The requests VM `name`'s squid answered since its boot, by status class
+   * (traffic.ts), or why they could not be counted; undefined when its agent
+   * does not answer.
+   */
+  async squidRequests(hostKey: string, name: string, signal?: AbortSignal): ReturnType<typeof squidRequests> {
+    const ctx: OperationContext = { operation: "request count in the guest", host: hostKey, domain: name };
+    return this.retrying(
+      ctx,
+      async () => {
+        const { lv, dom } = await this.domainOf(hostKey, name);
+        return squidRequests(lv, dom, signal);
       },
       signal,
     );

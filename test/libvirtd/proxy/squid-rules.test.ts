@@ -14,10 +14,20 @@
  * own script writing the on-link files, and real NICs.
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import path from "node:path";
+import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { guestProbeArgs, parseGuestProbe } from "../../../provider/kvm/guest/guest-probe";
+import { parseSquidRequests, squidRequestsArgs } from "../../../provider/kvm/guest/squid-requests";
 import { squidPasswordHash } from "../../../provider/kvm/proxy/password-hash";
 import {
   buildSquidConf,
@@ -190,6 +200,8 @@ const TLS_PORT = 3133;
 const PLAIN_PORT = 3128;
 const AUTH_PORT = 3129;
 const EGRESS_PORT = 3130;
+/** A squid of its own for the request counts: only the requests the count's test sends are in its log. */
+const COUNT_PORT = 3134;
 
 beforeAll(async () => {
   ns = `${testHost().netns}-sq`;
@@ -211,6 +223,7 @@ beforeAll(async () => {
   await startSquid(EGRESS, EGRESS_PORT);
   for (const [member, port] of Object.entries(MEMBER_PORTS)) await startSquid(memberSetup(member), port);
   await startSquid(TLS_AUTH, TLS_PORT);
+  await startSquid(WITH_AUTH, COUNT_PORT);
   writeFileSync(path.join(dir, "ca.pem"), TLS_CA.certificatePem);
 }, 60_000);
 
@@ -401,6 +414,97 @@ describe("the squid.conf the provider writes, read by squid 5.7", () => {
           `come from ${address.replaceAll(".", "\\.")}, none of the VM's static IPv4 addresses \\(${A.own.replaceAll(".", "\\.")}\\)`,
         ),
       );
+    });
+  });
+
+  describe("the requests `status` counts by status class, read from squid's access log by the guest's program", () => {
+    const credentials = `${USER}:${PASSWORD}`;
+    const log = () => path.join(dir, `squid-${COUNT_PORT}`, "access.log");
+    const lines = () =>
+      readFileSync(log(), "utf8")
+        .split("\n")
+        .filter((l) => l !== "").length;
+    const count = (file: string) =>
+      parseSquidRequests(inNs(["python3", ...squidRequestsArgs(10_000, file)]), 0);
+
+    beforeAll(async () => {
+      const outward = http(A.outward);
+      for (let i = 0; i < 5; i++)
+        expect(request(COUNT_PORT, A.publicClient, outward, { credentials })).toBe("204");
+      expect(request(COUNT_PORT, A.publicClient, https(A.outward), { connect: true, credentials })).toBe(
+        "200",
+      );
+      for (let i = 0; i < 3; i++) expect(request(COUNT_PORT, A.publicClient, outward)).toBe("407");
+      for (let i = 0; i < 2; i++)
+        expect(request(COUNT_PORT, A.publicClient, http(A.inward), { credentials })).toBe("403");
+      // An outward address the namespace has no route to: squid answers for the target it could not reach.
+      for (let i = 0; i < 2; i++)
+        expect(request(COUNT_PORT, A.publicClient, http("203.0.113.99"), { credentials })).toMatch(
+          /^50[23]$/,
+        );
+      // The health check's request (GET / to the proxy port as to a web server), and the in-guest probe's.
+      const asServer = inNs([
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+        "--interface",
+        A.publicClient,
+        `http://127.0.0.1:${COUNT_PORT}/`,
+      ]);
+      expect(asServer).toBe("400");
+      expect(
+        parseGuestProbe(inNs(["python3", ...guestProbeArgs(COUNT_PORT, http(A.outward), HEALTH_BOUNDS)]), 0),
+      ).toMatchObject({ status: 204 });
+      // squid logs a transaction when it ends: every one of the 15 is written.
+      for (let i = 0; i < 100 && lines() < 15; i++) await new Promise((r) => setTimeout(r, 100));
+      expect(lines()).toBe(15);
+    });
+
+    it("counts each client request once by its class, not the health check's own request or the VM's", () => {
+      expect(count(log())).toEqual({
+        ok: true,
+        requests: { byClass: { "1xx": 0, "2xx": 6, "3xx": 0, "4xx": 5, "5xx": 2, other: 0 }, unreadable: 0 },
+      });
+    });
+
+    it("adds the copies logrotate keeps (plain and gzip) written since the boot, skips lines from before it, and names what it cannot read", () => {
+      const rotated = mkdtempSync(path.join(dir, "rotated-"));
+      const file = path.join(rotated, "access.log");
+      copyFileSync(log(), file);
+      writeFileSync(`${file}.2.gz`, gzipSync(readFileSync(log())));
+      // A line stamped at 1970's first second, and one of another logformat.
+      const before =
+        readFileSync(log(), "utf8")
+          .split("\n")[0]
+          ?.replace(/^[0-9]+\.[0-9]+/, "1.000") ?? "";
+      writeFileSync(
+        `${file}.1`,
+        `${before}\n203.0.113.9 - - [07/Dec/2026:10:00:00 +0000] "GET http://x/ HTTP/1.1" 200 5\n`,
+      );
+      // A copy last written before the boot is not read at all, whatever it holds.
+      writeFileSync(`${file}.3`, readFileSync(log()));
+      utimesSync(`${file}.3`, new Date(1000), new Date(1000));
+      // Not a copy logrotate makes: left alone.
+      writeFileSync(`${file}.old`, readFileSync(log()));
+      expect(count(file)).toEqual({
+        ok: true,
+        requests: {
+          byClass: { "1xx": 0, "2xx": 12, "3xx": 0, "4xx": 10, "5xx": 4, other: 0 },
+          unreadable: 1,
+        },
+      });
+    });
+
+    it("without a log: the reason, not zeros", () => {
+      expect(count(path.join(dir, "no-such-access.log"))).toEqual({
+        ok: false,
+        reason: `no access log at ${path.join(dir, "no-such-access.log")}`,
+      });
     });
   });
 });

@@ -267,6 +267,31 @@ describe("argument and reply layouts", () => {
     r.end();
   });
 
+  it("domain_interface_stats: the domain and the device out, eight hypers back in rx-then-tx order", () => {
+    const w = new XdrWriter();
+    Procedures.domainInterfaceStats.encodeArgs(w, { dom, device: "vnet7" });
+    const args = new XdrReader(w.finish());
+    expect(args.string()).toBe("d");
+    args.fixedOpaque(16);
+    expect(args.int()).toBe(4);
+    expect(args.string()).toBe("vnet7");
+    args.end();
+    const reply = new XdrWriter();
+    for (const v of [2n ** 40n, 5n, 0n, 1n, 123456n, 6n, -1n, 0n]) reply.hyper(v);
+    const r = new XdrReader(reply.finish());
+    expect(Procedures.domainInterfaceStats.decodeReply(r)).toEqual({
+      rxBytes: 2 ** 40,
+      rxPackets: 5,
+      rxErrs: 0,
+      rxDrop: 1,
+      txBytes: 123456,
+      txPackets: 6,
+      txErrs: -1,
+      txDrop: 0,
+    });
+    r.end();
+  });
+
   it("storage_vol_get_info reply: char type is a 4-byte int, sizes are unsigned hyper", () => {
     const r = new XdrReader(Buffer.from("00000000" + "0000000040000000" + "0000000000001000", "hex"));
     expect(Procedures.storageVolGetInfo.decodeReply(r)).toEqual({

@@ -1,0 +1,127 @@
+/**
+ * The requests a proxy's squid has answered since the VM booted, by status
+ * class, counted inside the guest through its agent from squid's access log
+ * (the `status` command). Pure: the program and the reading of its output.
+ *
+ * The program is Python 3, as the in-guest probe's (guest-probe.ts). It reads
+ * squid's native log lines (`time elapsed client action/status bytes method
+ * URL ...`, squid's default `logformat squid`) from the log and the copies
+ * logrotate keeps beside it (`access.log.1`, `access.log.2.gz`, ...; files
+ * last written before the boot are skipped), and counts the lines stamped at
+ * or after the boot (`btime` of /proc/stat). Not counted:
+ * - requests from the VM itself (a loopback client): the in-guest probes the
+ *   provider runs for proxies with auth;
+ * - squid's answers to requests that were not proxy requests (`GET /` sent
+ *   to the proxy port as to a web server): the health check's. squid 5.7
+ *   logs one as `NONE_NONE/400 ... GET /`; a tag of `NONE` or an
+ *   `error:` URL in place of the path is read the same way.
+ * A line it cannot read (another logformat) is counted as unreadable, never
+ * guessed. It prints one JSON object, or `error <reason>`; an interval timer
+ * ends it at its deadline, however large the logs.
+ */
+
+/** Where squid writes its access log on Debian, Ubuntu, Fedora and Alpine (squid's default). */
+export const SQUID_ACCESS_LOG = "/var/log/squid/access.log";
+
+/** The status classes counted, and what holds every other status (squid's 000: no reply was sent). */
+export const STATUS_CLASSES = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"] as const;
+export type StatusClass = (typeof STATUS_CLASSES)[number];
+
+/** Requests by status class since the boot, and lines that were not squid's native format. */
+export interface SquidRequests {
+  byClass: Record<StatusClass, number>;
+  unreadable: number;
+}
+
+/** The program (argv: the log's path, the deadline in ms). */
+export const SQUID_REQUESTS_PROGRAM = `import glob, gzip, json, os, signal, sys
+log, deadline_ms = sys.argv[1], int(sys.argv[2])
+
+class Deadline(BaseException):
+    pass
+
+def expire(signum, frame):
+    raise Deadline()
+
+signal.signal(signal.SIGALRM, expire)
+signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
+counts = {"1xx": 0, "2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0, "other": 0}
+unreadable = 0
+try:
+    boot = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                boot = int(line.split()[1])
+    files = [p for p in glob.glob(log + ".*") if p[len(log) + 1:].split(".")[0].isdigit()]
+    files = [p for p in files if os.stat(p).st_mtime >= boot]
+    if os.path.exists(log):
+        files.append(log)
+    if not files:
+        print("error no access log at " + log)
+        sys.exit(0)
+    for path in files:
+        opened = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+        with opened as f:
+            for raw in f:
+                fields = raw.split()
+                try:
+                    stamp = float(fields[0])
+                    client = fields[2].decode("ascii")
+                    tag, status = fields[3].decode("ascii").rsplit("/", 1)
+                    url = fields[6]
+                    status = int(status)
+                except (IndexError, ValueError, UnicodeDecodeError):
+                    unreadable += 1
+                    continue
+                if stamp < boot:
+                    continue
+                if client.startswith("127.") or client == "::1":
+                    continue
+                if tag in ("NONE", "NONE_NONE") and (url.startswith(b"/") or url.startswith(b"error:")):
+                    continue
+                key = str(status // 100) + "xx"
+                counts[key if key in counts and status >= 100 else "other"] += 1
+    signal.setitimer(signal.ITIMER_REAL, 0)
+except Deadline:
+    print("error the access log was not read within " + str(deadline_ms) + " ms")
+    sys.exit(0)
+except Exception as e:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print("error " + type(e).__name__ + ": " + str(e)[:200].replace("\\n", " "))
+    sys.exit(0)
+print(json.dumps({"byClass": counts, "unreadable": unreadable}))
+`;
+
+/** The program's arguments: the log at `log`, ended at `deadlineMs`. */
+export function squidRequestsArgs(deadlineMs: number, log = SQUID_ACCESS_LOG): string[] {
+  return ["-c", SQUID_REQUESTS_PROGRAM, log, String(deadlineMs)];
+}
+
+/** Reads the program's output: the counts, or why there are none. */
+export function parseSquidRequests(
+  stdout: string,
+  exitcode: number | undefined,
+): { ok: true; requests: SquidRequests } | { ok: false; reason: string } {
+  const text = stdout.trim();
+  if (text.startsWith("error ")) return { ok: false, reason: text.slice(6) };
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    return { ok: false, reason: `the count in the guest printed no result (exit ${exitcode ?? "unknown"})` };
+  }
+  const counts = (doc as { byClass?: unknown })?.byClass as Record<string, unknown> | undefined;
+  const unreadable = (doc as { unreadable?: unknown })?.unreadable;
+  const valid = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+  if (typeof counts !== "object" || counts === null || !valid(unreadable)) {
+    return { ok: false, reason: "the count in the guest printed an unexpected result" };
+  }
+  const byClass = {} as Record<StatusClass, number>;
+  for (const c of STATUS_CLASSES) {
+    const v = counts[c];
+    if (!valid(v)) return { ok: false, reason: `the count in the guest printed no ${c} count` };
+    byClass[c] = v;
+  }
+  return { ok: true, requests: { byClass, unreadable } };
+}

@@ -1,0 +1,100 @@
+import { describe, expect, it } from "vitest";
+import { CliOutputError } from "../../../provider/gc/pulumi-json";
+import { nameOfUrn, stackProxies } from "../../../provider/status/stack-proxies";
+import { parseStatusArgs } from "../../../provider/status/status-command-line";
+
+const STACK = "urn:pulumi:prod::crawl::";
+const FLEET_URN = `${STACK}kvmproxy:index:ProxyFleet::edge`;
+
+function exported(resources: unknown[]): string {
+  return JSON.stringify({ version: 3, deployment: { manifest: {}, resources } });
+}
+
+describe("the stack's proxies, from `pulumi stack export`", () => {
+  it("takes KvmProxy resources of both doors, names a fleet member's fleet, skips what is marked for deletion", () => {
+    const text = exported([
+      { urn: `${STACK}pulumi:pulumi:Stack::crawl-prod`, type: "pulumi:pulumi:Stack" },
+      { urn: FLEET_URN, type: "kvmproxy:index:ProxyFleet" },
+      {
+        urn: `${STACK}kvmproxy:index:ProxyFleet$pulumi-nodejs:dynamic:KvmProxy::edge-0`,
+        type: "pulumi-nodejs:dynamic:KvmProxy",
+        id: "kvm://hv1/edge-0-1a2b3c4d",
+        parent: FLEET_URN,
+        outputs: { state: "running" },
+      },
+      {
+        urn: `${STACK}kvmproxy:index:KvmProxy::solo`,
+        type: "kvmproxy:index:KvmProxy",
+        id: "kvm://hv2/solo-9f8e7d6c",
+        parent: `${STACK}pulumi:pulumi:Stack::crawl-prod`,
+      },
+      {
+        urn: `${STACK}pulumi-nodejs:dynamic:KvmProxy::old`,
+        type: "pulumi-nodejs:dynamic:KvmProxy",
+        id: "kvm://hv1/old-00000000",
+        delete: true,
+      },
+      // Not created yet (a failed first create records no ID).
+      { urn: `${STACK}pulumi-nodejs:dynamic:KvmProxy::pending`, type: "pulumi-nodejs:dynamic:KvmProxy" },
+    ]);
+    expect(stackProxies(text)).toEqual([
+      {
+        urn: `${STACK}kvmproxy:index:ProxyFleet$pulumi-nodejs:dynamic:KvmProxy::edge-0`,
+        id: "kvm://hv1/edge-0-1a2b3c4d",
+        name: "edge-0",
+        fleet: "edge",
+        outputs: { state: "running" },
+      },
+      {
+        urn: `${STACK}kvmproxy:index:KvmProxy::solo`,
+        id: "kvm://hv2/solo-9f8e7d6c",
+        name: "solo",
+        outputs: {},
+      },
+    ]);
+  });
+
+  it("a stack never updated holds none", () => {
+    expect(stackProxies(JSON.stringify({ version: 3, deployment: { manifest: {} } }))).toEqual([]);
+  });
+
+  it.each([
+    ["not JSON, quoting none of it (it holds secrets)", '{"secret":"hunter2-password"', "not JSON"],
+    ["no deployment", "{}", "no deployment object"],
+    ["resources not a list", JSON.stringify({ deployment: { resources: {} } }), "resources is not an array"],
+    ["a resource without a URN", exported([{ type: "x" }]), "resource 0 has no urn"],
+  ])("refuses an export that is %s", (_what, text, reason) => {
+    expect(() => stackProxies(text)).toThrow(CliOutputError);
+    expect(() => stackProxies(text)).toThrow(`unexpected output of pulumi stack export: ${reason}`);
+    try {
+      stackProxies(text);
+    } catch (err) {
+      expect(String(err)).not.toContain("hunter2");
+    }
+  });
+
+  it("a URN's name is its last part", () => {
+    expect(nameOfUrn(`${STACK}a$b::name::with::colons`)).toBe("colons");
+    expect(nameOfUrn("plain")).toBe("plain");
+  });
+});
+
+describe("status's command line", () => {
+  it.each<[string[], object]>([
+    [[], { cwd: "/p", format: "table", help: false }],
+    [["--json", "--stack", "prod"], { cwd: "/p", stack: "prod", format: "json", help: false }],
+    [["--prometheus", "-C", "/q"], { cwd: "/q", format: "prometheus", help: false }],
+    [["-h"], { cwd: "/p", format: "table", help: true }],
+  ])("%j", (argv, want) => {
+    expect(parseStatusArgs(argv, "/p")).toEqual(want);
+  });
+
+  it.each([
+    [["--json", "--prometheus"], "--json and --prometheus are two forms of one output: give one"],
+    [["--stack", ""], "--stack must not be empty"],
+    [["--delete"], "Unknown option '--delete'"],
+    [["extra"], "Unexpected argument 'extra'"],
+  ])("refuses %j", (argv, message) => {
+    expect(() => parseStatusArgs(argv, "/p")).toThrow(message);
+  });
+});

@@ -15,6 +15,11 @@
  *   squid (the replacement is created and passes its health check before
  *   its predecessor goes). The replacement takes an address no member held,
  *   and the namespace's neighbour table never sees one address at two MACs.
+ * - `pulumi-kvm-proxy status` (run in the namespace) reports the member's
+ *   address, egress and health, the bytes of 5 MiB pulled through it within
+ *   5% on its NIC's counters, and its requests by status class exactly
+ *   (answers of the target's own 404 and 503 included); promtool accepts its
+ *   Prometheus text.
  * - After destroy, no domain holds an address of the pool.
  *
  * The members admit the namespace's bridge address without auth
@@ -22,15 +27,16 @@
  * starts beside the stock first boot (vitest.config.mts): its ups get the
  * time first-boot's have.
  */
-import { execFile, execFileSync } from "node:child_process";
+import { execFile, execFileSync, spawnSync } from "node:child_process";
+import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../provider/kvm/host/operations";
-import { allDomains, removeByHand, virsh, Workspace } from "../pulumi/harness";
-import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { allDomains, pulumiEnv, removeByHand, virsh, Workspace } from "../pulumi/harness";
+import { repoRoot, type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
@@ -111,6 +117,36 @@ async function sample(): Promise<{ healthy: number; macs: Map<string, string> }>
     if (m !== null && POOL.includes(m[1] as string)) macs.set(m[1] as string, (m[2] as string).toLowerCase());
   }
   return { healthy: codes.filter((c) => c === "204").length, macs };
+}
+
+const MIB = 1024 * 1024;
+
+/** `pulumi-kvm-proxy status` of the stack, run inside the namespace (its probes reach the guests from there). */
+async function statusText(...args: string[]): Promise<string> {
+  const cmd = [process.execPath, path.join(repoRoot, "dist/provider/cli/main.js"), "status"];
+  const { stdout } = await run(
+    "ip",
+    ["netns", "exec", env.netns, ...cmd, "--cwd", ws.dir, "--stack", ws.stack, ...args],
+    { env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` }, timeout: 300_000 },
+  ).catch((err: { stdout?: string; stderr?: string }) => {
+    throw new Error(`status failed: ${err.stderr ?? ""}\n${err.stdout ?? ""}`);
+  });
+  return stdout;
+}
+
+interface StatusRow {
+  name: string;
+  traffic?: { receivedBytes: number; sentBytes: number };
+  requests?: { byClass: Record<string, number>; unreadable: number };
+  [key: string]: unknown;
+}
+
+/** The status row of member `name`. */
+async function statusOf(name: string): Promise<StatusRow> {
+  const rows = (JSON.parse(await statusText("--json")) as { proxies: StatusRow[] }).proxies;
+  const row = rows.find((r) => r.name === name);
+  if (row === undefined) throw new Error(`status has no row for ${name}: ${JSON.stringify(rows)}`);
+  return row;
 }
 
 /** Sets a domain's recorded creation time (what rotation measures age from). */
@@ -194,6 +230,90 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
         expect(x.egress, x.name).toBe(x.address);
       }
       expect((await sample()).healthy).toBe(SIZE);
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
+
+  it(
+    "status: after 5 MiB and 10 requests through the member (3 answered 404 and 2 answered 503 by the target), its bytes within 5% and its requests exact; promtool accepts its Prometheus text",
+    async () => {
+      const m = members()[0] as ReturnType<typeof members>[number];
+      const before = await statusOf(m.name);
+      expect(before).toMatchObject({
+        fleet: FLEET,
+        host: "local",
+        domain: m.domain,
+        state: "running",
+        addresses: expect.arrayContaining([`${m.address}/24`]),
+        egressAddress: m.address,
+        health: { ok: true },
+        problems: [],
+      });
+      const through = async (path: string) => {
+        const { stdout } = await run("ip", [
+          ...[
+            "netns",
+            "exec",
+            env.netns,
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{size_download}",
+          ],
+          ...[
+            "--max-time",
+            "60",
+            "--noproxy",
+            "",
+            "-x",
+            `http://${m.address}:3128`,
+            new URL(path, env.whoamiUrl).href,
+          ],
+        ]);
+        return stdout.trim();
+      };
+      for (let i = 0; i < 5; i++) expect(await through(`/bytes/${MIB}`)).toBe(`200 ${MIB}`);
+      for (let i = 0; i < 3; i++) expect(await through("/status/404")).toMatch(/^404 /);
+      for (let i = 0; i < 2; i++) expect(await through("/status/503")).toMatch(/^503 /);
+      const after = await statusOf(m.name);
+      const delta = (c: string) =>
+        (after.requests?.byClass[c] as number) - (before.requests?.byClass[c] as number);
+      // status's own read probes through squid too: the health check's URL (204) and the egress check's (200).
+      expect(
+        Object.fromEntries(["1xx", "2xx", "3xx", "4xx", "5xx", "other"].map((c) => [c, delta(c)])),
+      ).toEqual({
+        "1xx": 0,
+        "2xx": 5 + 2,
+        "3xx": 0,
+        "4xx": 3,
+        "5xx": 2,
+        other: 0,
+      });
+      expect(after.requests?.unreadable).toBe(0);
+      // The 5 MiB came into the VM from the target and went out of it to the client.
+      const received = (after.traffic?.receivedBytes as number) - (before.traffic?.receivedBytes as number);
+      const sent = (after.traffic?.sentBytes as number) - (before.traffic?.sentBytes as number);
+      timings.statusBytes = received;
+      for (const [what, n] of [
+        ["received", received],
+        ["sent", sent],
+      ] as const) {
+        expect(n, what).toBeGreaterThanOrEqual(5 * MIB);
+        expect(n, what).toBeLessThanOrEqual(5 * MIB * 1.05);
+      }
+      const text = await statusText("--prometheus");
+      const check = spawnSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
+      expect(`${check.stdout}${check.stderr}`.trim()).toBe("");
+      expect(check.status).toBe(0);
+      expect(text).toMatch(
+        new RegExp(
+          `^kvmproxy_http_requests_total\\{proxy="${m.name}",[^}]*code_class="4xx"\\} ${after.requests?.byClass["4xx"]}$`,
+          "m",
+        ),
+      );
+      expect(text).toMatch(new RegExp(`^kvmproxy_up\\{proxy="${m.name}",[^}]*\\} 1$`, "m"));
     },
     GUEST_TEST_TIMEOUT_MS,
   );

@@ -7,8 +7,8 @@ import { type ChildProcess, spawn } from "node:child_process";
 /**
  * A Python HTTP server inside a network namespace. Modes: `204 ADDR [PORT]`
  * answers every GET with 204; `whoami ADDR [PORT]` answers 200 with the
- * client's address (what a target sees as a proxy's source), and `/bytes/N`
- * with N bytes; `files ADDR DIR [LOG]` serves DIR's files (appending
+ * client's address (what a target sees as a proxy's source), `/bytes/N`
+ * with N bytes, and `/status/N` with status N; `files ADDR DIR [LOG]` serves DIR's files (appending
  * `<status> <path>` per request to LOG when given). It binds PORT (default 0:
  * any; ADDR `::`: every address, IPv4 and IPv6) and prints the port it got.
  */
@@ -23,6 +23,13 @@ class NoContent(http.server.BaseHTTPRequestHandler):
         pass
 class WhoAmI(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path.startswith("/status/"):
+            body = b"as asked"
+            self.send_response(int(self.path[8:]))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/bytes/"):
             n = int(self.path[7:])
             self.send_response(200)

@@ -76,6 +76,15 @@ export interface HealthCheck {
    * addresses, "local" otherwise.
    */
   via?: "local" | "host";
+  /**
+   * Replace the proxy at the first `up` after it has failed every probe for
+   * this long (e.g. "15m", or seconds; at least 30s): a refresh (or an
+   * update) records since when it fails (`health.failingSince`). The
+   * replacement is created, and passes its health check, before the failing
+   * VM is deleted, unless it would collide with it (a fixed name, MAC or
+   * static address). Without it, a failing proxy stays as it is.
+   */
+  replaceAfter?: string | number;
 }
 
 /**
@@ -565,7 +574,7 @@ export interface CheckedInputs {
   /** The port squid listens on: proxy.port, or the shorthand, or 3128. */
   proxyPort: number;
   /** `{}`: `GET /` to the proxy port, answered by squid itself; with url: a request through the proxy. */
-  healthCheck: { url?: string; expectStatus?: number; via?: "local" | "host" } | false;
+  healthCheck: { url?: string; expectStatus?: number; via?: "local" | "host"; replaceAfter?: number } | false;
   egressCheck?: EgressCheck;
   waitForIp: WaitForIp;
   /** In seconds. */

@@ -236,18 +236,40 @@ function probeUrl(f: Failures, property: string, raw: unknown): string | undefin
   return undefined;
 }
 
+type CheckedHealthCheck = Exclude<CheckedInputs["healthCheck"], false>;
+const HEALTH_CHECK_FIELDS: readonly string[] = [
+  "url",
+  "expectStatus",
+  "via",
+  "replaceAfter",
+] satisfies (keyof CheckedHealthCheck)[];
+/**
+ * Shortest healthCheck.replaceAfter: a proxy is judged by the probes of
+ * refreshes and updates, and one failed probe is not a failing proxy.
+ */
+export const MIN_REPLACE_AFTER_SECONDS = 30;
+
 function checkHealth(f: Failures, v: unknown, waitForIp: boolean): CheckedInputs["healthCheck"] {
   if (v === undefined || v === null) return waitForIp ? {} : false;
   if (v === false) return false;
   if (v === UNKNOWN) return {};
   if (!isObject(v)) {
-    f.fail("healthCheck", "must be false or {url, expectStatus}");
+    f.fail("healthCheck", "must be false or {url, expectStatus, via, replaceAfter}");
     return false;
   }
-  const out: { url?: string; expectStatus?: number; via?: "local" | "host" } = {};
+  const out: CheckedHealthCheck = {};
   for (const k of Object.keys(v)) {
-    if (k !== "url" && k !== "expectStatus" && k !== "via")
-      f.fail(`healthCheck.${k}`, "unknown property (known: url, expectStatus, via)");
+    if (!HEALTH_CHECK_FIELDS.includes(k))
+      f.fail(`healthCheck.${k}`, `unknown property (known: ${HEALTH_CHECK_FIELDS.join(", ")})`);
+  }
+  if (given(v.replaceAfter) && v.replaceAfter !== UNKNOWN) {
+    const after = parseDuration(v.replaceAfter);
+    if (after === undefined || after < MIN_REPLACE_AFTER_SECONDS) {
+      f.fail(
+        "healthCheck.replaceAfter",
+        `must be a duration of at least ${MIN_REPLACE_AFTER_SECONDS}s, such as "15m" (a proxy failing that long is replaced at the next up)`,
+      );
+    } else out.replaceAfter = after;
   }
   if (given(v.via) && v.via !== UNKNOWN) {
     if (v.via === "local" || v.via === "host") out.via = v.via;

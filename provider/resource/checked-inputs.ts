@@ -75,7 +75,13 @@ export function decodeChecked(inputs: Props): CheckedInputs {
   )
     f.fail("proxyPort", "must be a port from 1 to 65535");
   expect(f, c, "waitForIp", (v) => WAIT_FOR_IP.includes(v), 'must be true, false, "ipv4", "ipv6" or "any"');
-  expect(f, c, "healthCheck", (v) => v === false || isObject(v), "must be false or {url, expectStatus, via}");
+  expect(
+    f,
+    c,
+    "healthCheck",
+    (v) => v === false || isObject(v),
+    "must be false or {url, expectStatus, via, replaceAfter}",
+  );
   expect(f, c, "egressCheck", (v) => isObject(v) && typeof v.url === "string", "must be {url}");
   expect(
     f,

@@ -16,6 +16,8 @@ export interface ProxyHealth {
   checkedAt: string;
   /** Why it failed (or what answered instead of squid). */
   reason?: string;
+  /** ISO 8601 time of the first probe of the failures that go on now (absent while healthy). */
+  failingSince?: string;
 }
 
 /**

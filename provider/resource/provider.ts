@@ -30,6 +30,7 @@ import { checkHostEntry, hostKeysOf, isHostEntry } from "./check-placement";
 import { decodeChecked } from "./checked-inputs";
 import { bandwidthChanges, collisions, diffProxy, keptReplaceNote, same } from "./diff";
 import { type EngineLog, engineLogFromArgv } from "./engine-log";
+import { failedTooLong, replaceAfterOf, withFailingSince } from "./failing-health";
 import { isSealed } from "./host-connection";
 import { HostsInFull, secretStrings } from "./hosts-in-full";
 import {
@@ -264,6 +265,16 @@ export class KvmProxyRuntime {
       this.engineLog().info(urn, kept);
       await this.engineLog().flush();
       return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
+    }
+    const failing =
+      d.replaces.length === 0 ? failedTooLong(olds, replaceAfterOf(news.healthCheck), Date.now()) : undefined;
+    if (failing !== undefined) {
+      // Failing too long: replaced (created first, then the failing VM deleted), whatever its rotation's turn.
+      this.engineLog().info(urn, failing);
+      const kept = collisions(olds, news);
+      if (kept.length > 0) this.engineLog().info(urn, `replace (delete first: ${kept.join(", ")})`);
+      await this.engineLog().flush();
+      return { changes: true, replaces: ["healthCheck"], deleteBeforeReplace: kept.length > 0 };
     }
     const rotation = news.rotation as RotationSettings | undefined;
     if (d.replaces.length === 0 && typeof rotation === "object" && rotation !== null) {
@@ -500,7 +511,7 @@ export class KvmProxyRuntime {
       1,
     );
     if (health !== undefined) {
-      next.health = health;
+      next.health = withFailingSince(props.health, health);
       if (!health.ok) next.state = "degraded";
     } else delete next.health;
     if (egressAddress !== undefined) next.egressAddress = egressAddress;
@@ -587,7 +598,7 @@ export class KvmProxyRuntime {
       const why = this.readiness().explained(c, host, ip, health.reason ?? "");
       this.engineLog().warn(c.owner?.urn, `the proxy is degraded: ${why}`);
     }
-    const outs = outputsFrom(c, status, health);
+    const outs = outputsFrom(c, status, health && withFailingSince(olds.health, health));
     if (egressAddress !== undefined) outs.egressAddress = egressAddress;
     await this.engineLog().flush();
     return { outs: this.hostsInFull.sealed(outs) };

@@ -84,6 +84,7 @@ const healthCheck: Table<HealthCheck> = {
   url: p(STRING),
   expectStatus: p(INTEGER, { default: DEFAULTS.expectStatus }),
   via: p(STRING),
+  replaceAfter: p(duration),
 };
 
 const egressCheck: Table<EgressCheck> = { url: p(STRING) };
@@ -186,7 +187,12 @@ const nic: Table<NicInput> = {
   primary: p(BOOLEAN),
 };
 
-const health: Table<ProxyHealth> = { ok: p(BOOLEAN), checkedAt: p(STRING), reason: p(STRING) };
+const health: Table<ProxyHealth> = {
+  ok: p(BOOLEAN),
+  checkedAt: p(STRING),
+  reason: p(STRING),
+  failingSince: p(STRING),
+};
 const nicAddresses: Table<NicAddresses> = { mac: p(STRING), addresses: p(strings) };
 const memberPasswords: Table<MemberPasswords> = { secret: p(STRING, { secret: true }) };
 const keptAfterFailure: Table<KeptAfterFailure> = { failedAt: p(STRING), reason: p(STRING) };

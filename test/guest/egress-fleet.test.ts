@@ -20,6 +20,11 @@
  *   5% on its NIC's counters, and its requests by status class exactly
  *   (answers of the target's own 404 and 503 included); promtool accepts its
  *   Prometheus text.
+ * - A member whose squid is stopped in the guest is recorded degraded by
+ *   refresh, with since when; `up` before its healthCheck.replaceAfter
+ *   (30s) only probes it again, the first `up` after it replaces it
+ *   make-before-break (the engine creates the replacement before it deletes
+ *   the failing VM) on an address no member held.
  * - After destroy, no domain holds an address of the pool.
  *
  * The members admit the namespace's bridge address without auth
@@ -35,8 +40,9 @@ import { parseConfig } from "../../provider/kvm/config/host-config";
 import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../provider/kvm/host/operations";
-import { allDomains, pulumiEnv, removeByHand, virsh, Workspace } from "../pulumi/harness";
+import { allDomains, engineSteps, pulumiEnv, removeByHand, virsh, Workspace } from "../pulumi/harness";
 import { repoRoot, type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { waitUntil } from "../support/wait-until";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
@@ -120,6 +126,18 @@ async function sample(): Promise<{ healthy: number; macs: Map<string, string> }>
 }
 
 const MIB = 1024 * 1024;
+/** The members' healthCheck.replaceAfter: the shortest accepted. */
+const REPLACE_AFTER_S = 30;
+
+/** A command run in member `domain` by its guest agent, not waited for. */
+function inGuest(domain: string, path: string, ...args: string[]): void {
+  virsh(
+    host,
+    "qemu-agent-command",
+    domain,
+    JSON.stringify({ execute: "guest-exec", arguments: { path, arg: args } }),
+  );
+}
 
 /** `pulumi-kvm-proxy status` of the stack, run inside the namespace (its probes reach the guests from there). */
 async function statusText(...args: string[]): Promise<string> {
@@ -197,7 +215,7 @@ beforeAll(async () => {
           timeouts: { create: CREATE_TIMEOUT },
           nics: [{ bridge: bridge.name, addressPool: { ranges: [RANGE] }, gateway4: bridge.address4 }],
           proxy: { allowedClients: [`${bridge.address4}/32`], publicClientsWithoutAuth: true },
-          healthCheck: { url: env.targetUrl, expectStatus: 204 },
+          healthCheck: { url: env.targetUrl, expectStatus: 204, replaceAfter: `${REPLACE_AFTER_S}s` },
           egressCheck: { url: env.whoamiUrl },
         },
       },
@@ -314,6 +332,59 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
         ),
       );
       expect(text).toMatch(new RegExp(`^kvmproxy_up\\{proxy="${m.name}",[^}]*\\} 1$`, "m"));
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
+
+  it(
+    "a member whose squid stopped: refresh records it degraded and since when; the next up before healthCheck.replaceAfter probes it again in place, the first after it replaces it (the replacement created, then the failing VM deleted) on a fresh address",
+    async () => {
+      const before = members();
+      const sick = before[0] as (typeof before)[number];
+      inGuest(sick.domain, "/usr/bin/systemctl", "stop", "squid");
+      await waitUntil({
+        what: `squid in ${sick.domain} to stop answering`,
+        check: async () => ({ done: (await sample()).healthy === 0, value: undefined }),
+        progress: async () => "",
+        stallMs: 120_000,
+        ceilingMs: 120_000,
+        pollMs: 1_000,
+      });
+      await cli.must("refresh", "--yes", "--skip-preview");
+      const recorded = ws.proxies().find((p) => String(p.urn).endsWith(`::${sick.name}`))?.outputs ?? {};
+      const health = recorded.health as { ok: boolean; failingSince?: string; reason?: string };
+      expect(recorded.state).toBe("degraded");
+      expect(health).toMatchObject({ ok: false });
+      const failingAt = Date.parse(health.failingSince as string);
+      expect(failingAt).toBeLessThanOrEqual(Date.now());
+      // Before the threshold: an update in place (probed again), no replacement.
+      const early = await cli.must("preview", "--json");
+      const earlyOps = (JSON.parse(early.stdout) as { steps?: { op: string; urn: string }[] }).steps ?? [];
+      expect(earlyOps.filter((st) => st.urn.endsWith(`::${sick.name}`)).map((st) => st.op)).toEqual([
+        "update",
+      ]);
+      await new Promise((r) =>
+        setTimeout(r, Math.max(0, failingAt + REPLACE_AFTER_S * 1000 - Date.now() + 1_000)),
+      );
+      const t0 = performance.now();
+      const r = await cli.watched(["up", "--yes", "--skip-preview", "--json"], watchMembers());
+      timings.failingReplaced = since(t0);
+      expect(r.code, r.output.slice(-4000)).toBe(0);
+      const ops = engineSteps(r.stdout)
+        .filter((st) => st.urn.endsWith(`::${sick.name}`))
+        .map((st) => `${st.op}${st.keys.length > 0 ? `(${st.keys.join(",")})` : ""}`);
+      // Make-before-break: the replacement is created (and passed its health check) before the failing VM goes.
+      expect(ops).toEqual(["create-replacement(healthCheck)", "replace(healthCheck)", "delete-replaced"]);
+      expect(r.output).toContain("replacing: failing its health check since");
+      const held = members();
+      const fresh = held.find((x) => x.name === sick.name) as (typeof held)[number];
+      expect(fresh.domain).not.toBe(sick.domain);
+      expect(before.map((b) => b.address)).not.toContain(fresh.address);
+      expect(allDomains(host)).not.toContain(sick.domain);
+      const after = ws.proxies().find((p) => String(p.urn).endsWith(`::${sick.name}`))?.outputs ?? {};
+      expect(after).toMatchObject({ state: "running", health: { ok: true } });
+      expect((after.health as { failingSince?: string }).failingSince).toBeUndefined();
+      expect((await sample()).healthy).toBe(SIZE);
     },
     GUEST_TEST_TIMEOUT_MS,
   );

@@ -101,6 +101,12 @@ export const BAD: [string, Record<string, unknown>, string, RegExp][] = [
     "healthCheck.via",
     /"local".*"host"/,
   ],
+  [
+    "healthCheck.replaceAfter zero",
+    { healthCheck: { replaceAfter: 0 } },
+    "healthCheck.replaceAfter",
+    /at least 30s/,
+  ],
   // A host given in full, by the rules of a kvm:hosts entry.
   ["host in full without a key", { host: { uri: "unix:///run/x" } }, "host.key", /is required/],
   [

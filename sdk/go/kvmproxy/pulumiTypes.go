@@ -1217,6 +1217,8 @@ func (o FleetRotationPtrOutput) MaxAge() pulumi.AnyOutput {
 type HealthCheck struct {
 	// The HTTP status that counts as healthy (default 200). Only with url.
 	ExpectStatus *int `pulumi:"expectStatus"`
+	// Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+	ReplaceAfter interface{} `pulumi:"replaceAfter"`
 	// The URL requested through the proxy (http:// or https://, the latter via CONNECT).
 	Url *string `pulumi:"url"`
 	// Where the probe goes from: "local" (the machine running Pulumi) or "host" (through the VM's host, over the SSH connection the provider holds, for a guest only its host routes to). Default "host" when the primary NIC is on a libvirt network of an ssh:// host without static addresses, "local" otherwise.
@@ -1251,6 +1253,8 @@ type HealthCheckInput interface {
 type HealthCheckArgs struct {
 	// The HTTP status that counts as healthy (default 200). Only with url.
 	ExpectStatus pulumi.IntPtrInput `pulumi:"expectStatus"`
+	// Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+	ReplaceAfter pulumi.Input `pulumi:"replaceAfter"`
 	// The URL requested through the proxy (http:// or https://, the latter via CONNECT).
 	Url pulumi.StringPtrInput `pulumi:"url"`
 	// Where the probe goes from: "local" (the machine running Pulumi) or "host" (through the VM's host, over the SSH connection the provider holds, for a guest only its host routes to). Default "host" when the primary NIC is on a libvirt network of an ssh:// host without static addresses, "local" otherwise.
@@ -1351,6 +1355,11 @@ func (o HealthCheckOutput) ExpectStatus() pulumi.IntPtrOutput {
 	return o.ApplyT(func(v HealthCheck) *int { return v.ExpectStatus }).(pulumi.IntPtrOutput)
 }
 
+// Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+func (o HealthCheckOutput) ReplaceAfter() pulumi.AnyOutput {
+	return o.ApplyT(func(v HealthCheck) interface{} { return v.ReplaceAfter }).(pulumi.AnyOutput)
+}
+
 // The URL requested through the proxy (http:// or https://, the latter via CONNECT).
 func (o HealthCheckOutput) Url() pulumi.StringPtrOutput {
 	return o.ApplyT(func(v HealthCheck) *string { return v.Url }).(pulumi.StringPtrOutput)
@@ -1393,6 +1402,16 @@ func (o HealthCheckPtrOutput) ExpectStatus() pulumi.IntPtrOutput {
 		}
 		return v.ExpectStatus
 	}).(pulumi.IntPtrOutput)
+}
+
+// Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+func (o HealthCheckPtrOutput) ReplaceAfter() pulumi.AnyOutput {
+	return o.ApplyT(func(v *HealthCheck) interface{} {
+		if v == nil {
+			return nil
+		}
+		return v.ReplaceAfter
+	}).(pulumi.AnyOutput)
 }
 
 // The URL requested through the proxy (http:// or https://, the latter via CONNECT).
@@ -4250,6 +4269,8 @@ func (o ProxyAuthPtrOutput) Username() pulumi.StringPtrOutput {
 type ProxyHealth struct {
 	// ISO 8601 time of the probe.
 	CheckedAt string `pulumi:"checkedAt"`
+	// ISO 8601 time of the first probe of the failures that go on now (absent while healthy).
+	FailingSince *string `pulumi:"failingSince"`
 	// The proxy answered as the health check expects.
 	Ok bool `pulumi:"ok"`
 	// Why it failed (or what answered instead of squid).
@@ -4274,6 +4295,11 @@ func (o ProxyHealthOutput) ToProxyHealthOutputWithContext(ctx context.Context) P
 // ISO 8601 time of the probe.
 func (o ProxyHealthOutput) CheckedAt() pulumi.StringOutput {
 	return o.ApplyT(func(v ProxyHealth) string { return v.CheckedAt }).(pulumi.StringOutput)
+}
+
+// ISO 8601 time of the first probe of the failures that go on now (absent while healthy).
+func (o ProxyHealthOutput) FailingSince() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v ProxyHealth) *string { return v.FailingSince }).(pulumi.StringPtrOutput)
 }
 
 // The proxy answered as the health check expects.
@@ -4317,6 +4343,16 @@ func (o ProxyHealthPtrOutput) CheckedAt() pulumi.StringPtrOutput {
 			return nil
 		}
 		return &v.CheckedAt
+	}).(pulumi.StringPtrOutput)
+}
+
+// ISO 8601 time of the first probe of the failures that go on now (absent while healthy).
+func (o ProxyHealthPtrOutput) FailingSince() pulumi.StringPtrOutput {
+	return o.ApplyT(func(v *ProxyHealth) *string {
+		if v == nil {
+			return nil
+		}
+		return v.FailingSince
 	}).(pulumi.StringPtrOutput)
 }
 

@@ -219,6 +219,10 @@ export interface HealthCheckArgs {
      */
     expectStatus?: pulumi.Input<number | undefined>;
     /**
+     * Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+     */
+    replaceAfter?: pulumi.Input<string | number | undefined>;
+    /**
      * The URL requested through the proxy (http:// or https://, the latter via CONNECT).
      */
     url?: pulumi.Input<string | undefined>;

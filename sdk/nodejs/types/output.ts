@@ -40,6 +40,10 @@ export interface HealthCheck {
      */
     expectStatus?: number;
     /**
+     * Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+     */
+    replaceAfter?: string | number;
+    /**
      * The URL requested through the proxy (http:// or https://, the latter via CONNECT).
      */
     url?: string;
@@ -386,6 +390,10 @@ export interface ProxyHealth {
      * ISO 8601 time of the probe.
      */
     checkedAt: string;
+    /**
+     * ISO 8601 time of the first probe of the failures that go on now (absent while healthy).
+     */
+    failingSince?: string;
     /**
      * The proxy answered as the health check expects.
      */

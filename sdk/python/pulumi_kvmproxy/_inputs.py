@@ -887,6 +887,10 @@ class HealthCheckArgsDict(TypedDict):
     """
     The HTTP status that counts as healthy (default 200). Only with url.
     """
+    replace_after: NotRequired[pulumi.Input[Optional[Union[_builtins.str, _builtins.float]]]]
+    """
+    Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+    """
     url: NotRequired[pulumi.Input[Optional[_builtins.str]]]
     """
     The URL requested through the proxy (http:// or https://, the latter via CONNECT).
@@ -900,12 +904,14 @@ class HealthCheckArgsDict(TypedDict):
 class HealthCheckArgs:
     def __init__(__self__, *,
                  expect_status: pulumi.Input[Optional[_builtins.int]] = None,
+                 replace_after: pulumi.Input[Optional[Union[_builtins.str, _builtins.float]]] = None,
                  url: pulumi.Input[Optional[_builtins.str]] = None,
                  via: pulumi.Input[Optional[_builtins.str]] = None):
         """
         What create waits for once the VM has an IP and cloud-init is done. Without `url`: `GET /` to the proxy port, answered by this proxy's own squid (not a mere TCP connect). With `url`: a request for it through the proxy must return `expectStatus`; with auth, after `GET /`, `url` is requested inside the guest through its agent (the provider has no password). Probes go from where Pulumi runs, or through the VM's host (`via`); refresh probes once, without the in-guest request.
 
         :param pulumi.Input[_builtins.int] expect_status: The HTTP status that counts as healthy (default 200). Only with url.
+        :param pulumi.Input[Union[_builtins.str, _builtins.float]] replace_after: Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
         :param pulumi.Input[_builtins.str] url: The URL requested through the proxy (http:// or https://, the latter via CONNECT).
         :param pulumi.Input[_builtins.str] via: Where the probe goes from: "local" (the machine running Pulumi) or "host" (through the VM's host, over the SSH connection the provider holds, for a guest only its host routes to). Default "host" when the primary NIC is on a libvirt network of an ssh:// host without static addresses, "local" otherwise.
         """
@@ -913,6 +919,8 @@ class HealthCheckArgs:
             expect_status = 200
         if expect_status is not None:
             pulumi.set(__self__, "expect_status", expect_status)
+        if replace_after is not None:
+            pulumi.set(__self__, "replace_after", replace_after)
         if url is not None:
             pulumi.set(__self__, "url", url)
         if via is not None:
@@ -929,6 +937,18 @@ class HealthCheckArgs:
     @expect_status.setter
     def expect_status(self, value: pulumi.Input[Optional[_builtins.int]]):
         pulumi.set(self, "expect_status", value)
+
+    @_builtins.property
+    @pulumi.getter(name="replaceAfter")
+    def replace_after(self) -> pulumi.Input[Optional[Union[_builtins.str, _builtins.float]]]:
+        """
+        Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+        """
+        return pulumi.get(self, "replace_after")
+
+    @replace_after.setter
+    def replace_after(self, value: pulumi.Input[Optional[Union[_builtins.str, _builtins.float]]]):
+        pulumi.set(self, "replace_after", value)
 
     @_builtins.property
     @pulumi.getter

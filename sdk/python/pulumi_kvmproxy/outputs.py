@@ -111,6 +111,8 @@ class HealthCheck(dict):
         suggest = None
         if key == "expectStatus":
             suggest = "expect_status"
+        elif key == "replaceAfter":
+            suggest = "replace_after"
 
         if suggest:
             pulumi.log.warn(f"Key '{key}' not found in HealthCheck. Access the value via the '{suggest}' property getter instead.")
@@ -125,12 +127,14 @@ class HealthCheck(dict):
 
     def __init__(__self__, *,
                  expect_status: Optional[_builtins.int] = None,
+                 replace_after: Optional[Any] = None,
                  url: Optional[_builtins.str] = None,
                  via: Optional[_builtins.str] = None):
         """
         What create waits for once the VM has an IP and cloud-init is done. Without `url`: `GET /` to the proxy port, answered by this proxy's own squid (not a mere TCP connect). With `url`: a request for it through the proxy must return `expectStatus`; with auth, after `GET /`, `url` is requested inside the guest through its agent (the provider has no password). Probes go from where Pulumi runs, or through the VM's host (`via`); refresh probes once, without the in-guest request.
 
         :param _builtins.int expect_status: The HTTP status that counts as healthy (default 200). Only with url.
+        :param Union[_builtins.str, _builtins.float] replace_after: Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
         :param _builtins.str url: The URL requested through the proxy (http:// or https://, the latter via CONNECT).
         :param _builtins.str via: Where the probe goes from: "local" (the machine running Pulumi) or "host" (through the VM's host, over the SSH connection the provider holds, for a guest only its host routes to). Default "host" when the primary NIC is on a libvirt network of an ssh:// host without static addresses, "local" otherwise.
         """
@@ -138,6 +142,8 @@ class HealthCheck(dict):
             expect_status = 200
         if expect_status is not None:
             pulumi.set(__self__, "expect_status", expect_status)
+        if replace_after is not None:
+            pulumi.set(__self__, "replace_after", replace_after)
         if url is not None:
             pulumi.set(__self__, "url", url)
         if via is not None:
@@ -150,6 +156,14 @@ class HealthCheck(dict):
         The HTTP status that counts as healthy (default 200). Only with url.
         """
         return pulumi.get(self, "expect_status")
+
+    @_builtins.property
+    @pulumi.getter(name="replaceAfter")
+    def replace_after(self) -> Optional[Any]:
+        """
+        Replace the proxy at the first `up` after it has failed every probe for this long (e.g. "15m", or seconds; at least 30s): a refresh (or an update) records since when it fails (`health.failingSince`). The replacement is created, and passes its health check, before the failing VM is deleted, unless it would collide with it (a fixed name, MAC or static address). Without it, a failing proxy stays as it is.
+        """
+        return pulumi.get(self, "replace_after")
 
     @_builtins.property
     @pulumi.getter
@@ -989,6 +1003,8 @@ class ProxyHealth(dict):
         suggest = None
         if key == "checkedAt":
             suggest = "checked_at"
+        elif key == "failingSince":
+            suggest = "failing_since"
 
         if suggest:
             pulumi.log.warn(f"Key '{key}' not found in ProxyHealth. Access the value via the '{suggest}' property getter instead.")
@@ -1004,16 +1020,20 @@ class ProxyHealth(dict):
     def __init__(__self__, *,
                  checked_at: _builtins.str,
                  ok: _builtins.bool,
+                 failing_since: Optional[_builtins.str] = None,
                  reason: Optional[_builtins.str] = None):
         """
         The proxy's health as the last create, update or refresh probed it.
 
         :param _builtins.str checked_at: ISO 8601 time of the probe.
         :param _builtins.bool ok: The proxy answered as the health check expects.
+        :param _builtins.str failing_since: ISO 8601 time of the first probe of the failures that go on now (absent while healthy).
         :param _builtins.str reason: Why it failed (or what answered instead of squid).
         """
         pulumi.set(__self__, "checked_at", checked_at)
         pulumi.set(__self__, "ok", ok)
+        if failing_since is not None:
+            pulumi.set(__self__, "failing_since", failing_since)
         if reason is not None:
             pulumi.set(__self__, "reason", reason)
 
@@ -1032,6 +1052,14 @@ class ProxyHealth(dict):
         The proxy answered as the health check expects.
         """
         return pulumi.get(self, "ok")
+
+    @_builtins.property
+    @pulumi.getter(name="failingSince")
+    def failing_since(self) -> Optional[_builtins.str]:
+        """
+        ISO 8601 time of the first probe of the failures that go on now (absent while healthy).
+        """
+        return pulumi.get(self, "failing_since")
 
     @_builtins.property
     @pulumi.getter

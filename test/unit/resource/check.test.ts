@@ -166,6 +166,42 @@ describe("check accepts", () => {
   });
 });
 
+describe("healthCheck.replaceAfter", () => {
+  it.each<[unknown, number]>([
+    ["15m", 900],
+    ["30s", 30],
+    [3600, 3600],
+    ["1d2h", 93_600],
+  ])("%j is kept as %i seconds", (given, seconds) => {
+    const r = check({ ...good, healthCheck: { replaceAfter: given } });
+    expect(r.failures).toEqual([]);
+    expect(r.inputs.healthCheck).toEqual({ replaceAfter: seconds });
+  });
+
+  it.each<[unknown]>([[0], [-60], ["-5m"], ["29s"], ["soon"], [true], [Number.POSITIVE_INFINITY]])(
+    "%j is refused, naming it",
+    (given) => {
+      const r = check({ ...good, healthCheck: { replaceAfter: given } });
+      expect(r.failures).toEqual([
+        {
+          property: "healthCheck.replaceAfter",
+          reason:
+            'must be a duration of at least 30s, such as "15m" (a proxy failing that long is replaced at the next up)',
+        },
+      ]);
+    },
+  );
+
+  it("a misspelt field is named with the known ones", () => {
+    expect(check({ ...good, healthCheck: { replaceAfer: "15m" } }).failures).toEqual([
+      {
+        property: "healthCheck.replaceAfer",
+        reason: "unknown property (known: url, expectStatus, via, replaceAfter)",
+      },
+    ]);
+  });
+});
+
 describe("check rejects, naming the property", () => {
   it.each(BAD)("%s", (_what, change, property, reason) => {
     const news: Record<string, unknown> = { ...good, ...change };

@@ -9,6 +9,7 @@ import { messageOf } from "../errors";
 import { GC_USAGE, parseGcArgs, UsageError } from "../gc/command-line";
 import { formatJson, formatProblems, formatText } from "../gc/report";
 import { exitCodeOf, runGc } from "../gc/sweep";
+import { parseRetireArgs, RETIRE_USAGE, runRetire } from "../retire/retire-command";
 import { runStatus } from "../status/collect";
 import { parseStatusArgs, STATUS_USAGE } from "../status/status-command-line";
 import { formatPrometheus, formatTable, formatJson as statusJson } from "../status/status-report";
@@ -19,6 +20,8 @@ const USAGE = `Usage: pulumi-kvm-proxy <command> [options]
 Commands:
   gc        list (and with --delete, delete) VMs whose owning stack no longer holds them
   status    the stack's proxies now: state, addresses, health, age, traffic and requests
+  retire    replace a proxy at the next up (written to the stack config: kvm:retire)
+  block     replace the proxy holding an address, and keep pools from handing it out (kvm:blockedAddresses)
   console   print a VM's boot output (cloud-init's log, or its serial console), secrets masked
 
 Run \`pulumi-kvm-proxy <command> --help\` for a command's options.`;
@@ -36,6 +39,7 @@ export async function main(
   }
   if (command === "console") return consoleCommand(rest, out, err);
   if (command === "status") return statusCommand(rest, out, err);
+  if (command === "retire" || command === "block") return retireCommand(command, rest, out, err);
   if (command !== "gc") {
     err(`error: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
     return 2;
@@ -86,6 +90,32 @@ async function statusCommand(
     const msg = messageOf(e);
     if (e instanceof UsageError) {
       err(`error: ${msg}\n\n${STATUS_USAGE}\n`);
+      return 2;
+    }
+    err(`error: ${msg}\n`);
+    return 1;
+  }
+}
+
+/** `retire <proxy>` and `block <address>`: what the next up will do on stdout (exit 0), or why not (exit 1). */
+async function retireCommand(
+  kind: "retire" | "block",
+  argv: readonly string[],
+  out: (s: string) => void,
+  err: (s: string) => void,
+): Promise<number> {
+  try {
+    const options = parseRetireArgs(kind, argv, process.cwd());
+    if (options.help) {
+      out(`${RETIRE_USAGE}\n`);
+      return 0;
+    }
+    out(`${await runRetire(options)}\n`);
+    return 0;
+  } catch (e) {
+    const msg = messageOf(e);
+    if (e instanceof UsageError) {
+      err(`error: ${msg}\n\n${RETIRE_USAGE}\n`);
       return 2;
     }
     err(`error: ${msg}\n`);

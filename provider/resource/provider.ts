@@ -47,6 +47,7 @@ import { probeInputsOf } from "./probe-target";
 import { progressText } from "./progress-text";
 import { Readiness } from "./readiness";
 import { decodeState, type RecordedState } from "./recorded-state";
+import { blockedNow, nameOfUrn, retiredNow } from "./retirement";
 import { ageSeconds, type Member, RotationRounds, type RotationSettings } from "./rotation";
 import { emptyStackConfig, readStackConfig, type StackConfig } from "./stack-config";
 
@@ -266,15 +267,22 @@ export class KvmProxyRuntime {
       await this.engineLog().flush();
       return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
     }
-    const failing =
-      d.replaces.length === 0 ? failedTooLong(olds, replaceAfterOf(news.healthCheck), Date.now()) : undefined;
-    if (failing !== undefined) {
-      // Failing too long: replaced (created first, then the failing VM deleted), whatever its rotation's turn.
-      this.engineLog().info(urn, failing);
+    // Failing too long, retired, or holding a blocked address: replaced (created first, then the old VM
+    // deleted), whatever its rotation's turn.
+    const now = Date.now();
+    const failing = failedTooLong(olds, replaceAfterOf(news.healthCheck), now);
+    const demanded =
+      failing !== undefined
+        ? { key: "healthCheck", note: failing }
+        : urn !== undefined
+          ? retiredNow(olds, nameOfUrn(urn), this.config.retire, this.config.blocked, now)
+          : undefined;
+    if (d.replaces.length === 0 && demanded !== undefined) {
+      this.engineLog().info(urn, demanded.note);
       const kept = collisions(olds, news);
       if (kept.length > 0) this.engineLog().info(urn, `replace (delete first: ${kept.join(", ")})`);
       await this.engineLog().flush();
-      return { changes: true, replaces: ["healthCheck"], deleteBeforeReplace: kept.length > 0 };
+      return { changes: true, replaces: [demanded.key], deleteBeforeReplace: kept.length > 0 };
     }
     const rotation = news.rotation as RotationSettings | undefined;
     if (d.replaces.length === 0 && typeof rotation === "object" && rotation !== null) {
@@ -358,8 +366,12 @@ export class KvmProxyRuntime {
         : checked;
     const placed = placementOf(checked.host);
     let c = placed.pool === undefined ? onHost(placed.key) : checked;
-    const specOf = (x: CheckedInputs, host?: string) =>
-      withBakeUserData(createSpec(x, this.backend(), host), x, this.config.images);
+    // A pool never hands out an address blocked now (kvm:blockedAddresses).
+    const avoid = blockedNow(this.config.blocked, Date.now());
+    const specOf = (x: CheckedInputs, host?: string) => ({
+      ...withBakeUserData(createSpec(x, this.backend(), host), x, this.config.images),
+      ...(avoid.length > 0 ? { avoidAddresses: avoid } : {}),
+    });
     const spec = specOf(c);
     const forHost = (key: string) => {
       c = onHost(key);

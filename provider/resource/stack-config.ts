@@ -9,7 +9,9 @@
  *   ssh:// host that names no privateKey, privateKeyPath or agentSocket;
  * - `kvm:stateKey` (set it with `--secret`): what the dynamic provider seals
  *   a host given in full with key material under in its outputs
- *   (host-connection.ts).
+ *   (host-connection.ts);
+ * - `kvm:retire` and `kvm:blockedAddresses`: proxies and addresses to
+ *   retire at the next `up` (retirement.ts).
  *
  * Dynamic providers receive the whole stack config in `configure`, secrets
  * decrypted. Each host and image is parsed on its own, so one broken entry
@@ -23,6 +25,7 @@ import { privateKeyContentProblem } from "../kvm/config/ssh-reach";
 import { given, isObject } from "../kvm/fields";
 import { type Failures, internalFailure, type ValidationFailure } from "../kvm/validation";
 import type { ConfigKeyName } from "../schema/type-spec";
+import { type BlockedAddress, parseBlockedAddresses, parseRetirements, type Retirement } from "./retirement";
 import { bakeUserDataMac, SET_STATE_KEY, stateKeyProblem } from "./state-key";
 
 /** Stack config keys read: each key of the configuration (schema/type-spec.ts) under `kvm:`. */
@@ -31,6 +34,8 @@ export const CONFIG_KEYS: { readonly [K in ConfigKeyName]: `kvm:${K}` } = {
   images: "kvm:images",
   sshPrivateKey: "kvm:sshPrivateKey",
   stateKey: "kvm:stateKey",
+  retire: "kvm:retire",
+  blockedAddresses: "kvm:blockedAddresses",
 } as const;
 
 /** The parsed stack config: what parsed, and the failures of what did not, per entry. */
@@ -48,11 +53,15 @@ export interface StackConfig {
   stateKey?: string;
   /** Why the `kvm:stateKey` set is not usable (failing only the proxies that need it). */
   stateKeyProblem?: string;
+  /** `kvm:retire`: proxies to replace at the next `up`, by resource name. */
+  retire: Record<string, Retirement>;
+  /** `kvm:blockedAddresses`: addresses out of service, by canonical address. */
+  blocked: Record<string, BlockedAddress>;
 }
 
 /** An empty configuration (before configure ran, or with no `kvm:*` keys). */
 export function emptyStackConfig(): StackConfig {
-  return { hosts: {}, images: {}, hostFailures: {}, imageFailures: {}, general: [] };
+  return { hosts: {}, images: {}, hostFailures: {}, imageFailures: {}, general: [], retire: {}, blocked: {} };
 }
 
 /**
@@ -103,7 +112,7 @@ export function parseHostEntry(
  * is a failure naming its config path (a broken entry fails only the
  * resources that use it), and reasons quote no secret.
  */
-export function readStackConfig(get: (key: string) => unknown): StackConfig {
+export function readStackConfig(get: (key: string) => unknown, now: number = Date.now()): StackConfig {
   const out = emptyStackConfig();
   const read = (key: string): unknown => {
     try {
@@ -144,6 +153,14 @@ export function readStackConfig(get: (key: string) => unknown): StackConfig {
   out.imageFailures = images.failures;
   keyBakeUserData(out);
   out.general.push(...hosts.general, ...images.general);
+  const retire = parseRetirements(decodeConfigValue(read(CONFIG_KEYS.retire)), CONFIG_KEYS.retire, now);
+  const blocked = parseBlockedAddresses(
+    decodeConfigValue(read(CONFIG_KEYS.blockedAddresses)),
+    CONFIG_KEYS.blockedAddresses,
+  );
+  out.retire = retire.values;
+  out.blocked = blocked.values;
+  out.general.push(...retire.failures, ...blocked.failures);
   return out;
 }
 

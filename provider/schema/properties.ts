@@ -60,6 +60,7 @@ import {
   PACKAGE,
   type Prop,
   STRING,
+  STRING_MAP,
   STRINGS as strings,
   type Table,
   type TypeSpec,
@@ -400,6 +401,20 @@ export const CONFIG: Readonly<Record<string, Prop>> = {
     secret: true,
     description: "The SSH private key for every ssh:// host that names no key or agent of its own.",
   }),
+  retire: p(
+    { type: "object", additionalProperties: STRING_MAP },
+    {
+      description:
+        "Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.",
+    },
+  ),
+  blockedAddresses: p(
+    { type: "object", additionalProperties: STRING_MAP },
+    {
+      description:
+        "Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.",
+    },
+  ),
   stateKey: p(STRING, {
     secret: true,
     description:

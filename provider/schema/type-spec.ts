@@ -12,7 +12,14 @@
 export const PACKAGE = "kvmproxy";
 
 /** The configuration's keys, the same in the dynamic class's namespace and the plugin's (config-namespace.ts). */
-export const CONFIG_KEY_NAMES = ["hosts", "images", "sshPrivateKey", "stateKey"] as const;
+export const CONFIG_KEY_NAMES = [
+  "hosts",
+  "images",
+  "sshPrivateKey",
+  "stateKey",
+  "retire",
+  "blockedAddresses",
+] as const;
 export type ConfigKeyName = (typeof CONFIG_KEY_NAMES)[number];
 
 /** A type as the schema writes it: a primitive, an array, a map, a reference or a union. */

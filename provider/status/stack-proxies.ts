@@ -8,6 +8,7 @@
 import { CliOutputError } from "../gc/pulumi-json";
 import { PROXY_FLEET_TYPE } from "../program/proxy-fleet";
 import { KVM_PROXY_TYPE } from "../resource/args";
+import { nameOfUrn } from "../resource/retirement";
 import { KVM_PROXY_TOKEN } from "../schema/properties";
 
 /** A KvmProxy of the stack, as its state records it. */
@@ -25,12 +26,6 @@ const PROXY_TYPES: ReadonlySet<string> = new Set([KVM_PROXY_TYPE, KVM_PROXY_TOKE
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-/** The last part of a URN: the resource's name. */
-export function nameOfUrn(urn: string): string {
-  const i = urn.lastIndexOf("::");
-  return i === -1 ? urn : urn.slice(i + 2);
 }
 
 /** The proxies of the export, in the state's order; resources marked for deletion are left out. */

@@ -36,8 +36,10 @@ export class Provider extends pulumi.ProviderResource {
         let resourceInputs: pulumi.Inputs = {};
         opts = opts || {};
         {
+            resourceInputs["blockedAddresses"] = pulumi.output(args?.blockedAddresses).apply(JSON.stringify);
             resourceInputs["hosts"] = pulumi.output(args?.hosts).apply(JSON.stringify);
             resourceInputs["images"] = pulumi.output(args?.images).apply(JSON.stringify);
+            resourceInputs["retire"] = pulumi.output(args?.retire).apply(JSON.stringify);
             resourceInputs["sshPrivateKey"] = args?.sshPrivateKey ? pulumi.secret(args.sshPrivateKey) : undefined;
             resourceInputs["stateKey"] = args?.stateKey ? pulumi.secret(args.stateKey) : undefined;
         }
@@ -51,6 +53,10 @@ export class Provider extends pulumi.ProviderResource {
  */
 export interface ProviderArgs {
     /**
+     * Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+     */
+    blockedAddresses?: pulumi.Input<{[key: string]: pulumi.Input<{[key: string]: pulumi.Input<string>}>} | undefined>;
+    /**
      * The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
      */
     hosts?: pulumi.Input<{[key: string]: pulumi.Input<inputs.HostConfigArgs>} | undefined>;
@@ -58,6 +64,10 @@ export interface ProviderArgs {
      * The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
      */
     images?: pulumi.Input<{[key: string]: pulumi.Input<inputs.ImageConfigArgs>} | undefined>;
+    /**
+     * Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+     */
+    retire?: pulumi.Input<{[key: string]: pulumi.Input<{[key: string]: pulumi.Input<string>}>} | undefined>;
     /**
      * The SSH private key for every ssh:// host that names no key or agent of its own.
      */

@@ -288,8 +288,8 @@ describe("architecture", () => {
     },
   );
 
-  it.each(under("provider/status").map((s) => [s.file] as const))(
-    "%s, the status command, reaches hosts only through the runtime's read and operations: no host code of its own",
+  it.each([...under("provider/status"), ...under("provider/retire")].map((s) => [s.file] as const))(
+    "%s, a fleet command, reaches hosts only through the runtime's read and operations: no host code of its own",
     (file) => {
       const bad = edges(file).filter(
         (i) => !i.typeOnly && /^provider\/(kvm\/host|libvirt|transport)\//.test(i.target),
@@ -304,19 +304,19 @@ describe("architecture", () => {
   });
 
   const LAYERS: [string, RegExp][] = [
-    ["provider/transport", /^provider\/(libvirt|kvm|probes|resource|program|gc|status|cli|plugin)\//],
-    ["provider/libvirt", /^provider\/(kvm|probes|resource|program|gc|status|cli|plugin)\//],
-    ["provider/kvm", /^provider\/(probes|resource|program|gc|status|cli|plugin)\//],
+    ["provider/transport", /^provider\/(libvirt|kvm|probes|resource|program|gc|status|retire|cli|plugin)\//],
+    ["provider/libvirt", /^provider\/(kvm|probes|resource|program|gc|status|retire|cli|plugin)\//],
+    ["provider/kvm", /^provider\/(probes|resource|program|gc|status|retire|cli|plugin)\//],
     // Probes ask a running proxy over the network; they know the core's grammar, not the resource's inputs.
-    ["provider/probes", /^provider\/(resource|program|schema|gc|status|cli|plugin)\//],
+    ["provider/probes", /^provider\/(resource|program|schema|gc|status|retire|cli|plugin)\//],
     // The resource layer writes its properties' types in the schema's words (a leaf with no imports).
     [
       "provider/resource",
-      /^provider\/(program|gc|status|cli|plugin)\/|^provider\/schema\/(?!type-spec\.ts$)/,
+      /^provider\/(program|gc|status|retire|cli|plugin)\/|^provider\/schema\/(?!type-spec\.ts$)/,
     ],
     // What runs in the user's program stands on the lifecycle's types and rules, never on a front door.
-    ["provider/program", /^provider\/(gc|status|cli|plugin)\//],
-    ["provider/schema", /^provider\/(gc|status|cli|plugin)\//],
+    ["provider/program", /^provider\/(gc|status|retire|cli|plugin)\//],
+    ["provider/schema", /^provider\/(gc|status|retire|cli|plugin)\//],
   ];
   it.each(LAYERS)("nothing in %s imports a layer above it", (folder, above) => {
     const bad = under(folder).flatMap((s) =>

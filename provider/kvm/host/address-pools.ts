@@ -97,7 +97,7 @@ export class AddressPools {
   /**
    * Gives each pool NIC of VM `name` (on `host`; the addresses unique over
    * `shared`, the hosts its segment spans) a free address of each family of
-   * its pool, and reserves them. NICs with addresses already are left as
+   * its pool, none of `avoid` (blocked addresses), and reserves them. NICs with addresses already are left as
    * they are (a restart of a VM the state records). Nothing to take: no
    * lock, no call.
    */
@@ -106,10 +106,13 @@ export class AddressPools {
     host: string,
     shared: readonly string[],
     nics: readonly CheckedNic[],
+    avoid: readonly string[] = [],
   ): Promise<Allocation> {
     const wanted = nics.some((n) => n.addressPool !== undefined && n.addresses.length === 0);
     if (!wanted) return Promise.resolve({ nics: [...nics], reservations: { host, volumes: [] } });
-    const mine = this.chain.catch(() => undefined).then(() => this.allocateNow(name, host, shared, nics));
+    const mine = this.chain
+      .catch(() => undefined)
+      .then(() => this.allocateNow(name, host, shared, nics, avoid));
     this.chain = mine;
     return mine;
   }
@@ -163,6 +166,7 @@ export class AddressPools {
     host: string,
     shared: readonly string[],
     nics: readonly CheckedNic[],
+    avoid: readonly string[],
   ): Promise<Allocation> {
     const lockHost = lockHostOf(shared);
     return underHostLock(
@@ -182,13 +186,14 @@ export class AddressPools {
             continue;
           }
           const segment = segmentOf(nic) as string;
-          const taken = await this.taken(segment, shared, name);
+          // Blocked addresses count as taken: never handed out, whoever asks.
+          const taken = new Set([...(await this.taken(segment, shared, name)), ...avoid]);
           const choice = allocate(pool, taken);
           await this.counted?.(name);
           if ("full" in choice) {
             throw new ProviderError(
               "permanent",
-              `no free address on ${segment} for ${name}: ${choice.full} (by VMs of any stack on ${shared.join(", ")}, or reserved by creates in flight)`,
+              `no free address on ${segment} for ${name}: ${choice.full} (by VMs of any stack on ${shared.join(", ")}, or reserved by creates in flight${avoid.length > 0 ? `, or blocked: ${avoid.join(", ")}` : ""})`,
             );
           }
           for (const cidr of choice.addresses) {

@@ -51,6 +51,8 @@ export interface CreateSpec extends SeedSpec {
   specHash: string;
   proxyPort: number;
   tags?: Record<string, string>;
+  /** Addresses a pool NIC must not take (blocked ones), canonical. */
+  avoidAddresses?: readonly string[];
 }
 
 /** What create reports. */

@@ -211,7 +211,13 @@ export async function provision(
   try {
     if (placed !== undefined && options.forHost !== undefined)
       spec = { ...options.forHost(placed.host), host: placed.host };
-    allocation = await ops.addresses.allocate(spec.name, spec.host, options.pool ?? [spec.host], spec.nics);
+    allocation = await ops.addresses.allocate(
+      spec.name,
+      spec.host,
+      options.pool ?? [spec.host],
+      spec.nics,
+      spec.avoidAddresses,
+    );
   } catch (err) {
     if (placed !== undefined) await ops.placer.release(placed).catch(() => undefined);
     throw err;

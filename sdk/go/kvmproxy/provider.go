@@ -39,10 +39,14 @@ func NewProvider(ctx *pulumi.Context,
 }
 
 type providerArgs struct {
+	// Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+	BlockedAddresses map[string]map[string]string `pulumi:"blockedAddresses"`
 	// The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
 	Hosts map[string]HostConfig `pulumi:"hosts"`
 	// The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
 	Images map[string]ImageConfig `pulumi:"images"`
+	// Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+	Retire map[string]map[string]string `pulumi:"retire"`
 	// The SSH private key for every ssh:// host that names no key or agent of its own.
 	SshPrivateKey *string `pulumi:"sshPrivateKey"`
 	// At least 32 characters (e.g. `openssl rand -base64 32`), kept: what a bake's user-data is named by a keyed digest under in the state and the VMs' metadata (required by an image whose bake has userData).
@@ -51,10 +55,14 @@ type providerArgs struct {
 
 // The set of arguments for constructing a Provider resource.
 type ProviderArgs struct {
+	// Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+	BlockedAddresses pulumi.StringMapMapInput
 	// The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
 	Hosts HostConfigMapInput
 	// The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
 	Images ImageConfigMapInput
+	// Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+	Retire pulumi.StringMapMapInput
 	// The SSH private key for every ssh:// host that names no key or agent of its own.
 	SshPrivateKey pulumi.StringPtrInput
 	// At least 32 characters (e.g. `openssl rand -base64 32`), kept: what a bake's user-data is named by a keyed digest under in the state and the VMs' metadata (required by an image whose bake has userData).

@@ -10,6 +10,17 @@ declare var exports: any;
 const __config = new pulumi.Config("kvmproxy");
 
 /**
+ * Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+ */
+export declare const blockedAddresses: {[key: string]: {[key: string]: string}} | undefined;
+Object.defineProperty(exports, "blockedAddresses", {
+    get() {
+        return __config.getObject<{[key: string]: {[key: string]: string}}>("blockedAddresses");
+    },
+    enumerable: true,
+});
+
+/**
  * The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
  */
 export declare const hosts: {[key: string]: outputs.HostConfig} | undefined;
@@ -27,6 +38,17 @@ export declare const images: {[key: string]: outputs.ImageConfig} | undefined;
 Object.defineProperty(exports, "images", {
     get() {
         return __config.getObject<{[key: string]: outputs.ImageConfig}>("images");
+    },
+    enumerable: true,
+});
+
+/**
+ * Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+ */
+export declare const retire: {[key: string]: {[key: string]: string}} | undefined;
+Object.defineProperty(exports, "retire", {
+    get() {
+        return __config.getObject<{[key: string]: {[key: string]: string}}>("retire");
     },
     enumerable: true,
 });

@@ -20,26 +20,46 @@ __all__ = ['ProviderArgs', 'Provider']
 @pulumi.input_type
 class ProviderArgs:
     def __init__(__self__, *,
+                 blocked_addresses: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]] = None,
                  hosts: pulumi.Input[Optional[Mapping[str, pulumi.Input['HostConfigArgs']]]] = None,
                  images: pulumi.Input[Optional[Mapping[str, pulumi.Input['ImageConfigArgs']]]] = None,
+                 retire: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]] = None,
                  ssh_private_key: pulumi.Input[Optional[_builtins.str]] = None,
                  state_key: pulumi.Input[Optional[_builtins.str]] = None):
         """
         The set of arguments for constructing a Provider resource.
 
+        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] blocked_addresses: Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
         :param pulumi.Input[Mapping[str, pulumi.Input['HostConfigArgs']]] hosts: The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
         :param pulumi.Input[Mapping[str, pulumi.Input['ImageConfigArgs']]] images: The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
+        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] retire: Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
         :param pulumi.Input[_builtins.str] ssh_private_key: The SSH private key for every ssh:// host that names no key or agent of its own.
         :param pulumi.Input[_builtins.str] state_key: At least 32 characters (e.g. `openssl rand -base64 32`), kept: what a bake's user-data is named by a keyed digest under in the state and the VMs' metadata (required by an image whose bake has userData).
         """
+        if blocked_addresses is not None:
+            pulumi.set(__self__, "blocked_addresses", blocked_addresses)
         if hosts is not None:
             pulumi.set(__self__, "hosts", hosts)
         if images is not None:
             pulumi.set(__self__, "images", images)
+        if retire is not None:
+            pulumi.set(__self__, "retire", retire)
         if ssh_private_key is not None:
             pulumi.set(__self__, "ssh_private_key", ssh_private_key)
         if state_key is not None:
             pulumi.set(__self__, "state_key", state_key)
+
+    @_builtins.property
+    @pulumi.getter(name="blockedAddresses")
+    def blocked_addresses(self) -> pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]]:
+        """
+        Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+        """
+        return pulumi.get(self, "blocked_addresses")
+
+    @blocked_addresses.setter
+    def blocked_addresses(self, value: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]]):
+        pulumi.set(self, "blocked_addresses", value)
 
     @_builtins.property
     @pulumi.getter
@@ -64,6 +84,18 @@ class ProviderArgs:
     @images.setter
     def images(self, value: pulumi.Input[Optional[Mapping[str, pulumi.Input['ImageConfigArgs']]]]):
         pulumi.set(self, "images", value)
+
+    @_builtins.property
+    @pulumi.getter
+    def retire(self) -> pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]]:
+        """
+        Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+        """
+        return pulumi.get(self, "retire")
+
+    @retire.setter
+    def retire(self, value: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]]):
+        pulumi.set(self, "retire", value)
 
     @_builtins.property
     @pulumi.getter(name="sshPrivateKey")
@@ -96,8 +128,10 @@ class Provider(pulumi.ProviderResource):
     def __init__(__self__,
                  resource_name: str,
                  opts: Optional[pulumi.ResourceOptions] = None,
+                 blocked_addresses: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]] = None,
                  hosts: pulumi.Input[Optional[Mapping[str, pulumi.Input[Union['HostConfigArgs', 'HostConfigArgsDict']]]]] = None,
                  images: pulumi.Input[Optional[Mapping[str, pulumi.Input[Union['ImageConfigArgs', 'ImageConfigArgsDict']]]]] = None,
+                 retire: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]] = None,
                  ssh_private_key: pulumi.Input[Optional[_builtins.str]] = None,
                  state_key: pulumi.Input[Optional[_builtins.str]] = None,
                  __props__=None):
@@ -106,8 +140,10 @@ class Provider(pulumi.ProviderResource):
 
         :param str resource_name: The name of the resource.
         :param pulumi.ResourceOptions opts: Options for the resource.
+        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] blocked_addresses: Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
         :param pulumi.Input[Mapping[str, pulumi.Input[Union['HostConfigArgs', 'HostConfigArgsDict']]]] hosts: The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
         :param pulumi.Input[Mapping[str, pulumi.Input[Union['ImageConfigArgs', 'ImageConfigArgsDict']]]] images: The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
+        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] retire: Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
         :param pulumi.Input[_builtins.str] ssh_private_key: The SSH private key for every ssh:// host that names no key or agent of its own.
         :param pulumi.Input[_builtins.str] state_key: At least 32 characters (e.g. `openssl rand -base64 32`), kept: what a bake's user-data is named by a keyed digest under in the state and the VMs' metadata (required by an image whose bake has userData).
         """
@@ -135,8 +171,10 @@ class Provider(pulumi.ProviderResource):
     def _internal_init(__self__,
                  resource_name: str,
                  opts: Optional[pulumi.ResourceOptions] = None,
+                 blocked_addresses: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]] = None,
                  hosts: pulumi.Input[Optional[Mapping[str, pulumi.Input[Union['HostConfigArgs', 'HostConfigArgsDict']]]]] = None,
                  images: pulumi.Input[Optional[Mapping[str, pulumi.Input[Union['ImageConfigArgs', 'ImageConfigArgsDict']]]]] = None,
+                 retire: pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]] = None,
                  ssh_private_key: pulumi.Input[Optional[_builtins.str]] = None,
                  state_key: pulumi.Input[Optional[_builtins.str]] = None,
                  __props__=None):
@@ -148,8 +186,10 @@ class Provider(pulumi.ProviderResource):
                 raise TypeError('__props__ is only valid when passed in combination with a valid opts.id to get an existing resource')
             __props__ = ProviderArgs.__new__(ProviderArgs)
 
+            __props__.__dict__["blocked_addresses"] = pulumi.Output.from_input(blocked_addresses).apply(pulumi.runtime.to_json) if blocked_addresses is not None else None
             __props__.__dict__["hosts"] = pulumi.Output.from_input(hosts).apply(pulumi.runtime.to_json) if hosts is not None else None
             __props__.__dict__["images"] = pulumi.Output.from_input(images).apply(pulumi.runtime.to_json) if images is not None else None
+            __props__.__dict__["retire"] = pulumi.Output.from_input(retire).apply(pulumi.runtime.to_json) if retire is not None else None
             __props__.__dict__["ssh_private_key"] = None if ssh_private_key is None else pulumi.Output.secret(ssh_private_key)
             __props__.__dict__["state_key"] = None if state_key is None else pulumi.Output.secret(state_key)
         super(Provider, __self__).__init__(

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { CliOutputError } from "../../../provider/gc/pulumi-json";
-import { nameOfUrn, stackProxies } from "../../../provider/status/stack-proxies";
+import { nameOfUrn } from "../../../provider/resource/retirement";
+import { stackProxies } from "../../../provider/status/stack-proxies";
 import { parseStatusArgs } from "../../../provider/status/status-command-line";
 
 const STACK = "urn:pulumi:prod::crawl::";

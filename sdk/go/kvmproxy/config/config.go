@@ -11,6 +11,11 @@ import (
 
 var _ = internal.GetEnvOrDefault
 
+// Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+func GetBlockedAddresses(ctx *pulumi.Context) string {
+	return config.Get(ctx, "kvmproxy:blockedAddresses")
+}
+
 // The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
 func GetHosts(ctx *pulumi.Context) string {
 	return config.Get(ctx, "kvmproxy:hosts")
@@ -19,6 +24,11 @@ func GetHosts(ctx *pulumi.Context) string {
 // The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
 func GetImages(ctx *pulumi.Context) string {
 	return config.Get(ctx, "kvmproxy:images")
+}
+
+// Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+func GetRetire(ctx *pulumi.Context) string {
+	return config.Get(ctx, "kvmproxy:retire")
 }
 
 // The SSH private key for every ssh:// host that names no key or agent of its own.

@@ -15,6 +15,11 @@ else:
 from .. import _utilities
 from .. import outputs as _root_outputs
 
+blockedAddresses: Optional[str]
+"""
+Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+"""
+
 hosts: Optional[str]
 """
 The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
@@ -23,6 +28,11 @@ The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, .
 images: Optional[str]
 """
 The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
+"""
+
+retire: Optional[str]
+"""
+Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
 """
 
 sshPrivateKey: Optional[str]

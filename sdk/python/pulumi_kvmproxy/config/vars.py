@@ -22,6 +22,13 @@ __config__ = pulumi.Config('kvmproxy')
 
 class _ExportableConfig(types.ModuleType):
     @_builtins.property
+    def blocked_addresses(self) -> Optional[str]:
+        """
+        Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+        """
+        return __config__.get('blockedAddresses')
+
+    @_builtins.property
     def hosts(self) -> Optional[str]:
         """
         The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
@@ -34,6 +41,13 @@ class _ExportableConfig(types.ModuleType):
         The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
         """
         return __config__.get('images')
+
+    @_builtins.property
+    def retire(self) -> Optional[str]:
+        """
+        Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
+        """
+        return __config__.get('retire')
 
     @_builtins.property
     def ssh_private_key(self) -> Optional[str]:

@@ -1,0 +1,181 @@
+/**
+ * Retiring on demand through the real Pulumi CLI: `pulumi-kvm-proxy retire`
+ * and `block` write the stack config (kvm:retire, kvm:blockedAddresses),
+ * the next preview shows the replacement and why, `up` makes it before it
+ * deletes the old VM, and a blocked address is not handed out again while
+ * the block lasts, even where the pool's order would give it next. A fleet
+ * of three on a pool of five addresses of the test host's static bridge;
+ * nothing boots (an empty image): the booted replacements are
+ * test/guest/egress-fleet.test.ts's.
+ */
+import { spawnSync } from "node:child_process";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { allocate } from "../../provider/kvm/network/address-pool";
+import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import {
+  allDomains,
+  engineSteps,
+  hostsConfig,
+  pulumiEnv,
+  removeByHand,
+  TEST_PROXY_ARGS,
+  Workspace,
+} from "./harness";
+
+const CLI = path.join(repoRoot, "dist/provider/cli/main.js");
+const FLEET = `rt${process.pid}`;
+const RANGE = "192.0.2.120-192.0.2.124/24";
+const POOL = ["192.0.2.120", "192.0.2.121", "192.0.2.122", "192.0.2.123", "192.0.2.124"];
+
+let host: TestHost;
+let ws: Workspace;
+
+function cli(...args: string[]) {
+  const r = spawnSync(process.execPath, [CLI, ...args, "--cwd", ws.dir, "--stack", ws.stack], {
+    cwd: repoRoot,
+    env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
+    encoding: "utf8",
+    timeout: 300_000,
+  });
+  if (r.error) throw r.error;
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** The members as the state records them: name → domain and pool address. */
+function members(): Record<string, { domain: string; address: string }> {
+  return Object.fromEntries(
+    ws.proxies().map((p) => {
+      const o = p.outputs ?? {};
+      const nic = (o.nics as { addresses: string[] }[] | undefined)?.[0];
+      return [
+        String(p.urn).replace(/.*::/, ""),
+        { domain: String(o.domainName), address: (nic?.addresses[0] ?? "").replace(/\/24$/, "") },
+      ];
+    }),
+  );
+}
+
+/** What `preview --json` plans per member: its op (members not listed are unchanged). */
+function planned(): Record<string, string> {
+  const r = ws.mustRun("preview", "--json");
+  const steps = (JSON.parse(r.stdout) as { steps?: { op: string; urn: string }[] }).steps ?? [];
+  return Object.fromEntries(
+    steps.filter((s) => s.urn.includes("KvmProxy::")).map((s) => [s.urn.replace(/.*::/, ""), s.op]),
+  );
+}
+
+/** `up --json`: the member's steps, in order, with the keys a replace names. */
+function upSteps(member: string): string[] {
+  const r = ws.mustRun("up", "--yes", "--skip-preview", "--json");
+  return engineSteps(r.stdout)
+    .filter((s) => s.urn.endsWith(`::${member}`))
+    .map((s) => `${s.op}${s.keys.length > 0 ? `(${s.keys.join(",")})` : ""}`);
+}
+
+const REPLACED = (key: string) => [`create-replacement(${key})`, `replace(${key})`, "delete-replaced"];
+
+beforeAll(() => {
+  host = testHost();
+  ws = new Workspace("retire", { name: "kvmpt-retire", main: "test/pulumi/programs/fleet" });
+  ws.setConfig({
+    ...hostsConfig(host),
+    "fleet:fleets": {
+      [FLEET]: {
+        size: 3,
+        hosts: ["local"],
+        proxy: {
+          image: "tiny",
+          ...TEST_PROXY_ARGS,
+          nics: [
+            { bridge: staticBridgeOf(host).name, addressPool: { ranges: [RANGE] }, gateway4: "192.0.2.1" },
+          ],
+        },
+      },
+    },
+  });
+  ws.up();
+}, 600_000);
+
+afterAll(() => {
+  const left = ws === undefined ? [] : Object.values(members()).map((m) => m.domain);
+  ws?.cleanup();
+  for (const d of left) removeByHand(host, d);
+});
+
+describe("retire and block, through the stack config", () => {
+  it("retire refuses a proxy the stack does not have, and writes nothing", () => {
+    const r = cli("retire", "nosuch", "--reason", "typo");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`has no proxy named "nosuch" (its proxies: ${FLEET}-`);
+    expect(ws.mustRun("config", "--json").stdout).not.toContain("retire");
+  });
+
+  it("retire: preview shows the member replaced and why, up makes the replacement before it deletes the old VM, and the entry is spent", () => {
+    const before = members();
+    const name = `${FLEET}-1`;
+    const r = cli("retire", name, "--reason", "blocked by example.com");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`kvm:retire["${name}"] set: the next \`pulumi up\` replaces ${name}`);
+    const entry = JSON.parse(ws.mustRun("config", "get", "kvm:retire", "--json").stdout) as {
+      objectValue: Record<string, { reason: string; before: string }>;
+    };
+    expect(entry.objectValue[name]?.reason).toBe("blocked by example.com");
+    expect(Date.parse(entry.objectValue[name]?.before as string)).toBeLessThanOrEqual(Date.now());
+    expect(planned()).toEqual({ [name]: "replace" });
+    const shown = ws.mustRun("preview", "--diff");
+    expect(shown.output).toContain(
+      "replacing: retired (kvm:retire." + name + "): blocked by example.com",
+    );
+    expect(upSteps(name)).toEqual(REPLACED("retire"));
+    const after = members();
+    expect(after[name]?.domain).not.toBe(before[name]?.domain);
+    expect(allDomains(host)).not.toContain(before[name]?.domain);
+    expect(after[`${FLEET}-0`]).toEqual(before[`${FLEET}-0`]);
+    // The replacement is younger than the entry: nothing more to do, though the entry stays.
+    expect(planned()).toEqual({});
+  });
+
+  it("block refuses an address no member holds nor any pool has", () => {
+    const r = cli("block", "198.51.100.7", "--reason", "x", "--for", "7d");
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("no proxy of stack");
+  });
+
+  it("block: the member holding the address is replaced, and the pool never hands it out while blocked, though its order would", () => {
+    const before = members();
+    const name = `${FLEET}-0`;
+    const address = before[name]?.address as string;
+    const r = cli("block", address, "--reason", "403s from example.com", "--for", "7d");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`replaces ${name}`);
+    expect(planned()).toEqual({ [name]: "replace" });
+    expect(upSteps(name)).toEqual(REPLACED("blockedAddresses"));
+    const mid = members();
+    expect(mid[name]?.address).not.toBe(address);
+    // Now retire another member: without the block, the pool's next address would be the blocked one.
+    const other = Object.keys(mid).find((n) => n !== name) as string;
+    const held = new Set(Object.values(mid).map((m) => m.address));
+    const next = allocate({ ranges: [RANGE] }, held);
+    expect(next, "the pool's order gives the blocked address next").toEqual({ addresses: [`${address}/24`] });
+    expect(cli("retire", other, "--reason", "make room").code).toBe(0);
+    expect(upSteps(other)).toEqual(REPLACED("retire"));
+    const after = members();
+    expect(after[other]?.address).not.toBe(address);
+    expect(POOL).toContain(after[other]?.address);
+    expect(Object.values(after).map((m) => m.address)).not.toContain(address);
+    expect(planned()).toEqual({});
+  });
+
+  it("a config entry that does not parse fails preview naming it, and changes nothing", () => {
+    ws.mustRun("config", "set", "--path", "kvm:retire.x.reason", "r");
+    ws.mustRun("config", "set", "--path", "kvm:retire.x.before", "tomorrow");
+    try {
+      const r = ws.run("preview");
+      expect(r.code).not.toBe(0);
+      expect(r.output).toContain("kvm:retire.x.before: must be a time");
+    } finally {
+      ws.mustRun("config", "rm", "--path", "kvm:retire.x");
+    }
+  });
+});

@@ -124,9 +124,7 @@ describe("retire and block, through the stack config", () => {
     expect(Date.parse(entry.objectValue[name]?.before as string)).toBeLessThanOrEqual(Date.now());
     expect(planned()).toEqual({ [name]: "replace" });
     const shown = ws.mustRun("preview", "--diff");
-    expect(shown.output).toContain(
-      "replacing: retired (kvm:retire." + name + "): blocked by example.com",
-    );
+    expect(shown.output).toContain("replacing: retired (kvm:retire." + name + "): blocked by example.com");
     expect(upSteps(name)).toEqual(REPLACED("retire"));
     const after = members();
     expect(after[name]?.domain).not.toBe(before[name]?.domain);

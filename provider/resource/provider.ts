@@ -576,6 +576,10 @@ export class KvmProxyRuntime {
           waitForIp: c.waitForIp !== false,
           ...waitOptionsOf(c),
           rollback: false,
+          // Started again (or finished): up waits until it answers, as a create does.
+          ready: async (st: VmStatus, remainingMs: number, signal: AbortSignal, deadlineName?: string) => {
+            await this.readiness().gate(c, st, remainingMs, signal, deadlineName, unfinished);
+          },
         },
       );
     }

@@ -63,7 +63,8 @@ export class Readiness {
    * Provision's readiness gate: cloud-init has finished the first boot (read
    * through the guest agent, which the vendor script installs; without it
    * nothing can be read, and the health check alone decides), then the
-   * health check passes. Says what it saw.
+   * health check passes. Says what it saw. `firstBoot` false (a VM started
+   * again): the health check alone.
    */
   async gate(
     c: CheckedInputs,
@@ -71,9 +72,11 @@ export class Readiness {
     remainingMs: number,
     signal: AbortSignal,
     deadlineName = "timeouts.create",
+    firstBoot = true,
   ): Promise<ProxyHealth | undefined> {
     const since = performance.now();
-    if (c.installGuestAgent && c.waitForIp !== false) {
+    // A VM started again has finished its first boot before: its result file is an old boot's.
+    if (firstBoot && c.installGuestAgent && c.waitForIp !== false) {
       await this.ops.waitFirstBoot(status.host, status.name, {
         signal,
         pollMs: Math.max(this.o.pollMs, 1_000),

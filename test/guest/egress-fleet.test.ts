@@ -20,11 +20,19 @@
  *   5% on its NIC's counters, and its requests by status class exactly
  *   (answers of the target's own 404 and 503 included); promtool accepts its
  *   Prometheus text.
+ * - A member's VM destroyed from libvirt's side shows as stopped in
+ *   `refresh --preview-only` (nothing recorded); after a refresh, `up`
+ *   starts the same VM again (same UUID, same address), answering.
  * - A member whose squid is stopped in the guest is recorded degraded by
  *   refresh, with since when; `up` before its healthCheck.replaceAfter
  *   (30s) only probes it again, the first `up` after it replaces it
  *   make-before-break (the engine creates the replacement before it deletes
  *   the failing VM) on an address no member held.
+ * - A member whose egress address `pulumi-kvm-proxy block` blocked is
+ *   replaced at the next `up` while every second the fleet's size answers;
+ *   the replacement is on another address. (Retirement by name, and the
+ *   pool never handing a blocked address out, are the pulumi group's:
+ *   test/pulumi/retire.test.ts.)
  * - After destroy, no domain holds an address of the pool.
  *
  * The members admit the namespace's bridge address without auth
@@ -139,17 +147,22 @@ function inGuest(domain: string, path: string, ...args: string[]): void {
   );
 }
 
-/** `pulumi-kvm-proxy status` of the stack, run inside the namespace (its probes reach the guests from there). */
-async function statusText(...args: string[]): Promise<string> {
-  const cmd = [process.execPath, path.join(repoRoot, "dist/provider/cli/main.js"), "status"];
+/** `pulumi-kvm-proxy <args>` on the stack, run inside the namespace (status's probes reach the guests from there). */
+async function runCli(...args: string[]): Promise<string> {
+  const cmd = [process.execPath, path.join(repoRoot, "dist/provider/cli/main.js")];
   const { stdout } = await run(
     "ip",
-    ["netns", "exec", env.netns, ...cmd, "--cwd", ws.dir, "--stack", ws.stack, ...args],
+    ["netns", "exec", env.netns, ...cmd, ...args, "--cwd", ws.dir, "--stack", ws.stack],
     { env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` }, timeout: 300_000 },
   ).catch((err: { stdout?: string; stderr?: string }) => {
-    throw new Error(`status failed: ${err.stderr ?? ""}\n${err.stdout ?? ""}`);
+    throw new Error(`pulumi-kvm-proxy ${args.join(" ")} failed: ${err.stderr ?? ""}\n${err.stdout ?? ""}`);
   });
   return stdout;
+}
+
+/** `pulumi-kvm-proxy status` of the stack. */
+function statusText(...args: string[]): Promise<string> {
+  return runCli("status", ...args);
 }
 
 interface StatusRow {
@@ -337,6 +350,35 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
   );
 
   it(
+    "a member's VM destroyed from libvirt's side: refresh --preview-only shows it stopped and records nothing; after refresh, up starts the same VM again on its address",
+    async () => {
+      const before = members();
+      const m = before[0] as (typeof before)[number];
+      const uuid = virsh(host, "domuuid", m.domain).trim();
+      virsh(host, "destroy", m.domain);
+      const shown = await cli.must("refresh", "--preview-only", "--diff");
+      expect(shown.output).toMatch(/~ state\s*: "running" => "stopped"/);
+      expect(ws.proxies().find((p) => String(p.urn).endsWith(`::${m.name}`))?.outputs?.state).toBe("running");
+      await cli.must("refresh", "--yes", "--skip-preview");
+      expect(ws.proxies().find((p) => String(p.urn).endsWith(`::${m.name}`))?.outputs?.state).toBe("stopped");
+      const t0 = performance.now();
+      const r = await cli.watched(["up", "--yes", "--skip-preview", "--json"], watchMembers());
+      timings.restarted = since(t0);
+      expect(r.code, r.output.slice(-4000)).toBe(0);
+      expect(
+        engineSteps(r.stdout)
+          .filter((st) => st.urn.endsWith(`::${m.name}`))
+          .map((st) => st.op),
+      ).toEqual(["update"]);
+      expect(virsh(host, "domuuid", m.domain).trim()).toBe(uuid);
+      expect(members()).toEqual(before);
+      expect(ws.proxies().find((p) => String(p.urn).endsWith(`::${m.name}`))?.outputs?.state).toBe("running");
+      expect((await sample()).healthy).toBe(SIZE);
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
+
+  it(
     "a member whose squid stopped: refresh records it degraded and since when; the next up before healthCheck.replaceAfter probes it again in place, the first after it replaces it (the replacement created, then the failing VM deleted) on a fresh address",
     async () => {
       const before = members();
@@ -385,6 +427,50 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       expect(after).toMatchObject({ state: "running", health: { ok: true } });
       expect((after.health as { failingSince?: string }).failingSince).toBeUndefined();
       expect((await sample()).healthy).toBe(SIZE);
+    },
+    GUEST_TEST_TIMEOUT_MS,
+  );
+
+  it(
+    "a member whose egress address is blocked (pulumi-kvm-proxy block): replaced at the next up while every second the fleet's size answers (make-before-break), on another address; the blocked one is free and not handed out",
+    async () => {
+      const before = members();
+      const m = before[0] as (typeof before)[number];
+      const blocked = await runCli(
+        "block",
+        m.egress as string,
+        "--reason",
+        "403s from example.com",
+        "--for",
+        "1d",
+      );
+      expect(blocked).toContain(`replaces ${m.name}`);
+      let fewest = Number.POSITIVE_INFINITY;
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          fewest = Math.min(fewest, (await sample()).healthy);
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
+      })();
+      const t0 = performance.now();
+      const r = await cli.watched(["up", "--yes", "--skip-preview", "--json"], watchMembers()).finally(() => {
+        sampling = false;
+      });
+      timings.blockedReplaced = since(t0);
+      await sampler;
+      expect(r.code, r.output.slice(-4000)).toBe(0);
+      expect(
+        engineSteps(r.stdout)
+          .filter((st) => st.urn.endsWith(`::${m.name}`))
+          .map((st) => `${st.op}${st.keys.length > 0 ? `(${st.keys.join(",")})` : ""}`),
+      ).toEqual(["create-replacement(blockedAddresses)", "replace(blockedAddresses)", "delete-replaced"]);
+      expect(r.output).toContain(`replacing: its address ${m.egress} is blocked until`);
+      expect(fewest).toBeGreaterThanOrEqual(SIZE);
+      const fresh = members().find((x) => x.name === m.name) as (typeof before)[number];
+      expect(fresh.address).not.toBe(m.address);
+      expect(fresh.egress).toBe(fresh.address);
+      expect(members().map((x) => x.address)).not.toContain(m.address);
     },
     GUEST_TEST_TIMEOUT_MS,
   );

@@ -9,15 +9,21 @@
  * where the guide says to run a first try. What the test adds, and only
  * there, is the site: after step 1 the variables name the test host, its pool
  * and network, the test image and a target inside the namespace; and the
- * guide's `npm install pulumi-kvm-proxy` takes the tarball `npm pack` makes
- * of this checkout instead of the registry's; the namespace has no route to
- * the registry, so the same install runs first outside it, filling the
- * machine's npm cache, and the reader's npm runs offline from that cache. It
- * must end as the guide's
- * expected output shows: each proxy refuses a request without the
- * credentials and forwards one with them; then its clean-up leaves no VM.
+ * guide's install line, which npm runs offline from the machine's npm cache:
+ * the test reaches no registry (test/support/npm-offline.ts), and the cache
+ * holds what the repository's `npm ci` put there, the packages
+ * package-lock.json pins. So the line takes the tarball `npm pack` makes of
+ * this checkout in place of `pulumi-kvm-proxy`, and each other package at the
+ * version the lock pins, within the guide's range (a range alone names the
+ * registry's newest match, whose tarball the cache may lack); and right
+ * before it the reader's folder gets the lock npm installs from offline (the
+ * repository's, with the tarball's entry: without it npm would resolve the
+ * dependencies' ranges to their newest matches too). It must end as the
+ * guide's expected output shows: each proxy refuses a request without the
+ * credentials and forwards one with them; then its clean-up leaves no VM; and
+ * the reader's install placed nothing the lock does not pin.
  */
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import {
   chmodSync,
   copyFileSync,
@@ -31,6 +37,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { allDomains, domainsOfStack, metadataOf, pulumiEnv } from "../pulumi/harness";
+import { lockedVersions, NO_REGISTRY_ENV, offlineLock, unpinnedPackages } from "../support/npm-offline";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import { watchWhile } from "../support/wait-until";
@@ -45,8 +52,9 @@ import {
 
 const env = inject("guest");
 const GUIDE = path.join(repoRoot, "docs/getting-started.md");
-/** The guide's install command, and what the test installs instead of the registry's package. */
+/** The guide's install command, and the package the test installs from the tarball instead. */
 const INSTALL = "npm install pulumi-kvm-proxy ";
+const PACKAGE = "pulumi-kvm-proxy";
 
 interface Block {
   lang: string;
@@ -88,12 +96,16 @@ const cleanUp = shell.filter((b) => b.section === "Clean up");
 const steps = shell.filter((b) => b.section !== "Clean up");
 const expectedCheck = blocks.filter((b) => b.lang === "text" && b.section.startsWith("6."));
 
-/** The project and stack the guide makes, as its text names them. */
+/** The project and stack the guide makes, its folder and its package.json's name, as its text names them. */
 const GUIDE_OWNER = (() => {
   const project = /^name: (\S+)$/m.exec(guideText)?.[1];
   const stack = /pulumi stack init (\S+)/.exec(guideText)?.[1];
-  if (project === undefined || stack === undefined) throw new Error(`${GUIDE} names no project or no stack`);
-  return { project, stack };
+  const folder = /^mkdir (\S+) && cd \1$/m.exec(guideText)?.[1];
+  const pkg = /^cat > package\.json <<'EOF'\n(.*)\nEOF$/m.exec(guideText)?.[1];
+  if (project === undefined || stack === undefined || folder === undefined || pkg === undefined) {
+    throw new Error(`${GUIDE} names no project, stack, project folder or package.json`);
+  }
+  return { project, stack, folder, packageName: (JSON.parse(pkg) as { name: string }).name };
 })();
 
 let host: TestHost;
@@ -102,6 +114,8 @@ let home: string;
 let domainsBefore: Set<string>;
 let site = "";
 let tarball = "";
+/** The lock the reader's folder gets right before the guide's install line. */
+let readerLock = "";
 
 /**
  * The VMs the guide's stack owns, by their metadata: other files boot guests
@@ -144,9 +158,9 @@ function runAsReader(
           PATH: pulumiEnv().PATH,
           HOME: os.homedir(),
           LANG: "C.UTF-8",
-          // The machine's npm cache, filled outside the namespace (beforeAll): no registry in here.
+          // The machine's npm cache, as the repository's `npm ci` filled it; no registry.
           npm_config_cache: path.join(os.homedir(), ".npm"),
-          npm_config_offline: "true",
+          ...NO_REGISTRY_ENV,
           PULUMI_SKIP_UPDATE_CHECK: "true",
           PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION: "true",
         },
@@ -177,23 +191,43 @@ function runAsReader(
 /** The npm cache the reader's install reads from. */
 const NPM_CACHE = path.join(os.homedir(), ".npm");
 
-/** The guide's install line, as the test runs it (the package from the tarball). */
-function installLine(): string {
-  const line = steps.flatMap((b) => b.body.split("\n")).find((l) => l.startsWith(INSTALL));
-  expect(line, `the guide installs with "${INSTALL.trim()}"`).toBeDefined();
-  return (line ?? "").replace(INSTALL, `npm install ${tarball} `);
+/**
+ * A word of the guide's install line as the reader's npm takes it offline:
+ * the package from the tarball, each other at the version the lock pins
+ * (which the guide's range, if it names one, must match: a major, or the exact version).
+ */
+function offlineWord(word: string): string {
+  if (word === PACKAGE) return tarball;
+  if (word.startsWith("-")) return word;
+  const at = word.lastIndexOf("@");
+  const name = at > 0 ? word.slice(0, at) : word;
+  const range = at > 0 ? word.slice(at + 1) : "";
+  const pinned = lockedVersions(name)[name] ?? "";
+  if (range !== "" && pinned !== range && !pinned.startsWith(`${range}.`)) {
+    throw new Error(
+      `the guide installs ${word}; package-lock.json pins ${name} ${pinned}, out of that range`,
+    );
+  }
+  return `${name}@${pinned}`;
 }
 
-/** The script of the guide's steps: step 1, the site, then the rest, with the package from the tarball. */
+/** The guide's install line, as the reader's shell runs it offline: after the lock, each word as {@link offlineWord}. */
+function offlineInstall(line: string): string {
+  const words = line.slice("npm install ".length).split(" ");
+  return [`cp ${readerLock} package-lock.json`, `npm install ${words.map(offlineWord).join(" ")}`].join("\n");
+}
+
+/** The script of the guide's steps: step 1, the site, then the rest, the install line run offline. */
 function stepsScript(): string {
   const [first, ...rest] = steps;
-  const body = rest.map((b) => b.body).join("\n");
-  expect(body.split(INSTALL).length - 1, `the guide installs with "${INSTALL.trim()}" once`).toBe(1);
+  const lines = rest.flatMap((b) => b.body.split("\n"));
+  const installs = lines.filter((l) => l.startsWith(INSTALL));
+  expect(installs, `the guide installs with "${INSTALL.trim()}" once`).toHaveLength(1);
   return [
     "set -euo pipefail",
     first?.body ?? "",
     site,
-    body.replace(INSTALL, `npm install ${tarball} `),
+    ...lines.map((l) => (l.startsWith(INSTALL) ? offlineInstall(l) : l)),
   ].join("\n");
 }
 
@@ -214,16 +248,16 @@ beforeAll(async () => {
   copyFileSync(host.sshKeyPath, path.join(home, ".ssh/id_ed25519"));
   chmodSync(path.join(home, ".ssh/id_ed25519"), 0o600);
   tarball = pack(path.join(dir, "pack"));
-  // The guide's install in a scratch project outside the namespace: the registry's packages into the cache.
-  const scratch = path.join(dir, "npm-warm");
-  mkdirSync(scratch);
-  writeFileSync(path.join(scratch, "package.json"), '{ "name": "warm", "private": true }');
-  execFileSync("bash", ["-euo", "pipefail", "-c", installLine()], {
-    cwd: scratch,
-    env: { ...process.env, npm_config_cache: NPM_CACHE },
-    stdio: ["ignore", "pipe", "pipe"],
-    timeout: 600_000,
-  });
+  // The lock of the reader's folder as the guide's package.json starts it: no dependencies yet.
+  readerLock = path.join(dir, "reader-lock.json");
+  writeFileSync(
+    readerLock,
+    offlineLock(
+      path.join(dir, "work", GUIDE_OWNER.folder),
+      { name: GUIDE_OWNER.packageName },
+      { [PACKAGE]: tarball },
+    ),
+  );
   site = [
     "# The site: the test host and what it serves inside its namespace.",
     `export KVM_URI=ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
@@ -240,7 +274,10 @@ afterAll(async () => {
   if (dir === undefined || domainsBefore === undefined) return;
   if (guideDomains().length > 0) {
     const passphrase = /export PULUMI_CONFIG_PASSPHRASE=.*/.exec(stepsScript())?.[0] ?? "";
-    await runAsReader(["cd proxies", passphrase, ...cleanUp.map((b) => b.body)].join("\n"), "afterall");
+    await runAsReader(
+      [`cd ${GUIDE_OWNER.folder}`, passphrase, ...cleanUp.map((b) => b.body)].join("\n"),
+      "afterall",
+    );
   }
   rmSync(dir, { recursive: true, force: true });
 });
@@ -302,6 +339,8 @@ describe("the getting-started guide, followed literally", () => {
       expect(run.code, `the guide's run printed:\n${run.output}`).toBe(0);
       expect(run.output).toMatch(/The resources in the stack have been deleted|Resources:\s+- 3 deleted/);
       expect(guideDomains()).toEqual([]);
+      // What a machine whose npm cache only `npm ci` filled has: the same run would work there.
+      expect(unpinnedPackages(path.join(dir, "work", GUIDE_OWNER.folder))).toEqual([]);
     },
     GUEST_TEST_TIMEOUT_MS,
   );

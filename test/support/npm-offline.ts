@@ -7,7 +7,10 @@
  * repository's, and each local tarball it depends on gets the entry npm
  * itself would write. npm then places nothing the lock has no entry for: a
  * package placed anew has its peer dependencies resolved from their full
- * registry documents, which `npm ci` never fetches.
+ * registry documents, which `npm ci` never fetches. An `npm install` that
+ * names packages takes each one's newest release its range matches in the
+ * cached registry document, which may be newer than the lock's (whose
+ * tarball the cache lacks): a test names the version the lock pins.
  */
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -85,6 +88,31 @@ function tarballEntry(dir: string, name: string, tgz: string): Record<string, un
 }
 
 /**
+ * The package-lock.json npm installs from offline in the project at `dir` (a
+ * folder that need not exist yet) whose package.json is `root`: the lock
+ * `base` (the project's earlier one, else the repository's) with `root` as its
+ * root, and the entry npm would write for each of `tarballs` (`{ name: path
+ * of a local .tgz }`).
+ */
+export function offlineLock(
+  dir: string,
+  root: { name: string; dependencies?: Record<string, string> },
+  tarballs: Record<string, string>,
+  base = path.join(repoRoot, "package-lock.json"),
+): string {
+  const lock = readJson<Lock>(base);
+  lock.name = root.name;
+  delete lock.version;
+  lock.packages[""] = {
+    name: root.name,
+    ...(root.dependencies === undefined ? {} : { dependencies: root.dependencies }),
+  };
+  for (const [name, tgz] of Object.entries(tarballs))
+    lock.packages[`node_modules/${name}`] = tarballEntry(dir, name, tgz);
+  return JSON.stringify(lock, null, 2);
+}
+
+/**
  * Adds `dependencies` to the package.json of the project at `dir` and
  * installs with `npm install --offline`: a value is a version (one of
  * {@link lockedVersions}) or the path of a local tarball (`*.tgz`). The
@@ -103,12 +131,15 @@ export function npmInstallOffline(dir: string, dependencies: Record<string, stri
   writeFileSync(pkgFile, JSON.stringify(pkg, null, 2));
 
   const lockFile = path.join(dir, "package-lock.json");
-  const lock = readJson<Lock>(existsSync(lockFile) ? lockFile : path.join(repoRoot, "package-lock.json"));
-  lock.name = pkg.name;
-  delete lock.version;
-  lock.packages[""] = { name: pkg.name, dependencies: pkg.dependencies };
-  for (const [name, tgz] of tarballs) lock.packages[`node_modules/${name}`] = tarballEntry(dir, name, tgz);
-  writeFileSync(lockFile, JSON.stringify(lock, null, 2));
+  writeFileSync(
+    lockFile,
+    offlineLock(
+      dir,
+      { name: pkg.name, dependencies: pkg.dependencies },
+      Object.fromEntries(tarballs),
+      existsSync(lockFile) ? lockFile : undefined,
+    ),
+  );
 
   const r = spawnSync("npm", ["install", "--offline", "--no-audit", "--no-fund", "--loglevel=error"], {
     cwd: dir,
@@ -119,4 +150,23 @@ export function npmInstallOffline(dir: string, dependencies: Record<string, stri
   if (r.error !== undefined) throw r.error;
   if (r.status !== 0)
     throw new Error(`npm install --offline in ${dir} exited ${r.status}:\n${r.stdout}\n${r.stderr}`);
+}
+
+/**
+ * The packages the lock of the project at `dir` places at a version the
+ * repository's lock pins nowhere, as `name@version` (local tarballs aside):
+ * what an offline install found only because something else put it in the
+ * cache, and a machine whose cache only `npm ci` filled would lack.
+ */
+export function unpinnedPackages(dir: string): string[] {
+  const pinned = new Set<string>();
+  const placed = (lock: Lock) =>
+    Object.entries(lock.packages)
+      .filter(([where, entry]) => where !== "" && !String(entry.resolved ?? "").startsWith("file:"))
+      .map(
+        ([where, entry]) =>
+          `${where.slice(where.lastIndexOf("node_modules/") + "node_modules/".length)}@${String(entry.version)}`,
+      );
+  for (const p of placed(readJson<Lock>(path.join(repoRoot, "package-lock.json")))) pinned.add(p);
+  return placed(readJson<Lock>(path.join(dir, "package-lock.json"))).filter((p) => !pinned.has(p));
 }

@@ -6,6 +6,7 @@
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { NO_REGISTRY_ENV } from "./npm-offline";
 import { repoRoot } from "./test-host";
 
 /** Packs a copy of the working tree (packing in place would rebuild dist/ under the other test files). */
@@ -39,6 +40,8 @@ export function pack(dir: string, versionOverride?: string): string {
   const r = JSON.parse(
     execFileSync("npm", ["pack", "--json", "--pack-destination", out], {
       cwd: src,
+      // Packing reads no registry: one that tried would fail on loopback.
+      env: { ...process.env, ...NO_REGISTRY_ENV },
       encoding: "utf8",
       stdio: ["ignore", "pipe", "pipe"],
     }),

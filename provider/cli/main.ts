@@ -26,57 +26,58 @@ Commands:
 
 Run \`pulumi-kvm-proxy <command> --help\` for a command's options.`;
 
-/** Runs the command line `argv` (without node and the script); resolves to the exit code. */
-export async function main(
-  argv: readonly string[],
-  out: (s: string) => void,
-  err: (s: string) => void,
-): Promise<number> {
-  const [command, ...rest] = argv;
-  if (command === undefined || command === "help" || command === "--help" || command === "-h") {
-    out(`${USAGE}\n`);
-    return command === undefined ? 2 : 0;
-  }
-  if (command === "console") return consoleCommand(rest, out, err);
-  if (command === "status") return statusCommand(rest, out, err);
-  if (command === "retire" || command === "block") return retireCommand(command, rest, out, err);
-  if (command !== "gc") {
-    err(`error: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
-    return 2;
-  }
-  try {
-    const options = parseGcArgs(rest, process.cwd());
-    if (options.help) {
-      out(`${GC_USAGE}\n`);
-      return 0;
+type Out = (s: string) => void;
+type Runner = (argv: readonly string[], out: Out, err: Out) => Promise<number>;
+
+/**
+ * A command: its options parsed (a UsageError prints the usage, exit 2),
+ * `--help` answered, then run; any other failure prints its message (exit 1).
+ */
+function command<O extends { help: boolean }>(
+  usage: string,
+  parse: (argv: readonly string[], cwd: string) => O,
+  run: (options: O, out: Out, err: Out) => Promise<number>,
+): Runner {
+  return async (argv, out, err) => {
+    try {
+      const options = parse(argv, process.cwd());
+      if (options.help) {
+        out(`${usage}\n`);
+        return 0;
+      }
+      return await run(options, out, err);
+    } catch (e) {
+      const msg = messageOf(e);
+      if (e instanceof UsageError) {
+        err(`error: ${msg}\n\n${usage}\n`);
+        return 2;
+      }
+      err(`error: ${msg}\n`);
+      return 1;
     }
+  };
+}
+
+/** `retire <proxy>` and `block <address>`: what the next up will do on stdout (exit 0), or why not (exit 1). */
+const retireOrBlock = (kind: "retire" | "block") =>
+  command(
+    RETIRE_USAGE,
+    (argv, cwd) => parseRetireArgs(kind, argv, cwd),
+    async (options, out) => {
+      out(`${await runRetire(options)}\n`);
+      return 0;
+    },
+  );
+
+const COMMANDS: Readonly<Record<string, Runner>> = {
+  gc: command(GC_USAGE, parseGcArgs, async (options, out, err) => {
     const report = await runGc(options);
     out(options.json ? formatJson(report) : formatText(report));
     err(formatProblems(report.problems));
     return exitCodeOf(report);
-  } catch (e) {
-    const msg = messageOf(e);
-    if (e instanceof UsageError) {
-      err(`error: ${msg}\n\n${GC_USAGE}\n`);
-      return 2;
-    }
-    err(`error: ${msg}\n`);
-    return 1;
-  }
-}
-
-/** `status`: the report on stdout in the form asked; what could not be read on stderr too (exit 1). */
-async function statusCommand(
-  argv: readonly string[],
-  out: (s: string) => void,
-  err: (s: string) => void,
-): Promise<number> {
-  try {
-    const options = parseStatusArgs(argv, process.cwd());
-    if (options.help) {
-      out(`${STATUS_USAGE}\n`);
-      return 0;
-    }
+  }),
+  // The report in the form asked; what could not be read on stderr too (exit 1).
+  status: command(STATUS_USAGE, parseStatusArgs, async (options, out, err) => {
     const report = await runStatus(options);
     const form = { table: formatTable, json: statusJson, prometheus: formatPrometheus }[options.format];
     out(form(report));
@@ -86,55 +87,11 @@ async function statusCommand(
     ];
     if (options.format !== "table") for (const line of unread) err(`error: ${line}\n`);
     return unread.length > 0 || report.proxies.some((p) => p.state === "unknown") ? 1 : 0;
-  } catch (e) {
-    const msg = messageOf(e);
-    if (e instanceof UsageError) {
-      err(`error: ${msg}\n\n${STATUS_USAGE}\n`);
-      return 2;
-    }
-    err(`error: ${msg}\n`);
-    return 1;
-  }
-}
-
-/** `retire <proxy>` and `block <address>`: what the next up will do on stdout (exit 0), or why not (exit 1). */
-async function retireCommand(
-  kind: "retire" | "block",
-  argv: readonly string[],
-  out: (s: string) => void,
-  err: (s: string) => void,
-): Promise<number> {
-  try {
-    const options = parseRetireArgs(kind, argv, process.cwd());
-    if (options.help) {
-      out(`${RETIRE_USAGE}\n`);
-      return 0;
-    }
-    out(`${await runRetire(options)}\n`);
-    return 0;
-  } catch (e) {
-    const msg = messageOf(e);
-    if (e instanceof UsageError) {
-      err(`error: ${msg}\n\n${RETIRE_USAGE}\n`);
-      return 2;
-    }
-    err(`error: ${msg}\n`);
-    return 1;
-  }
-}
-
-/** `console <host> <domain>`: the lines on stdout (exit 0), or why there are none on stderr (exit 1). */
-async function consoleCommand(
-  argv: readonly string[],
-  out: (s: string) => void,
-  err: (s: string) => void,
-): Promise<number> {
-  try {
-    const options = parseConsoleArgs(argv, process.cwd());
-    if (options.help) {
-      out(`${CONSOLE_USAGE}\n`);
-      return 0;
-    }
+  }),
+  retire: retireOrBlock("retire"),
+  block: retireOrBlock("block"),
+  // The lines on stdout (exit 0), or why there are none on stderr (exit 1).
+  console: command(CONSOLE_USAGE, parseConsoleArgs, async (options, out, err) => {
     const r = await runConsole(options);
     if (!r.ok) {
       err(`error: ${r.reason}\n`);
@@ -142,15 +99,22 @@ async function consoleCommand(
     }
     out(`${r.lines.join("\n")}\n`);
     return 0;
-  } catch (e) {
-    const msg = messageOf(e);
-    if (e instanceof UsageError) {
-      err(`error: ${msg}\n\n${CONSOLE_USAGE}\n`);
-      return 2;
-    }
-    err(`error: ${msg}\n`);
-    return 1;
+  }),
+};
+
+/** Runs the command line `argv` (without node and the script); resolves to the exit code. */
+export async function main(argv: readonly string[], out: Out, err: Out): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === "help" || name === "--help" || name === "-h") {
+    out(`${USAGE}\n`);
+    return name === undefined ? 2 : 0;
   }
+  const run = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined;
+  if (run === undefined) {
+    err(`error: unknown command ${JSON.stringify(name)}\n${USAGE}\n`);
+    return 2;
+  }
+  return run(rest, out, err);
 }
 
 if (require.main === module) {

@@ -8,6 +8,7 @@
  * credential. Label values are escaped as the text format asks (`\`, `"`,
  * newline), so no value can end a label or start a line of its own.
  */
+import { durationText } from "../errors";
 import { STATUS_CLASSES, type StatusClass } from "../kvm/guest/squid-requests";
 
 /** One proxy as `status` found it now. */
@@ -63,24 +64,6 @@ export function bytesText(n: number): string {
   return u === 0 ? `${n} B` : `${v.toFixed(1)} ${units[u]}`;
 }
 
-/** A duration for people, its two largest units: 45s, 3m20s, 2h5m, 6d23h. */
-export function ageText(seconds: number): string {
-  const s = Math.max(0, Math.floor(seconds));
-  const parts: [number, string][] = [
-    [Math.floor(s / 86_400), "d"],
-    [Math.floor((s % 86_400) / 3600), "h"],
-    [Math.floor((s % 3600) / 60), "m"],
-    [s % 60, "s"],
-  ];
-  const first = parts.findIndex(([v]) => v > 0);
-  if (first === -1) return "0s";
-  return parts
-    .slice(first, first + 2)
-    .filter(([v], i) => i === 0 || v > 0)
-    .map(([v, u]) => `${v}${u}`)
-    .join("");
-}
-
 const COLUMNS = [
   "NAME",
   "HOST",
@@ -104,8 +87,8 @@ export function formatTable(report: StatusReport, now: number = Date.parse(repor
     p.addresses.length > 0 ? p.addresses.join(",") : "-",
     p.egressAddress ?? "-",
     p.health === undefined ? "-" : p.health.ok ? "ok" : "failing",
-    p.ageSeconds !== undefined ? ageText(p.ageSeconds) : "-",
-    p.rotationDue !== undefined ? ageText((Date.parse(p.rotationDue) - now) / 1000) : "-",
+    p.ageSeconds !== undefined ? durationText(p.ageSeconds * 1000) : "-",
+    p.rotationDue !== undefined ? durationText(Math.max(0, Date.parse(p.rotationDue) - now)) : "-",
     p.traffic !== undefined ? bytesText(p.traffic.receivedBytes) : "-",
     p.traffic !== undefined ? bytesText(p.traffic.sentBytes) : "-",
     ...STATUS_CLASSES.map((c) => (p.requests !== undefined ? String(p.requests.byClass[c]) : "-")),

@@ -48,7 +48,15 @@ import { parseConfig } from "../../provider/kvm/config/host-config";
 import { METADATA_NAMESPACE } from "../../provider/kvm/domain/metadata";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../provider/kvm/host/operations";
-import { allDomains, engineSteps, pulumiEnv, removeByHand, virsh, Workspace } from "../pulumi/harness";
+import {
+  allDomains,
+  MAKE_BEFORE_BREAK,
+  pulumiEnv,
+  removeByHand,
+  stepsOf,
+  virsh,
+  Workspace,
+} from "../pulumi/harness";
 import { repoRoot, type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { waitUntil } from "../support/wait-until";
 import { testImage } from "./images";
@@ -365,11 +373,7 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       const r = await cli.watched(["up", "--yes", "--skip-preview", "--json"], watchMembers());
       timings.restarted = since(t0);
       expect(r.code, r.output.slice(-4000)).toBe(0);
-      expect(
-        engineSteps(r.stdout)
-          .filter((st) => st.urn.endsWith(`::${m.name}`))
-          .map((st) => st.op),
-      ).toEqual(["update"]);
+      expect(stepsOf(r.stdout, m.name)).toEqual(["update"]);
       expect(virsh(host, "domuuid", m.domain).trim()).toBe(uuid);
       expect(members()).toEqual(before);
       expect(ws.proxies().find((p) => String(p.urn).endsWith(`::${m.name}`))?.outputs?.state).toBe("running");
@@ -412,11 +416,9 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       const r = await cli.watched(["up", "--yes", "--skip-preview", "--json"], watchMembers());
       timings.failingReplaced = since(t0);
       expect(r.code, r.output.slice(-4000)).toBe(0);
-      const ops = engineSteps(r.stdout)
-        .filter((st) => st.urn.endsWith(`::${sick.name}`))
-        .map((st) => `${st.op}${st.keys.length > 0 ? `(${st.keys.join(",")})` : ""}`);
+      const ops = stepsOf(r.stdout, sick.name);
       // Make-before-break: the replacement is created (and passed its health check) before the failing VM goes.
-      expect(ops).toEqual(["create-replacement(healthCheck)", "replace(healthCheck)", "delete-replaced"]);
+      expect(ops).toEqual(MAKE_BEFORE_BREAK("healthCheck"));
       expect(r.output).toContain("replacing: failing its health check since");
       const held = members();
       const fresh = held.find((x) => x.name === sick.name) as (typeof held)[number];
@@ -460,11 +462,7 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       timings.blockedReplaced = since(t0);
       await sampler;
       expect(r.code, r.output.slice(-4000)).toBe(0);
-      expect(
-        engineSteps(r.stdout)
-          .filter((st) => st.urn.endsWith(`::${m.name}`))
-          .map((st) => `${st.op}${st.keys.length > 0 ? `(${st.keys.join(",")})` : ""}`),
-      ).toEqual(["create-replacement(blockedAddresses)", "replace(blockedAddresses)", "delete-replaced"]);
+      expect(stepsOf(r.stdout, m.name)).toEqual(MAKE_BEFORE_BREAK("blockedAddresses"));
       expect(r.output).toContain(`replacing: its address ${m.egress} is blocked until`);
       expect(fewest).toBeGreaterThanOrEqual(SIZE);
       const fresh = members().find((x) => x.name === m.name) as (typeof before)[number];

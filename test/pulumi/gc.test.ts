@@ -14,6 +14,7 @@ import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
   hostsConfig,
+  packageCli,
   perVmVolumesOf,
   poolVolumes,
   pulumiEnv,
@@ -25,7 +26,6 @@ import {
   Workspace,
 } from "./harness";
 
-const CLI = path.join(repoRoot, "dist/provider/cli/main.js");
 const PREFIX = `gc${process.pid}`;
 const PROJECT = `kvmpt-gc-${process.pid}`;
 const FOREIGN = `${PREFIX}-foreign`;
@@ -64,15 +64,8 @@ function gc(...args: string[]): GcRun {
 }
 
 function gcWith(args: string[]): GcRun {
-  const r = spawnSync(process.execPath, [CLI, "gc", "--cwd", ws.dir, ...args], {
-    cwd: repoRoot,
-    env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
-    encoding: "utf8",
-    timeout: 300_000,
-  });
-  if (r.error) throw r.error;
-  const run: GcRun = { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
-  if (args.includes("--json")) run.json = JSON.parse(r.stdout) as GcRun["json"];
+  const run: GcRun = packageCli(ws, ["gc", "--cwd", ws.dir, ...args]);
+  if (args.includes("--json")) run.json = JSON.parse(run.stdout) as GcRun["json"];
   return run;
 }
 

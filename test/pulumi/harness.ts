@@ -438,3 +438,29 @@ export function engineSteps(stdout: string): EngineStep[] {
     .flatMap((e) => (e.resourcePreEvent === undefined ? [] : [e.resourcePreEvent.metadata]))
     .map(({ op, urn, keys }) => ({ op, urn, keys: keys ?? [] }));
 }
+
+/** A member's steps in `up --json` output, in order, each with the keys its replace names: `replace(retire)`. */
+export function stepsOf(stdout: string, member: string): string[] {
+  return engineSteps(stdout)
+    .filter((s) => s.urn.endsWith(`::${member}`))
+    .map((s) => `${s.op}${s.keys.length > 0 ? `(${s.keys.join(",")})` : ""}`);
+}
+
+/** The steps of a replacement made before its predecessor is deleted, forced by `key`. */
+export const MAKE_BEFORE_BREAK = (key: string) => [
+  `create-replacement(${key})`,
+  `replace(${key})`,
+  "delete-replaced",
+];
+
+/** The built `pulumi-kvm-proxy <args>`, run from the repo root against `ws`'s backend: exit code and output. */
+export function packageCli(ws: Workspace, args: string[]): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [path.join(repoRoot, "dist/provider/cli/main.js"), ...args], {
+    cwd: repoRoot,
+    env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
+    encoding: "utf8",
+    timeout: 300_000,
+  });
+  if (r.error) throw r.error;
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}

@@ -1,29 +1,17 @@
-/**
- * Retiring on demand through the real Pulumi CLI: `pulumi-kvm-proxy retire`
- * and `block` write the stack config (kvm:retire, kvm:blockedAddresses),
- * the next preview shows the replacement and why, `up` makes it before it
- * deletes the old VM, and a blocked address is not handed out again while
- * the block lasts, even where the pool's order would give it next. A fleet
- * of three on a pool of five addresses of the test host's static bridge;
- * nothing boots (an empty image): the booted replacements are
- * test/guest/egress-fleet.test.ts's.
- */
-import { spawnSync } from "node:child_process";
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { allocate } from "../../provider/kvm/network/address-pool";
-import { repoRoot, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
+import { staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
-  engineSteps,
   hostsConfig,
-  pulumiEnv,
+  MAKE_BEFORE_BREAK,
+  packageCli,
   removeByHand,
+  stepsOf,
   TEST_PROXY_ARGS,
   Workspace,
 } from "./harness";
 
-const CLI = path.join(repoRoot, "dist/provider/cli/main.js");
 const FLEET = `rt${process.pid}`;
 const RANGE = "192.0.2.120-192.0.2.124/24";
 const POOL = ["192.0.2.120", "192.0.2.121", "192.0.2.122", "192.0.2.123", "192.0.2.124"];
@@ -32,14 +20,7 @@ let host: TestHost;
 let ws: Workspace;
 
 function cli(...args: string[]) {
-  const r = spawnSync(process.execPath, [CLI, ...args, "--cwd", ws.dir, "--stack", ws.stack], {
-    cwd: repoRoot,
-    env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
-    encoding: "utf8",
-    timeout: 300_000,
-  });
-  if (r.error) throw r.error;
-  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+  return packageCli(ws, [...args, "--cwd", ws.dir, "--stack", ws.stack]);
 }
 
 /** The members as the state records them: name → domain and pool address. */
@@ -67,13 +48,8 @@ function planned(): Record<string, string> {
 
 /** `up --json`: the member's steps, in order, with the keys a replace names. */
 function upSteps(member: string): string[] {
-  const r = ws.mustRun("up", "--yes", "--skip-preview", "--json");
-  return engineSteps(r.stdout)
-    .filter((s) => s.urn.endsWith(`::${member}`))
-    .map((s) => `${s.op}${s.keys.length > 0 ? `(${s.keys.join(",")})` : ""}`);
+  return stepsOf(ws.mustRun("up", "--yes", "--skip-preview", "--json").stdout, member);
 }
-
-const REPLACED = (key: string) => [`create-replacement(${key})`, `replace(${key})`, "delete-replaced"];
 
 beforeAll(() => {
   host = testHost();
@@ -124,8 +100,8 @@ describe("retire and block, through the stack config", () => {
     expect(Date.parse(entry.objectValue[name]?.before as string)).toBeLessThanOrEqual(Date.now());
     expect(planned()).toEqual({ [name]: "replace" });
     const shown = ws.mustRun("preview", "--diff");
-    expect(shown.output).toContain("replacing: retired (kvm:retire." + name + "): blocked by example.com");
-    expect(upSteps(name)).toEqual(REPLACED("retire"));
+    expect(shown.output).toContain(`replacing: retired (kvm:retire.${name}): blocked by example.com`);
+    expect(upSteps(name)).toEqual(MAKE_BEFORE_BREAK("retire"));
     const after = members();
     expect(after[name]?.domain).not.toBe(before[name]?.domain);
     expect(allDomains(host)).not.toContain(before[name]?.domain);
@@ -148,7 +124,7 @@ describe("retire and block, through the stack config", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain(`replaces ${name}`);
     expect(planned()).toEqual({ [name]: "replace" });
-    expect(upSteps(name)).toEqual(REPLACED("blockedAddresses"));
+    expect(upSteps(name)).toEqual(MAKE_BEFORE_BREAK("blockedAddresses"));
     const mid = members();
     expect(mid[name]?.address).not.toBe(address);
     // Now retire another member: without the block, the pool's next address would be the blocked one.
@@ -157,7 +133,7 @@ describe("retire and block, through the stack config", () => {
     const next = allocate({ ranges: [RANGE] }, held);
     expect(next, "the pool's order gives the blocked address next").toEqual({ addresses: [`${address}/24`] });
     expect(cli("retire", other, "--reason", "make room").code).toBe(0);
-    expect(upSteps(other)).toEqual(REPLACED("retire"));
+    expect(upSteps(other)).toEqual(MAKE_BEFORE_BREAK("retire"));
     const after = members();
     expect(after[other]?.address).not.toBe(address);
     expect(POOL).toContain(after[other]?.address);

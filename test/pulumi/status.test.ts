@@ -9,12 +9,11 @@
  * from libvirt's side are reported as such, and status writes nothing.
  */
 import { spawnSync } from "node:child_process";
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { repoRoot, type TestHost, testHost } from "../support/test-host";
+import { type TestHost, testHost } from "../support/test-host";
 import {
   hostsConfig,
-  pulumiEnv,
+  packageCli,
   removeByHand,
   TEST_PROXY_ARGS,
   virsh,
@@ -22,7 +21,6 @@ import {
   Workspace,
 } from "./harness";
 
-const CLI = path.join(repoRoot, "dist/provider/cli/main.js");
 const FLEET = `st${process.pid}`;
 const PASSWORD = `status-${process.pid}-password`;
 const MAX_AGE_S = 30 * 86_400;
@@ -53,14 +51,7 @@ interface Run {
 }
 
 function status(...args: string[]): Run {
-  const r = spawnSync(process.execPath, [CLI, "status", "--cwd", ws.dir, "--stack", ws.stack, ...args], {
-    cwd: repoRoot,
-    env: { ...pulumiEnv(), PULUMI_BACKEND_URL: `file://${ws.backend}` },
-    encoding: "utf8",
-    timeout: 300_000,
-  });
-  if (r.error) throw r.error;
-  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+  return packageCli(ws, ["status", "--cwd", ws.dir, "--stack", ws.stack, ...args]);
 }
 
 function rows(run: Run): Row[] {
@@ -147,7 +138,7 @@ describe("pulumi-kvm-proxy status", () => {
     for (const i of [0, 1, 2]) {
       expect(r.stdout).toMatch(
         new RegExp(
-          `^${FLEET}/${FLEET}-${i}\\s+local\\s+provisioning\\s+-\\s+-\\s+-\\s+\\S+\\s+(29|30)d`,
+          `^${FLEET}/${FLEET}-${i}\\s+local\\s+provisioning\\s+-\\s+-\\s+-\\s+\\S+( \\S+)*\\s+(29|30) d`,
           "m",
         ),
       );

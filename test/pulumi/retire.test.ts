@@ -1,3 +1,14 @@
+/**
+ * Retiring on demand through the real Pulumi CLI: `pulumi-kvm-proxy retire`
+ * and `block` write the stack config (kvm:retire, kvm:blockedAddresses),
+ * the next preview shows the replacement and why, `up` makes it before it
+ * deletes the old VM, and a blocked address is not handed out again while
+ * the block lasts, even where the pool's order would give it next. A fleet
+ * of three on a pool of six addresses of the test host's static bridge
+ * (three held, two blocked, one for a replacement made first); nothing
+ * boots (an empty image): the booted replacements are
+ * test/guest/egress-fleet.test.ts's.
+ */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { allocate } from "../../provider/kvm/network/address-pool";
 import { staticBridgeOf, type TestHost, testHost } from "../support/test-host";

@@ -9,7 +9,7 @@
  * newline), so no value can end a label or start a line of its own.
  */
 import { durationText } from "../errors";
-import { STATUS_CLASSES, type StatusClass } from "../kvm/guest/squid-requests";
+import { type SquidRequests, STATUS_CLASSES } from "../kvm/guest/squid-requests";
 
 /** One proxy as `status` found it now. */
 export interface ProxyStatus {
@@ -36,7 +36,7 @@ export interface ProxyStatus {
   /** Bytes through its NICs since the VM's last start, as the guest sees them. */
   traffic?: { receivedBytes: number; sentBytes: number };
   /** Requests its squid answered since the boot, by status class (kvm/guest/squid-requests.ts). */
-  requests?: { byClass: Record<StatusClass, number>; unreadable: number };
+  requests?: SquidRequests;
   /** What could not be read about it (its host, its counters, its agent). */
   problems: string[];
 }

@@ -10,6 +10,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ProxyStatus } from "../../provider/status/status-report";
 import { type TestHost, testHost } from "../support/test-host";
 import {
   hostsConfig,
@@ -28,21 +29,8 @@ const MAX_AGE_S = 30 * 86_400;
 let host: TestHost;
 let ws: Workspace;
 
-interface Row {
-  name: string;
-  fleet?: string;
-  host: string;
-  domain: string;
-  state: string;
-  addresses: string[];
-  health?: unknown;
-  createdAt?: string;
-  ageSeconds?: number;
-  rotationDue?: string;
-  traffic?: { receivedBytes: number; sentBytes: number };
-  requests?: unknown;
-  problems: string[];
-}
+/** A row of `status --json`: the report's own type. */
+type Row = ProxyStatus;
 
 interface Run {
   code: number;

@@ -18,6 +18,22 @@
  * A line it cannot read (another logformat) is counted as unreadable, never
  * guessed. It prints one JSON object, or `error <reason>`; an interval timer
  * ends it at its deadline, however large the logs.
+ *
+ * The log's directory is writable by squid's user, so the program bounds
+ * what a broken or hostile one can make it hold or wait for
+ * ({@link SQUID_LOG_BOUNDS}):
+ * - each file is opened without following a symlink and without blocking,
+ *   and read only when the open file is a regular file (its mtime, for the
+ *   boot filter, is the open file's own); a rotated copy that is a symlink,
+ *   FIFO, directory or device is never read and counts as one unreadable
+ *   line, and a live log that is one is an error;
+ * - a line is read at most `lineBytes` at a time: a longer one counts as one
+ *   unreadable line and the rest of it is skipped piece by piece, so neither
+ *   a line without a newline nor a gzip bomb is ever held whole (decompressed
+ *   bytes come through the same bounded read);
+ * - it reads the live log and at most `rotatedFiles` copies written since the
+ *   boot, and at most `totalBytes` (decompressed) in all: past either it
+ *   prints `error` naming the cap, never a part of the count as the whole.
  */
 
 /** Where squid writes its access log on Debian, Ubuntu, Fedora and Alpine (squid's default). */
@@ -33,15 +49,62 @@ export interface SquidRequests {
   unreadable: number;
 }
 
+/**
+ * What the program reads at most: bytes of a line at a time, rotated copies
+ * written since the boot (squid's logrotate keeps two on Debian), and bytes
+ * in all, decompressed (millions of native lines; far past what a proxy's
+ * log holds between boots, and readable within the deadline).
+ */
+export const SQUID_LOG_BOUNDS = { lineBytes: 65_536, rotatedFiles: 20, totalBytes: 2 * 1024 ** 3 } as const;
+
 /** The program (argv: the log's path, the deadline in ms). */
-export const SQUID_REQUESTS_PROGRAM = `import glob, gzip, json, os, signal, sys
+export const SQUID_REQUESTS_PROGRAM = `import errno, gzip, json, os, signal, stat, sys
 log, deadline_ms = sys.argv[1], int(sys.argv[2])
+LINE_BYTES = ${SQUID_LOG_BOUNDS.lineBytes}
+ROTATED_FILES = ${SQUID_LOG_BOUNDS.rotatedFiles}
+TOTAL_BYTES = ${SQUID_LOG_BOUNDS.totalBytes}
 
 class Deadline(BaseException):
     pass
 
+class Cap(Exception):
+    pass
+
 def expire(signum, frame):
     raise Deadline()
+
+def open_regular(path):
+    # The fd and its stat when path is a regular file itself, else None.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+def rotated_names(folder, base):
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith(base + ".") and entry.name[len(base) + 1:].split(".")[0].isdigit():
+                    yield entry.name
+    except FileNotFoundError:
+        return
+
+read = 0
+
+def chunk(f):
+    global read
+    raw = f.readline(LINE_BYTES)
+    read += len(raw)
+    if read > TOTAL_BYTES:
+        raise Cap("the access logs hold more than ${SQUID_LOG_BOUNDS.totalBytes / 1024 ** 3} GiB since the boot (the cap on bytes read)")
+    return raw
 
 signal.signal(signal.SIGALRM, expire)
 signal.setitimer(signal.ITIMER_REAL, deadline_ms / 1000)
@@ -53,17 +116,49 @@ try:
         for line in f:
             if line.startswith("btime "):
                 boot = int(line.split()[1])
-    files = [p for p in glob.glob(log + ".*") if p[len(log) + 1:].split(".")[0].isdigit()]
-    files = [p for p in files if os.stat(p).st_mtime >= boot]
-    if os.path.exists(log):
-        files.append(log)
+    folder, base = os.path.split(log)
+    files = []
+    try:
+        live = open_regular(log)
+        if live is None:
+            print("error the access log at " + log + " is not a regular file")
+            sys.exit(0)
+        files.append((log, live[0]))
+    except FileNotFoundError:
+        pass
+    rotated = []
+    for name in rotated_names(folder or ".", base):
+        try:
+            found = open_regular(os.path.join(folder, name))
+        except FileNotFoundError:
+            continue
+        if found is None:
+            unreadable += 1
+            continue
+        fd, st = found
+        if st.st_mtime < boot:
+            os.close(fd)
+            continue
+        rotated.append((st.st_mtime, name, fd))
+        if len(rotated) > ROTATED_FILES:
+            raise Cap("more than " + str(ROTATED_FILES) + " rotated access logs were written since the boot (the cap on files read)")
+    rotated.sort(reverse=True)
+    files += [(os.path.join(folder, name), fd) for _, name, fd in rotated]
     if not files:
         print("error no access log at " + log)
         sys.exit(0)
-    for path in files:
-        opened = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-        with opened as f:
-            for raw in f:
+    for path, fd in files:
+        plain = os.fdopen(fd, "rb", buffering=1 << 20)
+        with plain, (gzip.GzipFile(fileobj=plain, mode="rb") if path.endswith(".gz") else plain) as f:
+            while True:
+                raw = chunk(f)
+                if not raw:
+                    break
+                if len(raw) == LINE_BYTES and not raw.endswith(b"\\n"):
+                    unreadable += 1
+                    while len(raw) == LINE_BYTES and not raw.endswith(b"\\n"):
+                        raw = chunk(f)
+                    continue
                 fields = raw.split()
                 try:
                     stamp = float(fields[0])
@@ -85,6 +180,10 @@ try:
     signal.setitimer(signal.ITIMER_REAL, 0)
 except Deadline:
     print("error the access log was not read within " + str(deadline_ms) + " ms")
+    sys.exit(0)
+except Cap as e:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print("error " + str(e))
     sys.exit(0)
 except Exception as e:
     signal.setitimer(signal.ITIMER_REAL, 0)

@@ -35,6 +35,7 @@ import { recordedChecked } from "../resource/checked-inputs";
 import { SECRET_DERIVED_OUTPUTS } from "../resource/kvm-proxy-properties";
 import { secretDerivedOutputsOf, specHashOf } from "../resource/mapping";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
+import { inPluginNamespace } from "../schema/config-namespace";
 import { conceal, ownerOfUrn, type Props, reveal } from "./property-values";
 
 /** The checked inputs without the password, and the password (undefined without auth). */
@@ -150,6 +151,8 @@ export class KvmProxyPlugin {
   constructor(readonly runtime: KvmProxyRuntime) {
     // The engine sends the old inputs: the outputs keep no host connection, sealed or not (`published`).
     runtime.hostsInFull.seal = false;
+    // Its notes name the keys a plugin user sets (`kvmproxy:retire`).
+    runtime.wording = inPluginNamespace;
   }
 
   async check(urn: string, oldsIn: Props, newsIn: Props): Promise<CheckResult> {
@@ -246,8 +249,12 @@ export class KvmProxyPlugin {
   }
 }
 
-/** The runtime's view of a resource's old outputs (`runtimeOlds`) from the engine's wrapped values. */
-function olds(outputsIn: Props, oldInputsIn: Props): Props {
+/**
+ * The runtime's view of a resource's old outputs (`runtimeOlds`) from the
+ * engine's wrapped values (or a checkpoint's, revealed): what the runtime
+ * reads the VM with, its host given in full among them.
+ */
+export function olds(outputsIn: Props, oldInputsIn: Props): Props {
   return runtimeOlds(reveal(outputsIn).props, withoutPassword(reveal(oldInputsIn).props).inputs);
 }
 

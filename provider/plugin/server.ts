@@ -23,6 +23,7 @@
  *   made over the connections, which stay open for that.
  */
 import { createRequire } from "node:module";
+import { isDeepStrictEqual } from "node:util";
 import { messageOf } from "../errors";
 import { secretConfigKeysOf } from "../program/secret-inputs";
 import { engineAddressFromArgv } from "../resource/engine-log";
@@ -77,6 +78,20 @@ export function configGetter(args: Props, variables: ReadonlyMap<string, string>
     const full = inPluginNamespace(key);
     return variables.get(full.replace(":", ":config:")) ?? variables.get(full);
   };
+}
+
+/**
+ * The configuration keys whose values differ between a provider's recorded
+ * and new arguments (`version` aside). Any one makes the provider an update:
+ * the engine configures an unchanged provider with its recorded arguments,
+ * so a `kvmproxy:retire` written since would never reach it.
+ */
+export function configChanges(olds: Props, news: Props): string[] {
+  const o = reveal(olds).props;
+  const n = reveal(news).props;
+  return [...new Set([...Object.keys(o), ...Object.keys(n)])]
+    .filter((k) => k !== "version" && !isDeepStrictEqual(o[k], n[k]))
+    .sort();
 }
 
 function message(err: unknown): string {
@@ -147,7 +162,18 @@ export async function serve(runtime: KvmProxyRuntime): Promise<{ port: number; s
       reply.setInputs(toStruct(news));
       return reply;
     }),
-    diffConfig: unary(() => new m.pb.DiffResponse().setChanges(m.pb.DiffResponse.DiffChanges.DIFF_NONE)),
+    diffConfig: unary((req) => {
+      const changed = configChanges(toJs(req.getOlds()), toJs(req.getNews()));
+      const reply = new m.pb.DiffResponse();
+      reply.setChanges(
+        changed.length > 0
+          ? m.pb.DiffResponse.DiffChanges.DIFF_SOME
+          : m.pb.DiffResponse.DiffChanges.DIFF_NONE,
+      );
+      // Never a replace: the provider is updated in place, its proxies untouched.
+      reply.setDiffsList(changed);
+      return reply;
+    }),
     configure: unary(async (req) => {
       const args = reveal(toJs(req.getArgs())).props;
       const variables = new Map<string, string>(req.getVariablesMap().entries());

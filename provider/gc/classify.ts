@@ -35,6 +35,13 @@ export interface StateResource {
   delete?: boolean;
   /** The URN of the owner its VM was made with, when the resource has another one now (a move by alias). */
   ownerUrn?: string;
+  type?: string;
+  parent?: string;
+  /** Its provider reference (`<provider URN>::<provider ID>`). */
+  provider?: string;
+  /** As recorded: secrets stay as the export gives them. */
+  inputs?: Record<string, unknown>;
+  outputs?: Record<string, unknown>;
 }
 
 /** An operation an interrupted update left in the checkpoint. */

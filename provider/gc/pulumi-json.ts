@@ -59,12 +59,14 @@ export function currentStack(text: string): string | undefined {
 }
 
 /**
- * `pulumi stack export`: the resources (URN, ID, marked for deletion) and
- * pending operations. A stack that was never updated has no resources.
+ * `pulumi stack export`: the resources (URN, ID, type, parent, provider,
+ * inputs, outputs, marked for deletion) and pending operations. A stack that was
+ * never updated has no resources. `secrets`: the text is the export
+ * `--show-secrets` gives, never quoted.
  */
-export function parseStackExport(text: string): Extract<StackState, { kind: "read" }> {
+export function parseStackExport(text: string, secrets = false): Extract<StackState, { kind: "read" }> {
   const what = "pulumi stack export";
-  const doc = parseJson(what, text);
+  const doc = parseJson(what, text, secrets);
   if (!isObject(doc) || !isObject(doc.deployment)) throw new CliOutputError(what, "no deployment object");
   const dep = doc.deployment;
   const list = (field: string): unknown[] => {
@@ -81,6 +83,9 @@ export function parseStackExport(text: string): Extract<StackState, { kind: "rea
     const owner = [r.outputs, r.inputs].map((p) => (isObject(p) ? p.owner : undefined)).find(isObject);
     if (typeof owner?.urn === "string" && owner.urn !== r.urn) out.ownerUrn = owner.urn;
     if (r.delete === true) out.delete = true;
+    for (const k of ["type", "parent", "provider"] as const) if (typeof r[k] === "string") out[k] = r[k];
+    if (isObject(r.inputs)) out.inputs = r.inputs;
+    if (isObject(r.outputs)) out.outputs = r.outputs;
     return out;
   });
   const pending: PendingOperation[] = list("pending_operations").map((p, i) => {

@@ -13,6 +13,7 @@ import { configReader, currentStack } from "../gc/pulumi-json";
 import { readProjectName } from "../gc/sweep";
 import { parseProviderId } from "../kvm/domain/provider-id";
 import type { NicCounters } from "../kvm/host/traffic";
+import { olds as pluginOlds } from "../plugin/kvm-proxy-plugin";
 import type { NicAddresses, ProxyHealth } from "../resource/outputs";
 import { KvmProxyRuntime } from "../resource/provider";
 import { ageSeconds } from "../resource/rotation";
@@ -59,7 +60,9 @@ export async function runStatus(options: StatusOptions, deps: StatusDeps = {}): 
     await Promise.all(Array.from({ length: Math.min(AT_ONCE, proxies.length) }, worker));
     return { project, stack, readAt: now.toISOString(), proxies: rows, problems };
   } finally {
-    await runtime.close().catch((err) => problems.push({ subject: "hosts", message: messageOf(err) }));
+    await runtime
+      .close()
+      .catch((err) => problems.push({ subject: "hosts", message: runtime.redact(messageOf(err)) }));
   }
 }
 
@@ -97,7 +100,9 @@ async function read(runtime: KvmProxyRuntime, p: StackProxy, now: number): Promi
   };
   let outs: Record<string, unknown>;
   try {
-    const read = await runtime.read(p.id, p.outputs);
+    // A plugin proxy is read as the plugin reads it: from its outputs and its inputs.
+    const recorded = p.door === "plugin" ? pluginOlds(p.outputs, p.inputs) : p.outputs;
+    const read = await runtime.read(p.id, recorded);
     if (read.props === undefined) {
       row.state = "missing";
       row.problems.push(

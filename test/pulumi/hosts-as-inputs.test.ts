@@ -9,15 +9,24 @@
  * verbose trace, holds the private key (the outputs the Node.js SDK prints
  * keep the host sealed); at -v=9 only the engine's own property dumps do
  * (from -v=7 they print every value it plans with: see secrets.test.ts);
- * refresh and destroy, which run without the program, reach the host through
- * the sealed record, and destroy deletes the proxies before the hypervisor.
+ * refresh, destroy and `status`, which run without the program, reach the
+ * host through the sealed record, and destroy deletes the proxies before the hypervisor.
  * A stack moving from `host: "remote"` to the same host in full replaces
  * nothing.
  */
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ProxyStatus } from "../../provider/status/status-report";
 import { type TestHost, testHost } from "../support/test-host";
-import { domainsOfStack, hostsConfig, removeByHand, TEST_PROXY_ARGS, virsh, Workspace } from "./harness";
+import {
+  domainsOfStack,
+  hostsConfig,
+  packageCli,
+  removeByHand,
+  TEST_PROXY_ARGS,
+  virsh,
+  Workspace,
+} from "./harness";
 
 /** A `kvm:stateKey` (host-connection.ts). */
 const STATE_KEY = "kvmpt-state-key-0123456789abcdefghij";
@@ -137,6 +146,27 @@ describe("a host another resource of the program makes", () => {
     expect(safe).toMatch(/rpc=virDomain\w+ host=hv/);
     expect(leaks(safe)).toEqual([]);
     expect(leaks(verbose(ws, SAFE_LEVEL, "preview", "--expect-no-changes"))).toEqual([]);
+
+    // `status` reaches each VM through the connection the state records (a secret of the export),
+    // and prints nothing of the key.
+    // Nothing boots here: what it cannot read is the guests' request counts, nothing of the host.
+    const status = packageCli(ws, ["status", "--json", "--cwd", ws.dir, "--stack", ws.stack]);
+    expect(status.code, status.stderr).toBe(1);
+    const rows = (JSON.parse(status.stdout) as { proxies: ProxyStatus[] }).proxies;
+    // Each in the state the refresh just recorded (an empty image never finishes its first boot).
+    const refreshed = Object.fromEntries(
+      ws.proxies().map((p) => [String(p.urn).replace(/.*::/, ""), p.outputs?.state]),
+    );
+    expect(rows.map((r) => [r.name, r.host, r.state, r.problems]).sort()).toEqual(
+      ["fleet-0", "fleet-1", "made-a", "made-b"].map((n) => [
+        n,
+        "hv",
+        refreshed[n],
+        ["requests: the guest agent does not answer"],
+      ]),
+    );
+    expect(Object.values(refreshed)).not.toContain(undefined);
+    expect(leaks(`${status.stdout}\n${status.stderr}`)).toEqual([]);
 
     const destroyLog = ws.destroy().output;
     const deletedAt = (name: string) => destroyLog.search(new RegExp(`${name} deleted`));

@@ -40,12 +40,14 @@ export async function nicCounters(lv: Libvirt, dom: Domain): Promise<NicCounters
     if (nic.mac === undefined) continue;
     try {
       const s = await lv.domainInterfaceStats(dom, nic.mac);
+      // -1: the hypervisor does not count it (counted as nothing, never subtracted).
+      const counted = (n: number) => Math.max(0, n);
       out.push({
         mac: nic.mac,
-        receivedBytes: s.rxBytes,
-        sentBytes: s.txBytes,
-        receivedPackets: s.rxPackets,
-        sentPackets: s.txPackets,
+        receivedBytes: counted(s.rxBytes),
+        sentBytes: counted(s.txBytes),
+        receivedPackets: counted(s.rxPackets),
+        sentPackets: counted(s.txPackets),
       });
     } catch (err) {
       // Not running (stopped since the XML was read): it carries nothing now.

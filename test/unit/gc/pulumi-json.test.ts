@@ -52,7 +52,7 @@ describe("parseStackList", () => {
 });
 
 describe("parseStackExport", () => {
-  it("reads resources (ID, marked for deletion) and pending operations", () => {
+  it("reads resources (ID, type, parent, provider, outputs, marked for deletion) and pending operations", () => {
     const text = JSON.stringify({
       version: 3,
       deployment: {
@@ -63,7 +63,15 @@ describe("parseStackExport", () => {
             custom: false,
             type: "pulumi:pulumi:Stack",
           },
-          { urn: URN, custom: true, id: "kvm://lab/web-1", type: "pulumi-nodejs:dynamic:KvmProxy" },
+          {
+            urn: URN,
+            custom: true,
+            id: "kvm://lab/web-1",
+            type: "pulumi-nodejs:dynamic:KvmProxy",
+            parent: "urn:pulumi:dev::infra::pulumi:pulumi:Stack::infra-dev",
+            provider: "urn:pulumi:dev::infra::pulumi:providers:pulumi-nodejs::default::04da6b54",
+            outputs: { state: "running" },
+          },
           { urn: URN, custom: true, id: "kvm://lab/web-0", delete: true },
         ],
         pending_operations: [{ resource: { urn: `${URN}2`, custom: true }, type: "creating" }],
@@ -72,8 +80,15 @@ describe("parseStackExport", () => {
     expect(parseStackExport(text)).toEqual({
       kind: "read",
       resources: [
-        { urn: "urn:pulumi:dev::infra::pulumi:pulumi:Stack::infra-dev" },
-        { urn: URN, id: "kvm://lab/web-1" },
+        { urn: "urn:pulumi:dev::infra::pulumi:pulumi:Stack::infra-dev", type: "pulumi:pulumi:Stack" },
+        {
+          urn: URN,
+          id: "kvm://lab/web-1",
+          type: "pulumi-nodejs:dynamic:KvmProxy",
+          parent: "urn:pulumi:dev::infra::pulumi:pulumi:Stack::infra-dev",
+          provider: "urn:pulumi:dev::infra::pulumi:providers:pulumi-nodejs::default::04da6b54",
+          outputs: { state: "running" },
+        },
         { urn: URN, id: "kvm://lab/web-0", delete: true },
       ],
       pending: [{ urn: `${URN}2`, type: "creating" }],
@@ -91,7 +106,7 @@ describe("parseStackExport", () => {
       },
     });
     expect(parseStackExport(text).resources).toEqual([
-      { urn: moved, id: "kvm://lab/web-1", ownerUrn: URN },
+      { urn: moved, id: "kvm://lab/web-1", ownerUrn: URN, outputs: { owner: { urn: URN } } },
       { urn: URN, id: "kvm://lab/web-2" },
     ]);
   });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { CliOutputError } from "../../../provider/gc/pulumi-json";
+import { SECRET_SIG } from "../../../provider/plugin/property-values";
 import { nameOfUrn } from "../../../provider/resource/retirement";
-import { stackProxies } from "../../../provider/status/stack-proxies";
+import { revealed, stackProxies } from "../../../provider/status/stack-proxies";
 import { parseStatusArgs } from "../../../provider/status/status-command-line";
 
 const STACK = "urn:pulumi:prod::crawl::";
@@ -43,15 +44,35 @@ describe("the stack's proxies, from `pulumi stack export`", () => {
         urn: `${STACK}kvmproxy:index:ProxyFleet$pulumi-nodejs:dynamic:KvmProxy::edge-0`,
         id: "kvm://hv1/edge-0-1a2b3c4d",
         name: "edge-0",
+        door: "dynamic",
         fleet: "edge",
         outputs: { state: "running" },
+        inputs: {},
       },
       {
         urn: `${STACK}kvmproxy:index:KvmProxy::solo`,
         id: "kvm://hv2/solo-9f8e7d6c",
         name: "solo",
+        door: "plugin",
         outputs: {},
+        inputs: {},
       },
+    ]);
+  });
+
+  it("names the explicit provider a plugin proxy was made with (it reads no stack config)", () => {
+    const provider = (name: string) => `${STACK}pulumi:providers:kvmproxy::${name}::5f1c2e3a-0d4b`;
+    const text = exported(
+      [provider("default_0_9_0"), provider("eu-hosts")].map((p, i) => ({
+        urn: `${STACK}kvmproxy:index:KvmProxy::p${i}`,
+        type: "kvmproxy:index:KvmProxy",
+        id: `kvm://hv1/p${i}-00000000`,
+        provider: p,
+      })),
+    );
+    expect(stackProxies(text).map((p) => [p.name, p.explicitProvider])).toEqual([
+      ["p0", undefined],
+      ["p1", "eu-hosts"],
     ]);
   });
 
@@ -97,5 +118,43 @@ describe("status's command line", () => {
     [["extra"], "Unexpected argument 'extra'"],
   ])("refuses %j", (argv, message) => {
     expect(() => parseStatusArgs(argv, "/p")).toThrow(message);
+  });
+});
+
+describe("secrets of `stack export --show-secrets`", () => {
+  it("are given back as the values the provider received, however deep", () => {
+    const wrapped = (v: unknown) => ({
+      [SECRET_SIG]: "1b47061264138c4ac30d75fd1eb44270",
+      plaintext: JSON.stringify(v),
+    });
+    expect(
+      revealed({
+        host: "hv1",
+        hostConnection: wrapped({ key: "hv1", uri: "ssh://root@hv1", privateKey: "KEY" }),
+        nics: [{ addresses: ["192.0.2.61/24"], secretish: wrapped("x") }],
+      }),
+    ).toEqual({
+      host: "hv1",
+      hostConnection: { key: "hv1", uri: "ssh://root@hv1", privateKey: "KEY" },
+      nics: [{ addresses: ["192.0.2.61/24"], secretish: "x" }],
+    });
+  });
+
+  it("a proxy's outputs come out revealed", () => {
+    const text = JSON.stringify({
+      deployment: {
+        resources: [
+          {
+            urn: `${STACK}pulumi-nodejs:dynamic:KvmProxy::solo`,
+            type: "pulumi-nodejs:dynamic:KvmProxy",
+            id: "kvm://hv1/solo-00000000",
+            outputs: {
+              proxyPasswordHash: { [SECRET_SIG]: "1b47061264138c4ac30d75fd1eb44270", plaintext: '"$6$x"' },
+            },
+          },
+        ],
+      },
+    });
+    expect(stackProxies(text)[0]?.outputs).toEqual({ proxyPasswordHash: "$6$x" });
   });
 });

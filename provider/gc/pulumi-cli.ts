@@ -21,6 +21,9 @@ export class PulumiCliError extends ProviderError {
   }
 }
 
+/** The longest one Pulumi CLI command may take, ms (a large stack's export over a slow backend). */
+export const CLI_TIMEOUT_MS = 10 * 60_000;
+
 /** Runs `pulumi <args>` and returns its stdout. */
 export type PulumiRunner = (args: readonly string[]) => Promise<string>;
 
@@ -30,8 +33,10 @@ export function pulumiRunner(cwd: string, bin = "pulumi"): PulumiRunner {
     new Promise((resolve, reject) => {
       execFile(
         bin,
-        [...args, "--non-interactive", "--color", "never"],
-        { cwd, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, env: process.env },
+        // The global flags first: after a command's `--` they would be taken as its arguments.
+        ["--non-interactive", "--color", "never", ...args],
+        // Bounded: a command that waited on input or on a wedged backend would hold a cron job for ever.
+        { cwd, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, env: process.env, timeout: CLI_TIMEOUT_MS },
         (err, stdout, stderr) => {
           if (err === null) {
             resolve(stdout);

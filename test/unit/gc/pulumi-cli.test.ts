@@ -24,9 +24,9 @@ describe("pulumiRunner", () => {
     expect(err.message).toMatch(/^pulumi config --json --show-secrets failed \(exit 1\): /);
   });
 
-  it("returns the standard output, with the CLI's non-interactive flags appended", async () => {
+  it("returns the standard output, the CLI's non-interactive flags before the command (never after a `--`)", async () => {
     expect(await pulumiRunner("/", "echo")(["stack", "ls"])).toBe(
-      "stack ls --non-interactive --color never\n",
+      "--non-interactive --color never stack ls\n",
     );
   });
 });

@@ -16,7 +16,7 @@ import { formatProviderId, parseProviderId } from "../kvm/domain/provider-id";
 import { HostPool } from "../kvm/host/hosts";
 import { ImageBaker } from "../kvm/host/image-bake";
 import { ImageCache } from "../kvm/host/image-cache";
-import { KvmOperations, type VmStatus } from "../kvm/host/operations";
+import { type CreateSpec, KvmOperations, type VmStatus } from "../kvm/host/operations";
 import { ProvisionError } from "../kvm/host/provision";
 import { namesHostPool, resolveHostPools } from "../kvm/network/host-pools";
 import type { NicSpec } from "../kvm/network/nic";
@@ -112,8 +112,14 @@ export class KvmProxyRuntime {
     this.engineLog().warn(urn, text);
   }
 
+  /** Text written for both doors with its config keys named as this door reads them (the plugin: `kvmproxy:`). */
+  wording: (text: string) => string = (text) => text;
+
   private engineLog(): EngineLog {
-    this.log ??= engineLogFromArgv(process.argv, { redact: (t) => this.redact(t), minIntervalMs: 1_000 });
+    this.log ??= engineLogFromArgv(process.argv, {
+      redact: (t) => this.wording(this.redact(t)),
+      minIntervalMs: 1_000,
+    });
     return this.log;
   }
 
@@ -267,13 +273,13 @@ export class KvmProxyRuntime {
       await this.engineLog().flush();
       return { changes: d.changes, replaces: d.replaces, deleteBeforeReplace: d.deleteBeforeReplace };
     }
-    // Failing too long, retired, or holding a blocked address: replaced (created first, then the old VM
-    // deleted), whatever its rotation's turn.
+    // Failing too long (keyed by the output that records it: no input changed), retired, or holding a
+    // blocked address: replaced (created first, then the old VM deleted), whatever its rotation's turn.
     const now = Date.now();
     const failing = failedTooLong(olds, replaceAfterOf(news.healthCheck), now);
     const demanded =
       failing !== undefined
-        ? { key: "healthCheck", note: failing }
+        ? { key: "health", note: failing }
         : urn !== undefined
           ? retiredNow(olds, nameOfUrn(urn), this.config.retire, this.config.blocked, now)
           : undefined;
@@ -350,6 +356,15 @@ export class KvmProxyRuntime {
     });
   }
 
+  /** What the KVM core makes of checked inputs; a pool never hands out an address blocked now (kvm:blockedAddresses). */
+  private specOf(c: CheckedInputs, host?: string): CreateSpec {
+    const avoid = blockedNow(this.config.blocked, Date.now());
+    return {
+      ...withBakeUserData(createSpec(c, this.backend(), host), c, this.config.images),
+      ...(avoid.length > 0 ? { avoidAddresses: avoid } : {}),
+    };
+  }
+
   /**
    * Creates one proxy: the KVM core provisions it (created, running, with
    * its address, and healthy within `timeouts.create`, or rolled back); this
@@ -366,16 +381,10 @@ export class KvmProxyRuntime {
         : checked;
     const placed = placementOf(checked.host);
     let c = placed.pool === undefined ? onHost(placed.key) : checked;
-    // A pool never hands out an address blocked now (kvm:blockedAddresses).
-    const avoid = blockedNow(this.config.blocked, Date.now());
-    const specOf = (x: CheckedInputs, host?: string) => ({
-      ...withBakeUserData(createSpec(x, this.backend(), host), x, this.config.images),
-      ...(avoid.length > 0 ? { avoidAddresses: avoid } : {}),
-    });
-    const spec = specOf(c);
+    const spec = this.specOf(c);
     const forHost = (key: string) => {
       c = onHost(key);
-      return specOf(c, key);
+      return this.specOf(c, key);
     };
     let health: ProxyHealth | undefined;
     try {
@@ -567,21 +576,18 @@ export class KvmProxyRuntime {
     if (unfinished || status.state === "stopped" || status.state === "failed") {
       // Restart (or finish) the VM this resource records, whatever URN its
       // metadata holds (a stack rename changes it); never roll it back.
-      status = await o.provision(
-        withBakeUserData(createSpec(c, this.backend(), host), c, this.config.images),
-        {
-          ...deadline,
-          onProgress: this.progressTo(c.owner?.urn),
-          adopt: unfinished ? "own" : "any",
-          waitForIp: c.waitForIp !== false,
-          ...waitOptionsOf(c),
-          rollback: false,
-          // Started again (or finished): up waits until it answers, as a create does.
-          ready: async (st: VmStatus, remainingMs: number, signal: AbortSignal, deadlineName?: string) => {
-            await this.readiness().gate(c, st, remainingMs, signal, deadlineName, unfinished);
-          },
+      status = await o.provision(this.specOf(c, host), {
+        ...deadline,
+        onProgress: this.progressTo(c.owner?.urn),
+        adopt: unfinished ? "own" : "any",
+        waitForIp: c.waitForIp !== false,
+        ...waitOptionsOf(c),
+        rollback: false,
+        // Started again (or finished): up waits until it answers, as a create does.
+        ready: async (st: VmStatus, remainingMs: number, signal: AbortSignal, deadlineName?: string) => {
+          await this.readiness().gate(c, st, remainingMs, signal, deadlineName, unfinished);
         },
-      );
+      });
     }
     // Rate limits change in place, on the running domain and its definition.
     for (const [mac, bandwidth] of bandwidthChanges(olds.nics, c.nics)) {

@@ -418,7 +418,7 @@ describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, boote
       expect(r.code, r.output.slice(-4000)).toBe(0);
       const ops = stepsOf(r.stdout, sick.name);
       // Make-before-break: the replacement is created (and passed its health check) before the failing VM goes.
-      expect(ops).toEqual(MAKE_BEFORE_BREAK("healthCheck"));
+      expect(ops).toEqual(MAKE_BEFORE_BREAK("health"));
       expect(r.output).toContain("replacing: failing its health check since");
       const held = members();
       const fresh = held.find((x) => x.name === sick.name) as (typeof held)[number];

@@ -6,10 +6,10 @@
  *   (a KvmProxy, or a ProxyFleet's member such as `edge-2`) whose VM was
  *   made before `before` is replaced at the next `up`. Its replacement is
  *   made later, so the entry is spent once it is replaced and may stay.
- * - `kvm:blockedAddresses`: address → `{reason, until}`: a proxy holding the
- *   address (a NIC's, the egress address its check saw, its outgoing
- *   address) is replaced at the next `up`, and no address pool hands the
- *   address out until `until`.
+ * - `kvm:blockedAddresses`: address → `{reason, since, until}`: a proxy made
+ *   before `since` and holding the address (a NIC's, the egress address its
+ *   check saw, its outgoing address) is replaced at the next `up`, and no
+ *   address pool hands the address out until `until`.
  *
  * A replacement is made before the VM it replaces is deleted, unless they
  * would collide (diff.ts collisions). Shapes are checked here, each failure
@@ -33,6 +33,12 @@ export interface BlockedAddress {
   reason: string;
   /** Epoch ms: until when. */
   until: number;
+  /**
+   * Epoch ms: when it was blocked. Only VMs made before it are replaced: a
+   * replacement that holds the address again (a static address, a shared
+   * egress address) is not replaced at every `up`.
+   */
+  since: number;
 }
 
 /** The longest reason kept: a line of preview, not a report. */
@@ -44,16 +50,85 @@ const BEFORE_SLACK_MS = 5 * 60_000;
 export function reasonProblem(v: unknown): string | undefined {
   if (typeof v !== "string" || v.trim() === "") return "must be a non-empty string: why, shown at preview";
   if (v.length > MAX_REASON_LENGTH) return `must be at most ${MAX_REASON_LENGTH} characters`;
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is refused
-  if (/[\u0000-\u001f\u007f]/.test(v)) return "must be one line without control characters";
+  // Control and format characters (C0, C1, bidi overrides, zero-width) and line separators: a preview line
+  // must read as what it says.
+  if (/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u.test(v))
+    return "must be one line without control, format or bidirectional characters";
   return undefined;
 }
 
+/**
+ * An unquoted YAML time in the stack's config file (`before: 2026-12-07T10:00:00Z`)
+ * reaches the provider as Go's text of it: `2026-12-07 10:00:00 +0000 UTC`.
+ */
+const GO_TIME = /^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?) ([+-]\d{2})(\d{2})(?: [A-Za-z0-9+-]+)?$/;
+
 function timeOf(v: unknown): number | undefined {
-  if (typeof v !== "string" || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(v))
-    return undefined;
-  const t = Date.parse(v);
+  if (typeof v !== "string") return undefined;
+  const go = GO_TIME.exec(v);
+  const text = go !== null ? `${go[1]}T${go[2]}${go[3]}:${go[4]}` : v;
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(text)) return undefined;
+  const t = Date.parse(text);
   return Number.isNaN(t) ? undefined : t;
+}
+
+/** A time field of an entry: its purpose, shown when it is not a time. */
+interface TimeField {
+  example: string;
+  purpose: string;
+}
+
+/**
+ * The entries of one config map (`key` → `{reason, <time fields>}`), each
+ * entry's reason and times read, every failure named by its path. `keyOf`
+ * gives the entry's canonical key, or a reason the key is refused.
+ */
+function parseEntries<F extends string>(
+  raw: unknown,
+  key: string,
+  keyName: string,
+  times: Readonly<Record<F, TimeField>>,
+  keyOf: (k: string) => { key: string } | { problem: string },
+): {
+  entries: { key: string; at: string; reason: string; times: Record<F, number> }[];
+  failures: ValidationFailure[];
+} {
+  const fields = ["reason", ...Object.keys(times)];
+  const shape = `{${fields.join(", ")}}`;
+  const entries: { key: string; at: string; reason: string; times: Record<F, number> }[] = [];
+  const failures: ValidationFailure[] = [];
+  if (!given(raw)) return { entries, failures };
+  if (!isObject(raw)) {
+    failures.push({ property: key, reason: `must be an object: ${keyName} → ${shape}` });
+    return { entries, failures };
+  }
+  for (const [k, entry] of Object.entries(raw)) {
+    const at = `${key}.${k}`;
+    const canonical = keyOf(k);
+    if ("problem" in canonical) {
+      failures.push({ property: at, reason: canonical.problem });
+      continue;
+    }
+    if (!isObject(entry)) {
+      failures.push({ property: at, reason: `must be ${shape}` });
+      continue;
+    }
+    const before = failures.length;
+    const bad = (field: string, reason: string) => failures.push({ property: `${at}.${field}`, reason });
+    for (const f of Object.keys(entry))
+      if (!fields.includes(f)) bad(f, `unknown property (known: ${fields.join(", ")})`);
+    const reason = reasonProblem(entry.reason);
+    if (reason !== undefined) bad("reason", reason);
+    const read = {} as Record<F, number>;
+    for (const [f, t] of Object.entries(times) as [F, TimeField][]) {
+      const v = timeOf(entry[f]);
+      if (v === undefined) bad(f, `must be a time such as ${t.example}: ${t.purpose}`);
+      else read[f] = v;
+    }
+    if (failures.length === before)
+      entries.push({ key: canonical.key, at, reason: entry.reason as string, times: read });
+  }
+  return { entries, failures };
 }
 
 /** `kvm:retire`'s entries, and the failures of those that do not parse (at `key.<name>.<field>`). */
@@ -62,35 +137,21 @@ export function parseRetirements(
   key: string,
   now: number,
 ): { values: Record<string, Retirement>; failures: ValidationFailure[] } {
+  const { entries, failures } = parseEntries(
+    raw,
+    key,
+    "resource name",
+    { before: { example: "2026-12-07T10:00:00Z", purpose: "VMs made before it are replaced" } },
+    (name) => ({ key: name }),
+  );
   const values: Record<string, Retirement> = {};
-  const failures: ValidationFailure[] = [];
-  if (!given(raw)) return { values, failures };
-  if (!isObject(raw)) {
-    failures.push({ property: key, reason: "must be an object: resource name → {reason, before}" });
-    return { values, failures };
-  }
-  for (const [name, entry] of Object.entries(raw)) {
-    const at = `${key}.${name}`;
-    if (!isObject(entry)) {
-      failures.push({ property: at, reason: "must be {reason, before}" });
-      continue;
-    }
-    const bad = (field: string, reason: string) => failures.push({ property: `${at}.${field}`, reason });
-    for (const k of Object.keys(entry))
-      if (k !== "reason" && k !== "before") bad(k, "unknown property (known: reason, before)");
-    const reason = reasonProblem(entry.reason);
-    if (reason !== undefined) bad("reason", reason);
-    const before = timeOf(entry.before);
-    if (before === undefined)
-      bad("before", "must be a time such as 2026-12-07T10:00:00Z: VMs made before it are replaced");
-    else if (before > now + BEFORE_SLACK_MS)
-      bad(
-        "before",
-        "must not be in the future: the replacement would be made before it too, and replaced again",
-      );
-    if (reason === undefined && before !== undefined && before <= now + BEFORE_SLACK_MS) {
-      values[name] = { reason: entry.reason as string, before };
-    }
+  for (const e of entries) {
+    if (e.times.before > now + BEFORE_SLACK_MS) {
+      failures.push({
+        property: `${e.at}.before`,
+        reason: "must not be in the future: the replacement would be made before it too, and replaced again",
+      });
+    } else values[e.key] = { reason: e.reason, before: e.times.before };
   }
   return { values, failures };
 }
@@ -100,38 +161,27 @@ export function parseBlockedAddresses(
   raw: unknown,
   key: string,
 ): { values: Record<string, BlockedAddress>; failures: ValidationFailure[] } {
+  const { entries, failures } = parseEntries(
+    raw,
+    key,
+    "address",
+    {
+      since: {
+        example: "2026-12-07T10:00:00Z",
+        purpose: "when it was blocked (VMs made before it are replaced)",
+      },
+      until: {
+        example: "2026-12-14T10:00:00Z",
+        purpose: "the address is kept out of service until then",
+      },
+    },
+    (address) => {
+      const canonical = canonicalIp(address);
+      return canonical === undefined ? { problem: "is not an IPv4 or IPv6 address" } : { key: canonical };
+    },
+  );
   const values: Record<string, BlockedAddress> = {};
-  const failures: ValidationFailure[] = [];
-  if (!given(raw)) return { values, failures };
-  if (!isObject(raw)) {
-    failures.push({ property: key, reason: "must be an object: address → {reason, until}" });
-    return { values, failures };
-  }
-  for (const [address, entry] of Object.entries(raw)) {
-    const at = `${key}.${address}`;
-    const canonical = canonicalIp(address);
-    if (canonical === undefined) {
-      failures.push({ property: at, reason: "is not an IPv4 or IPv6 address" });
-      continue;
-    }
-    if (!isObject(entry)) {
-      failures.push({ property: at, reason: "must be {reason, until}" });
-      continue;
-    }
-    const bad = (field: string, reason: string) => failures.push({ property: `${at}.${field}`, reason });
-    for (const k of Object.keys(entry))
-      if (k !== "reason" && k !== "until") bad(k, "unknown property (known: reason, until)");
-    const reason = reasonProblem(entry.reason);
-    if (reason !== undefined) bad("reason", reason);
-    const until = timeOf(entry.until);
-    if (until === undefined)
-      bad(
-        "until",
-        "must be a time such as 2026-12-14T10:00:00Z: the address is kept out of service until then",
-      );
-    if (reason === undefined && until !== undefined)
-      values[canonical] = { reason: entry.reason as string, until };
-  }
+  for (const e of entries) values[e.key] = { reason: e.reason, ...e.times };
   return { values, failures };
 }
 
@@ -160,6 +210,20 @@ export function addressesHeld(olds: RecordedState): string[] {
 }
 
 /**
+ * Whether a replacement of the recorded VM would hold `address` again: it
+ * holds it other than through an address pool (a static NIC address, its
+ * outgoing address, or an egress address it shares through NAT).
+ */
+export function holdsAgainWhenReplaced(olds: RecordedState, address: string): boolean {
+  const is = (text: string | undefined) => text !== undefined && canonicalIp(bare(text)) === address;
+  const nics = olds.nics ?? [];
+  if (nics.some((n) => n.addressPool === undefined && (n.addresses ?? []).some(is))) return true;
+  if (is(olds.proxy?.outgoingAddress)) return true;
+  const onOwnNic = [...nics, ...(olds.ipAddresses ?? [])].some((n) => (n.addresses ?? []).some(is));
+  return is(olds.egressAddress) && !onOwnNic;
+}
+
+/**
  * Why proxy `name` (the state `olds` records) is replaced at this `up` on
  * demand, or undefined: a retirement of its name made after its VM, or an
  * address it holds blocked now. The replace key names the config.
@@ -178,7 +242,8 @@ export function retiredNow(
   }
   for (const a of addressesHeld(olds)) {
     const b = blocked[a];
-    if (b !== undefined && b.until > now) {
+    // A VM made since the block holds the address again by design (a static address): not replaced again.
+    if (b !== undefined && b.until > now && !Number.isNaN(created) && created < b.since) {
       return {
         key: "blockedAddresses",
         note: `replacing: its address ${a} is blocked until ${new Date(b.until).toISOString()} (kvm:blockedAddresses): ${b.reason}`,

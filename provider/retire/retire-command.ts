@@ -15,8 +15,15 @@ import { parseDuration } from "../kvm/duration";
 import { inPool } from "../kvm/network/address-pool";
 import { canonicalIp } from "../kvm/network/ip";
 import { decodeState } from "../resource/recorded-state";
-import { addressesHeld, reasonProblem } from "../resource/retirement";
-import { stackProxies } from "../status/stack-proxies";
+import {
+  addressesHeld,
+  holdsAgainWhenReplaced,
+  parseBlockedAddresses,
+  parseRetirements,
+  reasonProblem,
+} from "../resource/retirement";
+import { PLUGIN_CONFIG_NAMESPACE } from "../schema/config-namespace";
+import { type StackProxy, stackProxies } from "../status/stack-proxies";
 
 /** What was asked. */
 export interface RetireCommand {
@@ -41,11 +48,11 @@ Written to the stack config as kvm:retire.<proxy> = {reason, before: now}.
 block: the proxy holding the address (a NIC's, or the egress address its
 check saw) is replaced at the next \`pulumi up\`, and no address pool hands
 the address out for the duration (e.g. 7d, 12h). Written to the stack config
-as kvm:blockedAddresses.<address> = {reason, until}.
+as kvm:blockedAddresses.<address> = {reason, since: now, until}.
 
 Either checks first that the stack has such a proxy or address, and prints
 what the next \`up\` will do; \`pulumi preview\` shows it with the reason.
-(kvmproxy: instead of kvm: for a stack whose config uses the plugin's namespace.)
+(kvmproxy: in place of kvm: for the provider plugin's proxies, in any language.)
 
 Options:
   --reason <text>    why (one line, shown at preview)
@@ -123,12 +130,29 @@ export interface RetireDeps {
   now?: () => Date;
 }
 
-/** The stack's config namespace: the plugin's when its config uses it, else the dynamic provider's. */
-function namespaceOf(configJson: string): "kvm" | "kvmproxy" {
-  const keys = Object.keys(JSON.parse(configJson) as Record<string, unknown>);
-  return keys.some((k) => k.startsWith("kvmproxy:")) && !keys.some((k) => k.startsWith("kvm:"))
-    ? "kvmproxy"
-    : "kvm";
+/** The config namespace a proxy's door reads its entries from. */
+function namespaceOf(p: StackProxy): "kvm" | "kvmproxy" {
+  return p.door === "plugin" ? PLUGIN_CONFIG_NAMESPACE : "kvm";
+}
+
+/**
+ * The map `key` holds now (`pulumi config --json`), to add an entry to. A
+ * secret or non-map value is refused: writing the whole map back would
+ * lose or expose it.
+ */
+function currentMap(configJson: string, key: string): Record<string, unknown> {
+  const doc = JSON.parse(configJson) as Record<
+    string,
+    { objectValue?: unknown; value?: unknown; secret?: boolean }
+  >;
+  const entry = doc[key];
+  if (entry === undefined) return {};
+  if (entry.secret === true)
+    throw new Error(`${key} is a secret value: edit it with \`pulumi config set --secret\``);
+  const v = entry.objectValue;
+  if (typeof v !== "object" || v === null || Array.isArray(v))
+    throw new Error(`${key} is not a map of entries: fix it by hand first (\`pulumi config rm ${key}\`)`);
+  return v as Record<string, unknown>;
 }
 
 /** Checks the target against the stack, writes the entry; resolves to what the next `up` will do. */
@@ -138,42 +162,79 @@ export async function runRetire(o: RetireCommand, deps: RetireDeps = {}): Promis
   if (stack === undefined) throw new Error("no current stack: select one or pass --stack");
   // Names and addresses are no secrets: the export without them serves.
   const proxies = stackProxies(await pulumi(["stack", "export", "--stack", stack]));
-  const ns = namespaceOf(await pulumi(["config", "--json", "--stack", stack]));
   const now = (deps.now ?? (() => new Date()))();
-  const set = async (path: string, value: string) =>
-    pulumi(["config", "set", "--stack", stack, "--path", "--type", "string", path, value]);
 
+  // The proxies concerned, and the entry (checked by the parser the provider reads it with).
+  let concerned: StackProxy[];
+  let map: "retire" | "blockedAddresses";
+  let entry: Record<string, string>;
+  let will: string;
   if (o.kind === "retire") {
-    if (!proxies.some((p) => p.name === o.target)) {
+    concerned = proxies.filter((p) => p.name === o.target);
+    if (concerned.length === 0) {
       const names = proxies.map((p) => p.name).join(", ") || "none";
       throw new Error(
         `stack ${stack} has no proxy named ${JSON.stringify(o.target)} (its proxies: ${names})`,
       );
     }
-    const key = `${ns}:retire[${JSON.stringify(o.target)}]`;
-    await set(`${key}.reason`, o.reason);
-    await set(`${key}.before`, now.toISOString());
-    return `${key} set: the next \`pulumi up\` replaces ${o.target} (its replacement made first): ${o.reason}`;
+    map = "retire";
+    entry = { reason: o.reason, before: now.toISOString() };
+    will = `replaces ${o.target} (its replacement made first)`;
+  } else {
+    const holders = proxies.filter((p) => addressesHeld(decodeState(p.outputs)).includes(o.target));
+    const pools = proxies.filter((p) =>
+      (decodeState(p.outputs).nics ?? []).some(
+        (n) => n.addressPool !== undefined && inPool(n.addressPool, o.target),
+      ),
+    );
+    if (holders.length === 0 && pools.length === 0) {
+      throw new Error(
+        `no proxy of stack ${stack} holds ${o.target} or takes addresses from a pool that has it: nothing to block`,
+      );
+    }
+    const until = new Date(now.getTime() + (o.forSeconds as number) * 1000);
+    if (Number.isNaN(until.getTime())) throw new UsageError("--for is longer than any date");
+    concerned = [...holders, ...pools];
+    map = "blockedAddresses";
+    entry = { reason: o.reason, since: now.toISOString(), until: until.toISOString() };
+    will = `${holders.length > 0 ? `replaces ${holders.map((p) => p.name).join(", ")} (its replacement made first), and ` : ""}no address pool hands ${o.target} out until ${entry.until}`;
   }
-
-  const holders = proxies.filter((p) => addressesHeld(decodeState(p.outputs)).includes(o.target));
-  const pools = proxies.filter((p) =>
-    (decodeState(p.outputs).nics ?? []).some(
-      (n) => n.addressPool !== undefined && inPool(n.addressPool, o.target),
-    ),
-  );
-  if (holders.length === 0 && pools.length === 0) {
-    throw new Error(
-      `no proxy of stack ${stack} holds ${o.target} or takes addresses from a pool that has it: nothing to block`,
+  const failures =
+    map === "retire"
+      ? parseRetirements({ [o.target]: entry }, `kvm:${map}`, now.getTime()).failures
+      : parseBlockedAddresses({ [o.target]: entry }, `kvm:${map}`).failures;
+  if (failures.length > 0) {
+    throw new UsageError(
+      `the entry would not be read: ${failures.map((f) => `${f.property}: ${f.reason}`).join("; ")}`,
     );
   }
-  const until = new Date(now.getTime() + (o.forSeconds as number) * 1000).toISOString();
-  const key = `${ns}:blockedAddresses[${JSON.stringify(o.target)}]`;
-  await set(`${key}.reason`, o.reason);
-  await set(`${key}.until`, until);
-  const who =
-    holders.length > 0
-      ? `replaces ${holders.map((p) => p.name).join(", ")} (its replacement made first), and `
-      : "";
-  return `${key} set: the next \`pulumi up\` ${who}no address pool hands ${o.target} out until ${until}: ${o.reason}`;
+
+  // Each door's namespace, each key written whole in one call: no half-written entry, and names and
+  // reasons pass as JSON, never as a CLI path or flag.
+  const config = await pulumi(["config", "--json", "--stack", stack]);
+  const keys = [...new Set(concerned.map((p) => `${namespaceOf(p)}:${map}`))].sort();
+  const written: Record<string, { value: string; objectValue: Record<string, unknown>; secret: false }> = {};
+  for (const key of keys) {
+    const objectValue = { ...currentMap(config, key), [o.target]: entry };
+    written[key] = { value: JSON.stringify(objectValue), objectValue, secret: false };
+  }
+  await pulumi(["config", "set-all", "--stack", stack, "--json", JSON.stringify(written)]);
+
+  const notes: string[] = [];
+  const explicit = [...new Set(concerned.flatMap((p) => p.explicitProvider ?? []))];
+  if (explicit.length > 0)
+    notes.push(
+      `made with the explicit provider ${explicit.join(", ")}, which reads ${map} only from its own arguments: pass the stack's ${keys.join(", ")} to it in the program, or the next \`up\` replaces nothing there`,
+    );
+  if (o.kind === "block") {
+    const again = concerned.filter((p) => holdsAgainWhenReplaced(decodeState(p.outputs), o.target));
+    if (again.length > 0)
+      notes.push(
+        `${[...new Set(again.map((p) => p.name))].join(", ")} hold ${o.target} by the program (a static address, an outgoing address, or an egress address shared through NAT): each is replaced once and its replacement holds it again; to stop using it, change the program`,
+      );
+  }
+  return [
+    `${keys.map((k) => `${k}[${JSON.stringify(o.target)}]`).join(", ")} set: the next \`pulumi up\` ${will}: ${o.reason}`,
+    ...notes.map((n) => `note: ${n}`),
+  ].join("\n");
 }

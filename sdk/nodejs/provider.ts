@@ -53,7 +53,7 @@ export class Provider extends pulumi.ProviderResource {
  */
 export interface ProviderArgs {
     /**
-     * Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+     * Addresses out of service, by address: each `{reason, since, until}` (ISO 8601 times). A proxy made before `since` and holding one is replaced at the next `up`, and no address pool hands it out until `until`. `pulumi-kvm-proxy block` writes it.
      */
     blockedAddresses?: pulumi.Input<{[key: string]: pulumi.Input<{[key: string]: pulumi.Input<string>}>} | undefined>;
     /**

@@ -453,6 +453,13 @@ export const MAKE_BEFORE_BREAK = (key: string) => [
   "delete-replaced",
 ];
 
+/** The steps of a replacement that collides with its predecessor (a fixed name, MAC or address), forced by `key`. */
+export const DELETE_FIRST = (key: string) => [
+  "delete-replaced",
+  `replace(${key})`,
+  `create-replacement(${key})`,
+];
+
 /** The built `pulumi-kvm-proxy <args>`, run from the repo root against `ws`'s backend: exit code and output. */
 export function packageCli(ws: Workspace, args: string[]): { code: number; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [path.join(repoRoot, "dist/provider/cli/main.js"), ...args], {

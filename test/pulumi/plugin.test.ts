@@ -6,7 +6,8 @@
  * refresh, destroy; the password a secret end to end; `pulumi import` of a
  * proxy another stack made; `customTimeouts` honoured; a stack of dynamic
  * KvmProxy resources moved to the plugin's type by aliases (no replace,
- * and the orphan sweep still sees its VMs held). No guest boots
+ * and the orphan sweep still sees its VMs held); `retire` writing the
+ * plugin's namespace and preview naming it. No guest boots
  * (TEST_PROXY_ARGS); a static address on the test bridge gives a proxy
  * its URL.
  */
@@ -25,6 +26,7 @@ import {
   ENGINE_PROPERTY_DUMP,
   hostsConfig,
   metadataOf,
+  packageCli,
   pulumiEnv,
   runTool,
   type Workspace,
@@ -195,6 +197,34 @@ exports.urlWithCredentials = authed.proxyUrlWithCredentials;
         .filter((l) => !ENGINE_PROPERTY_DUMP.test(l) && !SDK_REPLY_OF_AUTHED.test(l))
         .map((l) => l.slice(0, 300)),
     ).toEqual([]);
+
+    // Retired through the plugin's namespace: the command writes kvmproxy:retire, the default provider
+    // reads the changed config, and preview names the key as set.
+    const retired = packageCli(ws, [
+      "retire",
+      "plain",
+      "--reason",
+      "blocked by example.com",
+      "--cwd",
+      ws.dir,
+      "--stack",
+      ws.stack,
+    ]);
+    expect(retired.code, retired.stderr).toBe(0);
+    expect(retired.stdout).toContain('kvmproxy:retire["plain"] set');
+    const steps = (
+      JSON.parse(ws.mustRun("preview", "--json").stdout) as { steps: { op: string; urn: string }[] }
+    ).steps;
+    const opsOf = (name: RegExp) =>
+      steps.filter((s) => name.test(s.urn.replace(/.*::/, ""))).map((s) => s.op);
+    // The default provider takes the changed config (the engine shows no step of it): only the retired
+    // proxy is replaced.
+    expect(opsOf(/^plain$/)).toContain("replace");
+    expect(steps.filter((s) => s.op !== "same" && !s.urn.endsWith("::plain"))).toEqual([]);
+    expect(ws.mustRun("preview", "--diff").output).toContain(
+      "replacing: retired (kvmproxy:retire.plain): blocked by example.com",
+    );
+    ws.mustRun("config", "rm", "kvmproxy:retire");
 
     ws.destroy();
     expect(domainsOfStack(host, ws.stack)).toEqual([]);

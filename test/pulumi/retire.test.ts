@@ -14,6 +14,7 @@ import { allocate } from "../../provider/kvm/network/address-pool";
 import { staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   allDomains,
+  DELETE_FIRST,
   hostsConfig,
   MAKE_BEFORE_BREAK,
   packageCli,
@@ -62,11 +63,9 @@ function upSteps(member: string): string[] {
   return stepsOf(ws.mustRun("up", "--yes", "--skip-preview", "--json").stdout, member);
 }
 
-beforeAll(() => {
-  host = testHost();
-  ws = new Workspace("retire", { name: "kvmpt-retire", main: "test/pulumi/programs/fleet" });
-  ws.setConfig({
-    ...hostsConfig(host),
+/** The stack's fleets: the fleet of three, and any more a test adds. */
+function fleets(more: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
     "fleet:fleets": {
       [FLEET]: {
         size: 3,
@@ -79,8 +78,15 @@ beforeAll(() => {
           ],
         },
       },
+      ...more,
     },
-  });
+  };
+}
+
+beforeAll(() => {
+  host = testHost();
+  ws = new Workspace("retire", { name: "kvmpt-retire", main: "test/pulumi/programs/fleet" });
+  ws.setConfig({ ...hostsConfig(host), ...fleets() });
   ws.up();
 }, 600_000);
 
@@ -121,6 +127,25 @@ describe("retire and block, through the stack config", () => {
     expect(planned()).toEqual({});
   });
 
+  it("a reason that begins with a dash is written as given, not taken for a flag", () => {
+    const name = `${FLEET}-2`;
+    const r = cli("retire", name, "--reason=--looks-like-a-flag");
+    expect(r.code, r.stderr).toBe(0);
+    const entry = JSON.parse(ws.mustRun("config", "get", "kvm:retire", "--json").stdout) as {
+      objectValue: Record<string, { reason: string }>;
+    };
+    expect(entry.objectValue[name]?.reason).toBe("--looks-like-a-flag");
+    ws.mustRun("config", "rm", "--path", `kvm:retire["${name}"]`);
+  });
+
+  it("block refuses a period that would write an entry the provider cannot read, and writes nothing", () => {
+    const before = ws.mustRun("config", "--json").stdout;
+    const r = cli("block", members()[`${FLEET}-0`]?.address as string, "--reason", "x", "--for", "3000000d");
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("the entry would not be read: kvm:blockedAddresses.");
+    expect(ws.mustRun("config", "--json").stdout).toBe(before);
+  });
+
   it("block refuses an address no member holds nor any pool has", () => {
     const r = cli("block", "198.51.100.7", "--reason", "x", "--for", "7d");
     expect(r.code).toBe(1);
@@ -154,6 +179,33 @@ describe("retire and block, through the stack config", () => {
     expect(POOL).toContain(after[other]?.address);
     for (const b of [address, next]) expect(Object.values(after).map((m) => m.address)).not.toContain(b);
     expect(planned()).toEqual({});
+  });
+
+  it("block an address the program gives (a static address): its holder is replaced once, and the replacement, holding it again, is not replaced at every up", () => {
+    const solo = `${FLEET}s`;
+    const address = "192.0.2.126";
+    const proxy = { image: "tiny", ...TEST_PROXY_ARGS };
+    const nics = [{ bridge: staticBridgeOf(host).name, addresses: [`${address}/24`], gateway4: "192.0.2.1" }];
+    ws.setConfig(fleets({ [solo]: { size: 1, hosts: ["local"], proxy: { ...proxy, nics } } }));
+    const member = `${solo}-0`;
+    try {
+      ws.up();
+      const before = members()[member]?.domain;
+      const r = cli("block", address, "--reason", "403s from example.com", "--for", "1d");
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain(`note: ${member} hold ${address} by the program`);
+      expect(planned()).toEqual({ [member]: "replace" });
+      // A static address collides: the old VM goes first.
+      expect(upSteps(member)).toEqual(DELETE_FIRST("blockedAddresses"));
+      expect(members()[member]?.domain).not.toBe(before);
+      expect(members()[member]?.address).toBe(address);
+      // The replacement was made after the block: holding the address again is the program's doing.
+      expect(planned()).toEqual({});
+    } finally {
+      ws.mustRun("config", "rm", "--path", `kvm:blockedAddresses["${address}"]`);
+      ws.setConfig(fleets());
+      ws.up();
+    }
   });
 
   it("a config entry that does not parse fails preview naming it, and changes nothing", () => {

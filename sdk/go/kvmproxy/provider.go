@@ -39,7 +39,7 @@ func NewProvider(ctx *pulumi.Context,
 }
 
 type providerArgs struct {
-	// Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+	// Addresses out of service, by address: each `{reason, since, until}` (ISO 8601 times). A proxy made before `since` and holding one is replaced at the next `up`, and no address pool hands it out until `until`. `pulumi-kvm-proxy block` writes it.
 	BlockedAddresses map[string]map[string]string `pulumi:"blockedAddresses"`
 	// The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
 	Hosts map[string]HostConfig `pulumi:"hosts"`
@@ -55,7 +55,7 @@ type providerArgs struct {
 
 // The set of arguments for constructing a Provider resource.
 type ProviderArgs struct {
-	// Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+	// Addresses out of service, by address: each `{reason, since, until}` (ISO 8601 times). A proxy made before `since` and holding one is replaced at the next `up`, and no address pool hands it out until `until`. `pulumi-kvm-proxy block` writes it.
 	BlockedAddresses pulumi.StringMapMapInput
 	// The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
 	Hosts HostConfigMapInput

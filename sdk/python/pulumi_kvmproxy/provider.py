@@ -29,7 +29,7 @@ class ProviderArgs:
         """
         The set of arguments for constructing a Provider resource.
 
-        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] blocked_addresses: Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] blocked_addresses: Addresses out of service, by address: each `{reason, since, until}` (ISO 8601 times). A proxy made before `since` and holding one is replaced at the next `up`, and no address pool hands it out until `until`. `pulumi-kvm-proxy block` writes it.
         :param pulumi.Input[Mapping[str, pulumi.Input['HostConfigArgs']]] hosts: The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
         :param pulumi.Input[Mapping[str, pulumi.Input['ImageConfigArgs']]] images: The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
         :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] retire: Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.
@@ -53,7 +53,7 @@ class ProviderArgs:
     @pulumi.getter(name="blockedAddresses")
     def blocked_addresses(self) -> pulumi.Input[Optional[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]]]:
         """
-        Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+        Addresses out of service, by address: each `{reason, since, until}` (ISO 8601 times). A proxy made before `since` and holding one is replaced at the next `up`, and no address pool hands it out until `until`. `pulumi-kvm-proxy block` writes it.
         """
         return pulumi.get(self, "blocked_addresses")
 
@@ -140,7 +140,7 @@ class Provider(pulumi.ProviderResource):
 
         :param str resource_name: The name of the resource.
         :param pulumi.ResourceOptions opts: Options for the resource.
-        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] blocked_addresses: Addresses out of service, by address: each `{reason, until}`. A proxy holding one is replaced at the next `up`, and no address pool hands it out until `until` (an ISO 8601 time). `pulumi-kvm-proxy block` writes it.
+        :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] blocked_addresses: Addresses out of service, by address: each `{reason, since, until}` (ISO 8601 times). A proxy made before `since` and holding one is replaced at the next `up`, and no address pool hands it out until `until`. `pulumi-kvm-proxy block` writes it.
         :param pulumi.Input[Mapping[str, pulumi.Input[Union['HostConfigArgs', 'HostConfigArgsDict']]]] hosts: The hosts by key: each `{uri, knownHosts, privateKey, pool, network, capacity, ...}` (a HostConfig).
         :param pulumi.Input[Mapping[str, pulumi.Input[Union['ImageConfigArgs', 'ImageConfigArgsDict']]]] images: The images by key: each `{url, format, firmware, sha256, bake}` (`bake`: `true` or `{packages, userData}`).
         :param pulumi.Input[Mapping[str, pulumi.Input[Mapping[str, pulumi.Input[_builtins.str]]]]] retire: Proxies to replace at the next `up`, by resource name (a ProxyFleet member's too): each `{reason, before}`, replacing the proxy whose VM was made before `before` (an ISO 8601 time). `pulumi-kvm-proxy retire` writes it.

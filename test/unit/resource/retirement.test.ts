@@ -3,6 +3,7 @@ import { decodeState } from "../../../provider/resource/recorded-state";
 import {
   addressesHeld,
   blockedNow,
+  holdsAgainWhenReplaced,
   parseBlockedAddresses,
   parseRetirements,
   retiredNow,
@@ -25,6 +26,16 @@ describe("kvm:retire", () => {
     });
   });
 
+  it.each([
+    ["2026-12-07 10:30:00 +0000 UTC", "2026-12-07T10:30:00Z"],
+    ["2026-12-07 11:30:00.125 +0100 CET", "2026-12-07T10:30:00.125Z"],
+    ["2026-12-07 00:00:00 +0000 UTC", "2026-12-07T00:00:00Z"],
+  ])("reads %s, an unquoted YAML time as Go gives it, as %s", (given, iso) => {
+    const r = parseRetirements({ a: { reason: "r", before: given } }, "kvm:retire", NOW);
+    expect(r.failures).toEqual([]);
+    expect(r.values.a?.before).toBe(Date.parse(iso));
+  });
+
   it.each<[string, unknown, string, RegExp]>([
     ["not an object", ["edge-2"], "kvm:retire", /must be an object/],
     ["an entry not an object", { a: "now" }, "kvm:retire.a", /must be \{reason, before\}/],
@@ -41,6 +52,17 @@ describe("kvm:retire", () => {
       "kvm:retire.a.reason",
       /one line/,
     ],
+    ...[
+      ["a bidirectional override", "\u202egnp.exe"],
+      ["a C1 control", "next\u0085line"],
+      ["a zero-width space", "edge\u200b-2"],
+      ["a line separator", "x\u2028y"],
+    ].map(([what, reason]): [string, unknown, string, RegExp] => [
+      `a reason with ${what}`,
+      { a: { reason, before: "2026-12-07T11:00:00Z" } },
+      "kvm:retire.a.reason",
+      /one line without control, format or bidirectional/,
+    ]),
     [
       "a reason too long",
       { a: { reason: "x".repeat(201), before: "2026-12-07T11:00:00Z" } },
@@ -51,6 +73,12 @@ describe("kvm:retire", () => {
     [
       "a before that is no time",
       { a: { reason: "r", before: "yesterday" } },
+      "kvm:retire.a.before",
+      /must be a time/,
+    ],
+    [
+      "Go's form without its offset",
+      { a: { reason: "r", before: "2026-12-07 10:30:00 UTC" } },
       "kvm:retire.a.before",
       /must be a time/,
     ],
@@ -84,11 +112,19 @@ describe("kvm:blockedAddresses", () => {
   it("keeps each entry by canonical address", () => {
     expect(
       parseBlockedAddresses(
-        { "2001:DB8:0::61": { reason: "403s", until: "2026-12-14T12:00:00Z" } },
+        {
+          "2001:DB8:0::61": { reason: "403s", since: "2026-12-07T11:00:00Z", until: "2026-12-14T12:00:00Z" },
+        },
         "kvm:blockedAddresses",
       ),
     ).toEqual({
-      values: { "2001:db8::61": { reason: "403s", until: Date.parse("2026-12-14T12:00:00Z") } },
+      values: {
+        "2001:db8::61": {
+          reason: "403s",
+          until: Date.parse("2026-12-14T12:00:00Z"),
+          since: Date.parse("2026-12-07T11:00:00Z"),
+        },
+      },
       failures: [],
     });
   });
@@ -108,15 +144,21 @@ describe("kvm:blockedAddresses", () => {
     ],
     [
       "no until",
-      { "192.0.2.61": { reason: "r" } },
+      { "192.0.2.61": { reason: "r", since: "2026-12-07T11:00:00Z" } },
       "kvm:blockedAddresses.192.0.2.61.until",
       /must be a time/,
     ],
     [
       "no reason",
-      { "192.0.2.61": { until: "2026-12-14T12:00:00Z" } },
+      { "192.0.2.61": { since: "2026-12-07T11:00:00Z", until: "2026-12-14T12:00:00Z" } },
       "kvm:blockedAddresses.192.0.2.61.reason",
       /non-empty/,
+    ],
+    [
+      "no since",
+      { "192.0.2.61": { reason: "r", until: "2026-12-14T12:00:00Z" } },
+      "kvm:blockedAddresses.192.0.2.61.since",
+      /when it was blocked/,
     ],
   ])("refuses %s, naming it", (_what, raw, property, reason) => {
     const r = parseBlockedAddresses(raw, "kvm:blockedAddresses");
@@ -127,7 +169,10 @@ describe("kvm:blockedAddresses", () => {
   it("only entries not yet over are blocked now", () => {
     expect(
       blockedNow(
-        { "192.0.2.61": { reason: "a", until: NOW + 1 }, "192.0.2.62": { reason: "b", until: NOW } },
+        {
+          "192.0.2.61": { reason: "a", until: NOW + 1, since: NOW - 1 },
+          "192.0.2.62": { reason: "b", until: NOW, since: NOW - 1 },
+        },
         NOW,
       ),
     ).toEqual(["192.0.2.61"]);
@@ -165,7 +210,9 @@ describe("replaced at this up on demand", () => {
   const retire = {
     "edge-2": { reason: "blocked by example.com", before: Date.parse("2026-12-07T11:00:00Z") },
   };
-  const blocked = { "192.0.2.61": { reason: "403s", until: NOW + 3_600_000 } };
+  const blocked = {
+    "192.0.2.61": { reason: "403s", until: NOW + 3_600_000, since: Date.parse("2026-12-07T11:00:00Z") },
+  };
 
   it.each<[string, Record<string, unknown>, string, object, object, string | undefined]>([
     ["a retirement of its name made after its VM", {}, "edge-2", retire, {}, "retire"],
@@ -187,7 +234,22 @@ describe("replaced at this up on demand", () => {
       blocked,
       "blockedAddresses",
     ],
-    ["a block that is over", {}, "edge-2", {}, { "192.0.2.61": { reason: "r", until: NOW } }, undefined],
+    [
+      "its replacement, made after the block, holding the address again (a static address): not replaced again",
+      { createdAt: "2026-12-07T11:30:00.000Z" },
+      "edge-2",
+      {},
+      blocked,
+      undefined,
+    ],
+    [
+      "a block that is over",
+      {},
+      "edge-2",
+      {},
+      { "192.0.2.61": { reason: "r", until: NOW, since: Date.parse("2026-12-07T11:00:00Z") } },
+      undefined,
+    ],
     ["another address blocked", {}, "edge-2", {}, { "192.0.2.62": blocked["192.0.2.61"] }, undefined],
   ])("%s", (_what, s, name, r, b, key) => {
     expect(retiredNow(state(s), name, r as never, b as never, NOW)?.key).toBe(key);
@@ -200,6 +262,20 @@ describe("replaced at this up on demand", () => {
     expect(retiredNow(state({}), "edge-2", {}, blocked, NOW)?.note).toBe(
       `replacing: its address 192.0.2.61 is blocked until ${new Date(NOW + 3_600_000).toISOString()} (kvm:blockedAddresses): 403s`,
     );
+  });
+
+  it.each<[string, Record<string, unknown>, boolean]>([
+    ["a pool's address: the replacement takes another", {}, false],
+    ["a static NIC address", { nics: [{ bridge: "br0", addresses: ["192.0.2.61/24"] }] }, true],
+    [
+      "its outgoing address",
+      { proxy: { port: 3128, allowedClients: [], allowedDestinations: [], outgoingAddress: "192.0.2.61" } },
+      true,
+    ],
+    ["an egress address on no NIC of its own (NAT)", { nics: [], egressAddress: "192.0.2.61" }, true],
+    ["an address it does not hold", { nics: [] }, false],
+  ])("a replacement holds the blocked address again when it is %s", (_what, s, again) => {
+    expect(holdsAgainWhenReplaced(state(s), "192.0.2.61")).toBe(again);
   });
 
   it("the addresses a VM holds: its NICs', the guest's, its egress and outgoing addresses, canonical and once", () => {

@@ -107,7 +107,7 @@ describe("parseStackExport", () => {
     });
     expect(parseStackExport(text).resources).toEqual([
       { urn: moved, id: "kvm://lab/web-1", ownerUrn: URN, outputs: { owner: { urn: URN } } },
-      { urn: URN, id: "kvm://lab/web-2" },
+      { urn: URN, id: "kvm://lab/web-2", inputs: { owner: { urn: URN } } },
     ]);
   });
 

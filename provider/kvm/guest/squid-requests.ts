@@ -78,7 +78,8 @@ def open_regular(path):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as e:
-        if e.errno == errno.ELOOP:
+        # ELOOP: a symlink; ENXIO: a socket.
+        if e.errno in (errno.ELOOP, errno.ENXIO):
             return None
         raise
     st = os.fstat(fd)
@@ -103,7 +104,7 @@ def chunk(f):
     raw = f.readline(LINE_BYTES)
     read += len(raw)
     if read > TOTAL_BYTES:
-        raise Cap("the access logs hold more than ${SQUID_LOG_BOUNDS.totalBytes / 1024 ** 3} GiB since the boot (the cap on bytes read)")
+        raise Cap("the access logs hold more than ${SQUID_LOG_BOUNDS.totalBytes / 1024 ** 3} GiB to read (the cap on bytes read)")
     return raw
 
 signal.signal(signal.SIGALRM, expire)
@@ -133,6 +134,11 @@ try:
         except FileNotFoundError:
             continue
         if found is None:
+            try:
+                if os.lstat(os.path.join(folder, name)).st_mtime < boot:
+                    continue
+            except FileNotFoundError:
+                continue
             unreadable += 1
             continue
         fd, st = found

@@ -26,6 +26,7 @@ import { createRequire } from "node:module";
 import { isDeepStrictEqual } from "node:util";
 import { messageOf } from "../errors";
 import { secretConfigKeysOf } from "../program/secret-inputs";
+import { isUnknown } from "../resource/args";
 import { engineAddressFromArgv } from "../resource/engine-log";
 import { type KvmProxyRuntime, PartialCreateError } from "../resource/provider";
 import { inPluginNamespace } from "../schema/config-namespace";
@@ -84,14 +85,18 @@ export function configGetter(args: Props, variables: ReadonlyMap<string, string>
  * The configuration keys whose values differ between a provider's recorded
  * and new arguments (`version` aside). Any one makes the provider an update:
  * the engine configures an unchanged provider with its recorded arguments,
- * so a `kvmproxy:retire` written since would never reach it.
+ * so a `kvmproxy:retire` written since would never reach it. A value not
+ * known yet is not compared.
  */
 export function configChanges(olds: Props, news: Props): string[] {
   const o = reveal(olds).props;
   const n = reveal(news).props;
-  return [...new Set([...Object.keys(o), ...Object.keys(n)])]
-    .filter((k) => k !== "version" && !isDeepStrictEqual(o[k], n[k]))
-    .sort();
+  return (
+    [...new Set([...Object.keys(o), ...Object.keys(n)])]
+      // A value not known yet (a preview) is no change: the engine would configure the provider with it.
+      .filter((k) => k !== "version" && !isUnknown(n[k]) && !isDeepStrictEqual(o[k], n[k]))
+      .sort()
+  );
 }
 
 function message(err: unknown): string {

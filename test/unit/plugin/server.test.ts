@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { SECRET_SIG, SECRET_VALUE } from "../../../provider/plugin/property-values";
 import { configChanges } from "../../../provider/plugin/server";
+import { UNKNOWN } from "../../../provider/resource/args";
 
 const wrapped = (value: unknown) => ({ [SECRET_SIG]: SECRET_VALUE, value });
 const HOSTS = JSON.stringify({ hv1: { uri: "qemu+ssh://root@hv1/system" } });
@@ -28,6 +29,7 @@ describe("the provider's config changes", () => {
       ["sshPrivateKey"],
     ],
     ["a secret made plain with the same value", { sshPrivateKey: wrapped("a") }, { sshPrivateKey: "a" }, []],
+    ["an explicit provider's argument not known yet (a preview)", { hosts: HOSTS }, { hosts: UNKNOWN }, []],
   ])("%s", (_what, olds, news, changed) => {
     expect(configChanges(olds, news)).toEqual(changed);
   });

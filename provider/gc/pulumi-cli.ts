@@ -6,6 +6,11 @@
 import { execFile } from "node:child_process";
 import { ProviderError } from "../errors";
 
+/** An argument as a message quotes it: a long one (a config map as JSON) cut to its start. */
+function shortened(arg: string): string {
+  return arg.length > 80 ? `${arg.slice(0, 60)}... (${arg.length} characters)` : arg;
+}
+
 /** A Pulumi CLI command that failed to run or exited non-zero. Permanent. */
 export class PulumiCliError extends ProviderError {
   readonly args: readonly string[];
@@ -14,7 +19,7 @@ export class PulumiCliError extends ProviderError {
   constructor(args: readonly string[], exitCode: number | undefined, detail: string) {
     super(
       "permanent",
-      `pulumi ${args.join(" ")} failed${exitCode !== undefined ? ` (exit ${exitCode})` : ""}: ${detail}`,
+      `pulumi ${args.map(shortened).join(" ")} failed${exitCode !== undefined ? ` (exit ${exitCode})` : ""}: ${detail}`,
     );
     this.args = args;
     this.exitCode = exitCode;

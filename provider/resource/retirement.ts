@@ -43,7 +43,7 @@ export interface BlockedAddress {
 
 /** The longest reason kept: a line of preview, not a report. */
 export const MAX_REASON_LENGTH = 200;
-/** How far in the future `before` may be: a clock a little ahead, not a date to come. */
+/** How far in the future `before` or `since` may be: a clock a little ahead, not a date to come. */
 const BEFORE_SLACK_MS = 5 * 60_000;
 
 /** Why `v` cannot be a reason, or undefined. */
@@ -160,6 +160,7 @@ export function parseRetirements(
 export function parseBlockedAddresses(
   raw: unknown,
   key: string,
+  now: number,
 ): { values: Record<string, BlockedAddress>; failures: ValidationFailure[] } {
   const { entries, failures } = parseEntries(
     raw,
@@ -181,7 +182,17 @@ export function parseBlockedAddresses(
     },
   );
   const values: Record<string, BlockedAddress> = {};
-  for (const e of entries) values[e.key] = { reason: e.reason, ...e.times };
+  for (const e of entries) {
+    if (e.times.since > now + BEFORE_SLACK_MS) {
+      failures.push({
+        property: `${e.at}.since`,
+        reason:
+          "must not be in the future: every VM holding the address would be replaced at every up until then",
+      });
+    } else if (e.times.since > e.times.until) {
+      failures.push({ property: `${e.at}.until`, reason: "must not be before since" });
+    } else values[e.key] = { reason: e.reason, ...e.times };
+  }
   return { values, failures };
 }
 
@@ -212,13 +223,23 @@ export function addressesHeld(olds: RecordedState): string[] {
 /**
  * Whether a replacement of the recorded VM would hold `address` again: it
  * holds it other than through an address pool (a static NIC address, its
- * outgoing address, or an egress address it shares through NAT).
+ * outgoing address, a DHCP lease of a MAC the user gave, or an egress
+ * address it shares through NAT).
  */
 export function holdsAgainWhenReplaced(olds: RecordedState, address: string): boolean {
   const is = (text: string | undefined) => text !== undefined && canonicalIp(bare(text)) === address;
   const nics = olds.nics ?? [];
   if (nics.some((n) => n.addressPool === undefined && (n.addresses ?? []).some(is))) return true;
   if (is(olds.proxy?.outgoingAddress)) return true;
+  // A DHCP NIC with the MAC the user gave gets the same lease back.
+  const fixedMacs = new Set(
+    nics
+      .filter(
+        (n) => n.macAddress !== undefined && n.addressPool === undefined && (n.addresses ?? []).length === 0,
+      )
+      .map((n) => n.macAddress),
+  );
+  if ((olds.ipAddresses ?? []).some((n) => fixedMacs.has(n.mac) && (n.addresses ?? []).some(is))) return true;
   const onOwnNic = [...nics, ...(olds.ipAddresses ?? [])].some((n) => (n.addresses ?? []).some(is));
   return is(olds.egressAddress) && !onOwnNic;
 }

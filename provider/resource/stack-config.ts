@@ -157,6 +157,7 @@ export function readStackConfig(get: (key: string) => unknown, now: number = Dat
   const blocked = parseBlockedAddresses(
     decodeConfigValue(read(CONFIG_KEYS.blockedAddresses)),
     CONFIG_KEYS.blockedAddresses,
+    now,
   );
   out.retire = retire.values;
   out.blocked = blocked.values;

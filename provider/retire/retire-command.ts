@@ -6,7 +6,7 @@
  * nothing themselves: the next `pulumi preview` shows the replacement and
  * why, the next `pulumi up` makes it.
  */
-import { parseArgs } from "node:util";
+import { isDeepStrictEqual, parseArgs } from "node:util";
 import { messageOf } from "../errors";
 import { UsageError } from "../gc/command-line";
 import { type PulumiRunner, pulumiRunner } from "../gc/pulumi-cli";
@@ -14,6 +14,7 @@ import { currentStack } from "../gc/pulumi-json";
 import { parseDuration } from "../kvm/duration";
 import { inPool } from "../kvm/network/address-pool";
 import { canonicalIp } from "../kvm/network/ip";
+import type { ValidationFailure } from "../kvm/validation";
 import { decodeState } from "../resource/recorded-state";
 import {
   addressesHeld,
@@ -22,6 +23,7 @@ import {
   parseRetirements,
   reasonProblem,
 } from "../resource/retirement";
+import { decodeConfigValue } from "../resource/stack-config";
 import { PLUGIN_CONFIG_NAMESPACE } from "../schema/config-namespace";
 import { type StackProxy, stackProxies } from "../status/stack-proxies";
 
@@ -136,9 +138,10 @@ function namespaceOf(p: StackProxy): "kvm" | "kvmproxy" {
 }
 
 /**
- * The map `key` holds now (`pulumi config --json`), to add an entry to. A
- * secret or non-map value is refused: writing the whole map back would
- * lose or expose it.
+ * The map `key` holds now (`pulumi config --json`), to add an entry to: its
+ * structured value, or the JSON text a `config set` without `--path` wrote
+ * (the provider reads both). A secret or a value that is no map is refused:
+ * writing the whole map back would lose or expose it.
  */
 function currentMap(configJson: string, key: string): Record<string, unknown> {
   const doc = JSON.parse(configJson) as Record<
@@ -149,11 +152,16 @@ function currentMap(configJson: string, key: string): Record<string, unknown> {
   if (entry === undefined) return {};
   if (entry.secret === true)
     throw new Error(`${key} is a secret value: edit it with \`pulumi config set --secret\``);
-  const v = entry.objectValue;
+  const v = entry.objectValue ?? decodeConfigValue(entry.value);
   if (typeof v !== "object" || v === null || Array.isArray(v))
-    throw new Error(`${key} is not a map of entries: fix it by hand first (\`pulumi config rm ${key}\`)`);
+    throw new Error(
+      `${key} is not a map of entries: make it one (\`pulumi config set --path '${key}["<key>"].reason' ...\`) by hand first`,
+    );
   return v as Record<string, unknown>;
 }
+
+/** How many times an entry is written again when another writer changed the map in between. */
+const WRITE_ATTEMPTS = 3;
 
 /** Checks the target against the stack, writes the entry; resolves to what the next `up` will do. */
 export async function runRetire(o: RetireCommand, deps: RetireDeps = {}): Promise<string> {
@@ -199,38 +207,62 @@ export async function runRetire(o: RetireCommand, deps: RetireDeps = {}): Promis
     entry = { reason: o.reason, since: now.toISOString(), until: until.toISOString() };
     will = `${holders.length > 0 ? `replaces ${holders.map((p) => p.name).join(", ")} (its replacement made first), and ` : ""}no address pool hands ${o.target} out until ${entry.until}`;
   }
-  const failures =
-    map === "retire"
-      ? parseRetirements({ [o.target]: entry }, `kvm:${map}`, now.getTime()).failures
-      : parseBlockedAddresses({ [o.target]: entry }, `kvm:${map}`).failures;
-  if (failures.length > 0) {
-    throw new UsageError(
-      `the entry would not be read: ${failures.map((f) => `${f.property}: ${f.reason}`).join("; ")}`,
-    );
-  }
-
-  // Each door's namespace, each key written whole in one call: no half-written entry, and names and
-  // reasons pass as JSON, never as a CLI path or flag.
-  const config = await pulumi(["config", "--json", "--stack", stack]);
+  // Each door's namespace (`kvm:`, `kvmproxy:`).
   const keys = [...new Set(concerned.map((p) => `${namespaceOf(p)}:${map}`))].sort();
-  const written: Record<string, { value: string; objectValue: Record<string, unknown>; secret: false }> = {};
-  for (const key of keys) {
-    const objectValue = { ...currentMap(config, key), [o.target]: entry };
-    written[key] = { value: JSON.stringify(objectValue), objectValue, secret: false };
+  const failuresOf = (raw: unknown, key: string) =>
+    (map === "retire"
+      ? parseRetirements(raw, key, now.getTime())
+      : parseBlockedAddresses(raw, key, now.getTime())
+    ).failures;
+  const listed = (failures: ValidationFailure[]) =>
+    failures.map((f) => `${f.property}: ${f.reason}`).join("; ");
+  const own = failuresOf({ [o.target]: entry }, keys[0] as string);
+  if (own.length > 0) throw new UsageError(`the entry would not be read: ${listed(own)}`);
+
+  // Each key written whole in one call (no half-written entry; names and reasons pass as JSON, never as
+  // a CLI path or flag), then read back: a writer in between would have dropped it, so it is written again.
+  for (let attempt = 1; ; attempt++) {
+    const config = await pulumi(["config", "--json", "--stack", stack]);
+    const written: Record<string, { value: string; objectValue: Record<string, unknown>; secret: false }> =
+      {};
+    for (const key of keys) {
+      const current = currentMap(config, key);
+      // Blocks that are over go: the map would otherwise grow with every block.
+      const kept = Object.fromEntries(
+        Object.entries(current).filter(
+          ([k, e]) =>
+            map !== "blockedAddresses" ||
+            !Object.values(parseBlockedAddresses({ [k]: e }, key, now.getTime()).values).some(
+              (b) => b.until <= now.getTime(),
+            ),
+        ),
+      );
+      const objectValue = { ...kept, [o.target]: entry };
+      const failures = failuresOf(objectValue, key);
+      if (failures.length > 0)
+        throw new Error(`${key} holds entries preview refuses; fix them first: ${listed(failures)}`);
+      written[key] = { value: JSON.stringify(objectValue), objectValue, secret: false };
+    }
+    await pulumi(["config", "set-all", "--stack", stack, "--json", JSON.stringify(written)]);
+    const after = await pulumi(["config", "--json", "--stack", stack]);
+    if (keys.every((k) => isDeepStrictEqual(currentMap(after, k)[o.target], entry))) break;
+    if (attempt === WRITE_ATTEMPTS)
+      throw new Error(
+        `${keys.join(", ")}: another writer changed the config ${WRITE_ATTEMPTS} times while this entry was written: run the command again`,
+      );
   }
-  await pulumi(["config", "set-all", "--stack", stack, "--json", JSON.stringify(written)]);
 
   const notes: string[] = [];
   const explicit = [...new Set(concerned.flatMap((p) => p.explicitProvider ?? []))];
   if (explicit.length > 0)
     notes.push(
-      `made with the explicit provider ${explicit.join(", ")}, which reads ${map} only from its own arguments: pass the stack's ${keys.join(", ")} to it in the program, or the next \`up\` replaces nothing there`,
+      `made with the explicit provider ${explicit.join(", ")}, which reads ${map} only from its own arguments: pass the stack's ${PLUGIN_CONFIG_NAMESPACE}:${map} to it in the program, or the next \`up\` replaces nothing there`,
     );
   if (o.kind === "block") {
     const again = concerned.filter((p) => holdsAgainWhenReplaced(decodeState(p.outputs), o.target));
     if (again.length > 0)
       notes.push(
-        `${[...new Set(again.map((p) => p.name))].join(", ")} hold ${o.target} by the program (a static address, an outgoing address, or an egress address shared through NAT): each is replaced once and its replacement holds it again; to stop using it, change the program`,
+        `${[...new Set(again.map((p) => p.name))].join(", ")} hold ${o.target} by the program (a static address, an outgoing address, a DHCP lease of a MAC you gave, or an egress address shared through NAT): each is replaced once and its replacement holds it again; to stop using it, change the program`,
       );
   }
   return [

@@ -63,7 +63,8 @@ function explicitProvider(reference: string | undefined): string | undefined {
   if (reference === undefined) return undefined;
   const parts = reference.split("::");
   const name = parts[parts.length - 2];
-  return name === undefined || name.startsWith("default") ? undefined : name;
+  // The engine names a default provider `default` or `default_<version>` (`default_0_9_0`).
+  return name === undefined || /^default(_\d+_\d+_\d+\S*)?$/.test(name) ? undefined : name;
 }
 
 /** The proxies of the export, in the state's order; resources marked for deletion are left out. */

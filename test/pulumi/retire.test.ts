@@ -146,6 +146,38 @@ describe("retire and block, through the stack config", () => {
     expect(ws.mustRun("config", "--json").stdout).toBe(before);
   });
 
+  it("keeps a map written as JSON text, drops blocks that are over, and refuses to write beside an entry preview refuses", () => {
+    const name = `${FLEET}-2`;
+    const over = { reason: "over", since: "2026-01-01T00:00:00Z", until: "2026-01-08T00:00:00Z" };
+    const text = { "198.51.100.9": over, "198.51.100.10": { ...over, until: "2999-01-01T00:00:00Z" } };
+    ws.mustRun("config", "set", "kvm:blockedAddresses", JSON.stringify(text));
+    try {
+      const address = members()[name]?.address as string;
+      const r = cli("block", address, "--reason", "kept beside", "--for", "1h");
+      expect(r.code, r.stderr).toBe(0);
+      const map = JSON.parse(ws.mustRun("config", "get", "kvm:blockedAddresses", "--json").stdout) as {
+        objectValue: Record<string, unknown>;
+      };
+      expect(Object.keys(map.objectValue).sort()).toEqual(["198.51.100.10", address].sort());
+      // An entry preview refuses is named, and nothing is written.
+      ws.mustRun("config", "set", "--path", 'kvm:blockedAddresses["198.51.100.10"].until', "soon");
+      const before = ws.mustRun("config", "--json").stdout;
+      // Another map's entries are its own: retire still writes.
+      expect(cli("retire", name, "--reason", "x").code).toBe(0);
+      const blocked = cli("block", address, "--reason", "again", "--for", "1h");
+      expect(blocked.code).toBe(1);
+      expect(blocked.stderr).toContain(
+        "kvm:blockedAddresses holds entries preview refuses; fix them first: kvm:blockedAddresses.198.51.100.10.until: must be a time",
+      );
+      expect(JSON.parse(ws.mustRun("config", "--json").stdout)["kvm:blockedAddresses"]).toEqual(
+        JSON.parse(before)["kvm:blockedAddresses"],
+      );
+    } finally {
+      ws.mustRun("config", "rm", "kvm:blockedAddresses");
+      ws.mustRun("config", "rm", "--path", `kvm:retire["${name}"]`);
+    }
+  });
+
   it("block refuses an address no member holds nor any pool has", () => {
     const r = cli("block", "198.51.100.7", "--reason", "x", "--for", "7d");
     expect(r.code).toBe(1);

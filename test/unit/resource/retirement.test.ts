@@ -116,6 +116,7 @@ describe("kvm:blockedAddresses", () => {
           "2001:DB8:0::61": { reason: "403s", since: "2026-12-07T11:00:00Z", until: "2026-12-14T12:00:00Z" },
         },
         "kvm:blockedAddresses",
+        NOW,
       ),
     ).toEqual({
       values: {
@@ -155,13 +156,25 @@ describe("kvm:blockedAddresses", () => {
       /non-empty/,
     ],
     [
+      "a since in the future",
+      { "192.0.2.61": { reason: "r", since: "2026-12-08T12:00:00Z", until: "2026-12-14T12:00:00Z" } },
+      "kvm:blockedAddresses.192.0.2.61.since",
+      /not be in the future/,
+    ],
+    [
+      "an until before its since",
+      { "192.0.2.61": { reason: "r", since: "2026-12-07T11:00:00Z", until: "2026-12-07T10:00:00Z" } },
+      "kvm:blockedAddresses.192.0.2.61.until",
+      /not be before since/,
+    ],
+    [
       "no since",
       { "192.0.2.61": { reason: "r", until: "2026-12-14T12:00:00Z" } },
       "kvm:blockedAddresses.192.0.2.61.since",
       /when it was blocked/,
     ],
   ])("refuses %s, naming it", (_what, raw, property, reason) => {
-    const r = parseBlockedAddresses(raw, "kvm:blockedAddresses");
+    const r = parseBlockedAddresses(raw, "kvm:blockedAddresses", NOW);
     expect(r.failures[0]?.property).toBe(property);
     expect(r.failures[0]?.reason).toMatch(reason);
   });
@@ -273,6 +286,22 @@ describe("replaced at this up on demand", () => {
       true,
     ],
     ["an egress address on no NIC of its own (NAT)", { nics: [], egressAddress: "192.0.2.61" }, true],
+    [
+      "a DHCP lease of the MAC the user gave",
+      {
+        nics: [{ bridge: "br0", addresses: [], macAddress: "52:54:00:aa:00:01", mac: "52:54:00:aa:00:01" }],
+        ipAddresses: [{ mac: "52:54:00:aa:00:01", addresses: ["192.0.2.61/24"] }],
+      },
+      true,
+    ],
+    [
+      "a DHCP lease of a MAC derived from its generated name (a replacement has another)",
+      {
+        nics: [{ bridge: "br0", addresses: [], mac: "52:54:00:aa:00:02" }],
+        ipAddresses: [{ mac: "52:54:00:aa:00:02", addresses: ["192.0.2.61/24"] }],
+      },
+      false,
+    ],
     ["an address it does not hold", { nics: [] }, false],
   ])("a replacement holds the blocked address again when it is %s", (_what, s, again) => {
     expect(holdsAgainWhenReplaced(state(s), "192.0.2.61")).toBe(again);

@@ -63,16 +63,20 @@ describe("the stack's proxies, from `pulumi stack export`", () => {
   it("names the explicit provider a plugin proxy was made with (it reads no stack config)", () => {
     const provider = (name: string) => `${STACK}pulumi:providers:kvmproxy::${name}::5f1c2e3a-0d4b`;
     const text = exported(
-      [provider("default_0_9_0"), provider("eu-hosts")].map((p, i) => ({
-        urn: `${STACK}kvmproxy:index:KvmProxy::p${i}`,
-        type: "kvmproxy:index:KvmProxy",
-        id: `kvm://hv1/p${i}-00000000`,
-        provider: p,
-      })),
+      [provider("default_0_9_0"), provider("eu-hosts"), provider("default-eu"), provider("default")].map(
+        (p, i) => ({
+          urn: `${STACK}kvmproxy:index:KvmProxy::p${i}`,
+          type: "kvmproxy:index:KvmProxy",
+          id: `kvm://hv1/p${i}-00000000`,
+          provider: p,
+        }),
+      ),
     );
     expect(stackProxies(text).map((p) => [p.name, p.explicitProvider])).toEqual([
       ["p0", undefined],
       ["p1", "eu-hosts"],
+      ["p2", "default-eu"],
+      ["p3", undefined],
     ]);
   });
 

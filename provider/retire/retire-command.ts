@@ -163,6 +163,105 @@ function currentMap(configJson: string, key: string): Record<string, unknown> {
 /** How many times an entry is written again when another writer changed the map in between. */
 const WRITE_ATTEMPTS = 3;
 
+/** What a command writes: the map, its entry, the proxies it concerns and what the next `up` will do. */
+interface Planned {
+  map: "retire" | "blockedAddresses";
+  entry: Record<string, string>;
+  concerned: StackProxy[];
+  will: string;
+}
+
+/** The entry for `o` against the stack's proxies; throws when the stack has no such proxy or address. */
+function planned(o: RetireCommand, stack: string, proxies: readonly StackProxy[], now: Date): Planned {
+  if (o.kind === "retire") {
+    const concerned = proxies.filter((p) => p.name === o.target);
+    if (concerned.length === 0) {
+      const names = proxies.map((p) => p.name).join(", ") || "none";
+      throw new Error(
+        `stack ${stack} has no proxy named ${JSON.stringify(o.target)} (its proxies: ${names})`,
+      );
+    }
+    return {
+      map: "retire",
+      entry: { reason: o.reason, before: now.toISOString() },
+      concerned,
+      will: `replaces ${o.target} (its replacement made first)`,
+    };
+  }
+  const states = proxies.map((p) => ({ p, state: decodeState(p.outputs) }));
+  const holders = states.filter((x) => addressesHeld(x.state).includes(o.target)).map((x) => x.p);
+  const pools = states
+    .filter((x) =>
+      (x.state.nics ?? []).some((n) => n.addressPool !== undefined && inPool(n.addressPool, o.target)),
+    )
+    .map((x) => x.p);
+  if (holders.length === 0 && pools.length === 0) {
+    throw new Error(
+      `no proxy of stack ${stack} holds ${o.target} or takes addresses from a pool that has it: nothing to block`,
+    );
+  }
+  const until = new Date(now.getTime() + (o.forSeconds as number) * 1000);
+  if (Number.isNaN(until.getTime())) throw new UsageError("--for is longer than any date");
+  const replaces =
+    holders.length > 0
+      ? `replaces ${holders.map((p) => p.name).join(", ")} (its replacement made first), and `
+      : "";
+  return {
+    map: "blockedAddresses",
+    entry: { reason: o.reason, since: now.toISOString(), until: until.toISOString() },
+    concerned: [...holders, ...pools],
+    will: `${replaces}no address pool hands ${o.target} out until ${until.toISOString()}`,
+  };
+}
+
+/** The failures preview would name in `raw`, read as config map `key` of `map` at `now`. */
+function failuresOf(map: Planned["map"], raw: unknown, key: string, now: number): ValidationFailure[] {
+  return (map === "retire" ? parseRetirements(raw, key, now) : parseBlockedAddresses(raw, key, now)).failures;
+}
+
+function listed(failures: readonly ValidationFailure[]): string {
+  return failures.map((f) => `${f.property}: ${f.reason}`).join("; ");
+}
+
+/**
+ * Writes `entry` under `target` into each config map of `keys`, each map
+ * whole in one call (no half-written entry; names and reasons pass as JSON,
+ * never as a CLI path or flag), then reads it back: a writer in between
+ * would have dropped it, so it is written again.
+ */
+async function written(
+  pulumi: PulumiRunner,
+  stack: string,
+  keys: readonly string[],
+  plan: Planned,
+  target: string,
+  now: number,
+): Promise<void> {
+  // A block that is over goes: the map would otherwise grow with every block.
+  const over = (key: string, k: string, e: unknown) =>
+    plan.map === "blockedAddresses" &&
+    Object.values(parseBlockedAddresses({ [k]: e }, key, now).values).some((b) => b.until <= now);
+  for (let attempt = 1; ; attempt++) {
+    const config = await pulumi(["config", "--json", "--stack", stack]);
+    const maps: Record<string, { value: string; objectValue: Record<string, unknown>; secret: false }> = {};
+    for (const key of keys) {
+      const kept = Object.entries(currentMap(config, key)).filter(([k, e]) => !over(key, k, e));
+      const objectValue = { ...Object.fromEntries(kept), [target]: plan.entry };
+      const failures = failuresOf(plan.map, objectValue, key, now);
+      if (failures.length > 0)
+        throw new Error(`${key} holds entries preview refuses; fix them first: ${listed(failures)}`);
+      maps[key] = { value: JSON.stringify(objectValue), objectValue, secret: false };
+    }
+    await pulumi(["config", "set-all", "--stack", stack, "--json", JSON.stringify(maps)]);
+    const after = await pulumi(["config", "--json", "--stack", stack]);
+    if (keys.every((k) => isDeepStrictEqual(currentMap(after, k)[target], plan.entry))) return;
+    if (attempt === WRITE_ATTEMPTS)
+      throw new Error(
+        `${keys.join(", ")}: another writer changed the config ${WRITE_ATTEMPTS} times while this entry was written: run the command again`,
+      );
+  }
+}
+
 /** Checks the target against the stack, writes the entry; resolves to what the next `up` will do. */
 export async function runRetire(o: RetireCommand, deps: RetireDeps = {}): Promise<string> {
   const pulumi = deps.pulumi ?? pulumiRunner(o.cwd);
@@ -171,102 +270,28 @@ export async function runRetire(o: RetireCommand, deps: RetireDeps = {}): Promis
   // Names and addresses are no secrets: the export without them serves.
   const proxies = stackProxies(await pulumi(["stack", "export", "--stack", stack]));
   const now = (deps.now ?? (() => new Date()))();
-
-  // The proxies concerned, and the entry (checked by the parser the provider reads it with).
-  let concerned: StackProxy[];
-  let map: "retire" | "blockedAddresses";
-  let entry: Record<string, string>;
-  let will: string;
-  if (o.kind === "retire") {
-    concerned = proxies.filter((p) => p.name === o.target);
-    if (concerned.length === 0) {
-      const names = proxies.map((p) => p.name).join(", ") || "none";
-      throw new Error(
-        `stack ${stack} has no proxy named ${JSON.stringify(o.target)} (its proxies: ${names})`,
-      );
-    }
-    map = "retire";
-    entry = { reason: o.reason, before: now.toISOString() };
-    will = `replaces ${o.target} (its replacement made first)`;
-  } else {
-    const holders = proxies.filter((p) => addressesHeld(decodeState(p.outputs)).includes(o.target));
-    const pools = proxies.filter((p) =>
-      (decodeState(p.outputs).nics ?? []).some(
-        (n) => n.addressPool !== undefined && inPool(n.addressPool, o.target),
-      ),
-    );
-    if (holders.length === 0 && pools.length === 0) {
-      throw new Error(
-        `no proxy of stack ${stack} holds ${o.target} or takes addresses from a pool that has it: nothing to block`,
-      );
-    }
-    const until = new Date(now.getTime() + (o.forSeconds as number) * 1000);
-    if (Number.isNaN(until.getTime())) throw new UsageError("--for is longer than any date");
-    concerned = [...holders, ...pools];
-    map = "blockedAddresses";
-    entry = { reason: o.reason, since: now.toISOString(), until: until.toISOString() };
-    will = `${holders.length > 0 ? `replaces ${holders.map((p) => p.name).join(", ")} (its replacement made first), and ` : ""}no address pool hands ${o.target} out until ${entry.until}`;
-  }
+  const plan = planned(o, stack, proxies, now);
   // Each door's namespace (`kvm:`, `kvmproxy:`).
-  const keys = [...new Set(concerned.map((p) => `${namespaceOf(p)}:${map}`))].sort();
-  const failuresOf = (raw: unknown, key: string) =>
-    (map === "retire"
-      ? parseRetirements(raw, key, now.getTime())
-      : parseBlockedAddresses(raw, key, now.getTime())
-    ).failures;
-  const listed = (failures: ValidationFailure[]) =>
-    failures.map((f) => `${f.property}: ${f.reason}`).join("; ");
-  const own = failuresOf({ [o.target]: entry }, keys[0] as string);
+  const keys = [...new Set(plan.concerned.map((p) => `${namespaceOf(p)}:${plan.map}`))].sort();
+  const own = failuresOf(plan.map, { [o.target]: plan.entry }, keys[0] as string, now.getTime());
   if (own.length > 0) throw new UsageError(`the entry would not be read: ${listed(own)}`);
-
-  // Each key written whole in one call (no half-written entry; names and reasons pass as JSON, never as
-  // a CLI path or flag), then read back: a writer in between would have dropped it, so it is written again.
-  for (let attempt = 1; ; attempt++) {
-    const config = await pulumi(["config", "--json", "--stack", stack]);
-    const written: Record<string, { value: string; objectValue: Record<string, unknown>; secret: false }> =
-      {};
-    for (const key of keys) {
-      const current = currentMap(config, key);
-      // Blocks that are over go: the map would otherwise grow with every block.
-      const kept = Object.fromEntries(
-        Object.entries(current).filter(
-          ([k, e]) =>
-            map !== "blockedAddresses" ||
-            !Object.values(parseBlockedAddresses({ [k]: e }, key, now.getTime()).values).some(
-              (b) => b.until <= now.getTime(),
-            ),
-        ),
-      );
-      const objectValue = { ...kept, [o.target]: entry };
-      const failures = failuresOf(objectValue, key);
-      if (failures.length > 0)
-        throw new Error(`${key} holds entries preview refuses; fix them first: ${listed(failures)}`);
-      written[key] = { value: JSON.stringify(objectValue), objectValue, secret: false };
-    }
-    await pulumi(["config", "set-all", "--stack", stack, "--json", JSON.stringify(written)]);
-    const after = await pulumi(["config", "--json", "--stack", stack]);
-    if (keys.every((k) => isDeepStrictEqual(currentMap(after, k)[o.target], entry))) break;
-    if (attempt === WRITE_ATTEMPTS)
-      throw new Error(
-        `${keys.join(", ")}: another writer changed the config ${WRITE_ATTEMPTS} times while this entry was written: run the command again`,
-      );
-  }
+  await written(pulumi, stack, keys, plan, o.target, now.getTime());
 
   const notes: string[] = [];
-  const explicit = [...new Set(concerned.flatMap((p) => p.explicitProvider ?? []))];
+  const explicit = [...new Set(plan.concerned.flatMap((p) => p.explicitProvider ?? []))];
   if (explicit.length > 0)
     notes.push(
-      `made with the explicit provider ${explicit.join(", ")}, which reads ${map} only from its own arguments: pass the stack's ${PLUGIN_CONFIG_NAMESPACE}:${map} to it in the program, or the next \`up\` replaces nothing there`,
+      `made with the explicit provider ${explicit.join(", ")}, which reads ${plan.map} only from its own arguments: pass the stack's ${PLUGIN_CONFIG_NAMESPACE}:${plan.map} to it in the program, or the next \`up\` replaces nothing there`,
     );
   if (o.kind === "block") {
-    const again = concerned.filter((p) => holdsAgainWhenReplaced(decodeState(p.outputs), o.target));
+    const again = plan.concerned.filter((p) => holdsAgainWhenReplaced(decodeState(p.outputs), o.target));
     if (again.length > 0)
       notes.push(
         `${[...new Set(again.map((p) => p.name))].join(", ")} hold ${o.target} by the program (a static address, an outgoing address, a DHCP lease of a MAC you gave, or an egress address shared through NAT): each is replaced once and its replacement holds it again; to stop using it, change the program`,
       );
   }
   return [
-    `${keys.map((k) => `${k}[${JSON.stringify(o.target)}]`).join(", ")} set: the next \`pulumi up\` ${will}: ${o.reason}`,
+    `${keys.map((k) => `${k}[${JSON.stringify(o.target)}]`).join(", ")} set: the next \`pulumi up\` ${plan.will}: ${o.reason}`,
     ...notes.map((n) => `note: ${n}`),
   ].join("\n");
 }

@@ -6,6 +6,7 @@
  * here quotes it.
  */
 import { parseStackExport } from "../gc/pulumi-json";
+import { isObject } from "../kvm/fields";
 import { SECRET_SIG } from "../plugin/property-values";
 import { PROXY_FLEET_TYPE } from "../program/proxy-fleet";
 import { KVM_PROXY_TYPE } from "../resource/args";
@@ -29,10 +30,6 @@ export interface StackProxy {
 }
 
 const PROXY_TYPES: ReadonlySet<string> = new Set([KVM_PROXY_TYPE, KVM_PROXY_TOKEN]);
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 /**
  * `v` with every secret `{<sig>, plaintext}` of `stack export --show-secrets`

@@ -5,7 +5,9 @@
  * the unit test of `check` also runs are packed into as few previews as
  * possible: one proxy reports all of its failures at once, but the engine
  * stops at the first proxy that fails, so each preview carries one proxy whose
- * rows touch different properties.
+ * rows touch different properties, or different keys of one object property,
+ * packed only where check itself still names every row's failure. The
+ * previews share one stack.
  *
  * Two wrong inputs only the first step of `up` can see are here too: an image
  * that is not the format its config declares, and two proxies with the same
@@ -71,26 +73,67 @@ const COUPLED: Record<string, string> = {
   vendorDataBase64: "vendorData",
 };
 
-/** Packs rows into groups whose changes touch different top-level properties. */
-function pack(rows: Row[]): Row[][] {
-  const groups: { keys: Set<string>; rows: Row[] }[] = [];
-  for (const row of rows) {
-    const keys = Object.keys(row[1]).map((k) => COUPLED[k] ?? k);
-    let g = groups.find((x) => keys.every((k) => !x.keys.has(k)));
-    if (g === undefined) {
-      g = { keys: new Set(), rows: [] };
-      groups.push(g);
-    }
-    for (const k of keys) g.keys.add(k);
-    g.rows.push(row);
-  }
-  return groups.map((g) => g.rows);
+const isPlainObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Whether `row` may join `group`: every top-level property it changes is
+ * untouched by the group (a coupled one counts as its partner), or both
+ * change it as objects with no key in common (their keys are merged).
+ */
+function fits(group: Row[], row: Row): boolean {
+  return Object.entries(row[1]).every(([k, v]) =>
+    group.every(([, other]) =>
+      Object.entries(other).every(([ok, ov]) => {
+        if ((COUPLED[ok] ?? ok) !== (COUPLED[k] ?? k)) return true;
+        return (
+          ok === k && isPlainObject(v) && isPlainObject(ov) && Object.keys(v).every((sub) => !(sub in ov))
+        );
+      }),
+    ),
+  );
 }
 
-/** A good proxy's inputs with every row of `group` merged over them (an undefined value removes the input). */
+/** The stack config the previews run with, as check reads it. */
+const CHECK_CONFIG = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
+
+/** The rows of `group` that check, given the group's merged inputs, does not name (property and reason). */
+function missedByCheck(group: Row[]): Row[] {
+  // As the KvmProxy class sends them: the password hashed in the program.
+  const args = mergedArgs(group);
+  if (args.proxy !== undefined) args.proxy = hashedProxyBlock(args.proxy, "urn:packing");
+  const { failures } = checkInputs({}, args, { config: CHECK_CONFIG, randomBytes: (n) => new Uint8Array(n) });
+  return group.filter(
+    ([, , property, reason]) => !failures.some((f) => f.property === property && reason.test(f.reason)),
+  );
+}
+
+/**
+ * Packs rows into as few groups as it can: a row joins the first group it
+ * {@link fits} in whose failures check still names, every row's, with it.
+ */
+function pack(rows: Row[]): Row[][] {
+  const groups: Row[][] = [];
+  for (const row of rows) {
+    const g = groups.find((x) => fits(x, row) && missedByCheck([...x, row]).length === 0);
+    if (g === undefined) groups.push([row]);
+    else g.push(row);
+  }
+  return groups;
+}
+
+/**
+ * A good proxy's inputs with every row of `group` merged over them (an
+ * undefined value removes the input; two rows' objects for one property are
+ * merged key by key).
+ */
 function mergedArgs(group: Row[]): Record<string, unknown> {
   const args: Record<string, unknown> = { ...GOOD_INPUTS };
-  for (const [, change] of group) Object.assign(args, change);
+  for (const [, change] of group)
+    for (const [k, v] of Object.entries(change)) {
+      const had = args[k];
+      args[k] = isPlainObject(had) && isPlainObject(v) ? { ...had, ...v } : v;
+    }
   for (const k of Object.keys(args)) if (args[k] === undefined) delete args[k];
   return args;
 }
@@ -122,28 +165,18 @@ describe("bad inputs through pulumi preview", () => {
   });
 
   it("packing hides no failure: check, given each preview's merged inputs, names every one of its rows", () => {
-    const config = readStackConfig((k) => BAD_INPUT_CONFIG[k]);
-    const missed = groups.flatMap((group) => {
-      // As the KvmProxy class sends them: the password hashed in the program.
-      const args = mergedArgs(group);
-      if (args.proxy !== undefined) args.proxy = hashedProxyBlock(args.proxy, "urn:packing");
-      const { failures } = checkInputs({}, args, {
-        config,
-        randomBytes: (n) => new Uint8Array(n),
-      });
-      return group
-        .filter(
-          ([, , property, reason]) => !failures.some((f) => f.property === property && reason.test(f.reason)),
-        )
-        .map(([what, , property]) => `${what} (${property})`);
-    });
-    expect(missed).toEqual([]);
+    expect(
+      groups.flatMap((group) => missedByCheck(group).map(([what, , property]) => `${what} (${property})`)),
+    ).toEqual([]);
   });
 
+  // One stack for every preview: a failed check writes nothing, and each preview sets the stack's one proxy.
+  let shared: Workspace | undefined;
   it.each(groups.map((g, i) => [i, g] as const))(
     "preview %i rejects each of its rows naming the property, and nothing is created",
     (i, group) => {
-      const ws = pair(`hostile${i}`);
+      shared ??= pair("hostile");
+      const ws = shared;
       const resource = `g${i}`;
       const args = mergedArgs(group);
       ws.setConfig({ ...BAD_INPUT_CONFIG, "pair:proxies": { [resource]: args } });

@@ -20,8 +20,10 @@
  *   recorded and marked: `pulumi-kvm-proxy console` prints its cloud-init
  *   log (masked), preview replaces it, deleting it first, and destroy
  *   removes it;
- * - a guest without an agent that never gets ready (no keepOnFailure): the
- *   create fails with its serial console's last lines and leaves nothing.
+ * - a guest without an agent that never gets ready (no keepOnFailure; a
+ *   boot sector that prints on the console and powers the VM off, as no
+ *   Linux guest needs booting for it): the create fails with its serial
+ *   console's last lines and leaves nothing.
  */
 
 import { type ChildProcess, execFileSync, spawnSync } from "node:child_process";
@@ -31,6 +33,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { allDomains, poolVolumes, pulumiEnv, removeByHand, Workspace } from "../pulumi/harness";
+import { bootSectorDisk } from "../support/boot-sector";
 import { startServer, stopServer } from "../support/netns-http";
 import { sha256File } from "../support/sha256-file";
 import {
@@ -70,7 +73,7 @@ const FAILING = `kvmpt-failing-${process.pid}`;
  * bridge's own address on its way, which is allowed).
  */
 const OUTSIDE_CLIENT = "192.0.2.8";
-/** Has no agent to ask and takes its network down: its console is all that tells why. */
+/** Has no agent to ask and no network (a boot sector, not Linux): its console is all that tells why. */
 const SILENT = `kvmpt-silent-${process.pid}`;
 
 let host: TestHost;
@@ -216,12 +219,21 @@ beforeAll(async () => {
   ws.setSecret("pair:proxyPassword", PASSWORD);
   cli = new NetnsCli(env.netns, ws);
 
+  // No agent to ask and no network: a boot sector that prints on the console, then powers the VM off. The
+  // create must fail as soon as the VM stops (not at its deadline), with the console's last lines, masked.
+  const silentDisk = bootSectorDisk(
+    path.join(dir, "silent.img"),
+    "kvmp-console-marker\npassword: console-hunter2\n",
+  );
   failing = new Workspace("failing", { name: "kvmpt-failing", main: "test/pulumi/programs/pair" });
   failing.setConfig({
     "kvm:hosts": hostsConfig(),
     // A cache entry of its own (the server ignores the query): pulumi.test.ts, which may run at the
     // same time, empties the plain URL's entry to watch its own upload.
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 } },
+    "kvm:images": {
+      guest: { url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 },
+      silent: { url: silentDisk, format: "raw", firmware: "bios", sha256: await sha256File(silentDisk) },
+    },
     "pair:proxies": {
       failing: {
         host: "local",
@@ -241,21 +253,11 @@ beforeAll(async () => {
       },
       silent: {
         host: "local",
-        image: "guest",
+        image: "silent",
         name: SILENT,
         memoryMiB: 512,
         diskGiB: 4,
         installGuestAgent: false,
-        userData: [
-          "#cloud-config",
-          "bootcmd:",
-          "  - [systemctl, mask, --now, qemu-guest-agent]",
-          '  - [sh, -c, "for n in /sys/class/net/*; do [ $(basename $n) = lo ] || ip link set $(basename $n) down; done"]',
-          // Early and again every 10 s, so the console's last lines hold it, then the guest powers itself
-          // off: the create must fail as soon as the VM stops, not at its deadline.
-          '  - [sh, -c, "(for i in 1 2 3 4 5 6; do echo kvmp-console-marker; echo password: console-hunter2; sleep 10; done; poweroff -f) >/dev/console 2>&1 </dev/null &"]',
-          "",
-        ].join("\n"),
         // A ceiling only: the create must end when the VM stops, and the test's wait fails on a stall.
         timeouts: { create: CREATE_TIMEOUT },
       },

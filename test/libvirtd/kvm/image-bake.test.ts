@@ -1,10 +1,11 @@
 /**
  * The host side of a bake (kvm/host/image-bake.ts) against the real libvirtd
  * and QEMU, with builders that take seconds: the "stock image" is a raw disk
- * whose boot sector follows the builder's protocol and nothing else. It waits
- * 4 s (the BIOS's int 15h), prints the lines a real builder's finish script
- * prints on COM1 (the domain's serial console), and powers the VM off through
- * the q35 chipset's ACPI port. Everything the provider does is real: the
+ * whose boot sector follows the builder's protocol and nothing else
+ * (test/support/boot-sector.ts). It waits 10 s (the BIOS's int 15h), prints
+ * the lines a real builder's finish script prints on COM1 (the domain's
+ * serial console), and powers the VM off through the q35 chipset's ACPI
+ * port. Everything the provider does is real: the
  * lease, the volumes, the domain, the console, the state polls. What the
  * builder installs is proven with a real Debian builder in
  * test/guest/bake.test.ts.
@@ -18,7 +19,6 @@
  *   builder's lines and leaves nothing.
  * - Creates of one process waiting on the same bake share one builder.
  */
-import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { BakeRecipe } from "../../../provider/kvm/config/image";
@@ -26,6 +26,7 @@ import type { HostPool } from "../../../provider/kvm/host/hosts";
 import { BAKE_STEPS, type BakeStep, bakeNames, ImageBaker } from "../../../provider/kvm/host/image-bake";
 import { type CachedImage, ImageCache } from "../../../provider/kvm/host/image-cache";
 import type { Progress } from "../../../provider/kvm/progress";
+import { bootSectorDisk } from "../../support/boot-sector";
 import { refreshPoolByHand, type TestHost, testHost } from "../../support/test-host";
 import {
   CuttableTransports,
@@ -44,65 +45,9 @@ const RECIPE: BakeRecipe = { packages: [] };
 let host: TestHost;
 let dir: string;
 
-/**
- * A 1 MiB raw disk whose boot sector (16-bit real mode, hand-assembled)
- * waits 4 s, writes `text` to COM1 and powers off.
- */
+/** A builder's disk: a boot sector that waits, prints `text` on COM1 and powers off. */
 function builderDisk(name: string, text: string): string {
-  const msgAt = 0x27;
-  const code = Buffer.from([
-    0xfb, //                   sti (int 15h's wait counts RTC interrupts)
-    0x31,
-    0xc0, //             xor ax, ax
-    0x8e,
-    0xd8, //             mov ds, ax
-    0xb4,
-    0x86, //             mov ah, 86h: wait cx:dx microseconds
-    0xb9,
-    0x98,
-    0x00, //       mov cx, 0098h
-    0xba,
-    0x80,
-    0x96, //       mov dx, 9680h  (10,000,000 µs)
-    0xcd,
-    0x15, //             int 15h
-    0xbe,
-    msgAt,
-    0x7c, //      mov si, 7c00h + msgAt
-    0xba,
-    0xf8,
-    0x03, //       mov dx, 3f8h (COM1)
-    0xac, //                   lodsb
-    0x84,
-    0xc0, //             test al, al
-    0x74,
-    0x03, //             jz +3 (to power-off)
-    0xee, //                   out dx, al
-    0xeb,
-    0xf8, //             jmp lodsb
-    0xba,
-    0x04,
-    0x06, //       mov dx, 604h (q35 PM1a control)
-    0xb8,
-    0x00,
-    0x20, //       mov ax, 2000h (SLP_EN, S5)
-    0xef, //                   out dx, ax
-    0xf4, //                   hlt
-    0xeb,
-    0xfd, //             jmp hlt
-  ]);
-  if (code.length !== msgAt)
-    throw new Error(`the code is ${code.length} bytes, the message expected at ${msgAt}`);
-  const sector = Buffer.alloc(512);
-  code.copy(sector);
-  const msg = Buffer.from(`${text.replace(/\n/g, "\r\n")}\0`, "latin1");
-  if (msgAt + msg.length > 510) throw new Error("the message does not fit the boot sector");
-  msg.copy(sector, msgAt);
-  sector[510] = 0x55;
-  sector[511] = 0xaa;
-  const file = path.join(dir, `${name}.img`);
-  writeFileSync(file, Buffer.concat([sector, Buffer.alloc(1024 * 1024 - 512)]));
-  return file;
+  return bootSectorDisk(path.join(dir, `${name}.img`), text);
 }
 
 /** The image of a builder disk, BIOS, raw, with the recipe. */

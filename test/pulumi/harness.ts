@@ -72,6 +72,8 @@ export class Workspace {
   readonly dir: string;
   readonly stack: string;
   readonly backend: string;
+  /** The project's name (Pulumi.yaml), which the backend files its stacks under. */
+  readonly project: string;
   /** Added to the CLI's environment on every run (e.g. PULUMI_DEBUG_COMMANDS for --event-log). */
   extraEnv: NodeJS.ProcessEnv = {};
 
@@ -90,6 +92,7 @@ export class Workspace {
     this.dir = path.join(root, `${tag}-${process.pid}-${seq}`);
     rmSync(this.dir, { recursive: true, force: true });
     mkdirSync(this.dir, { recursive: true });
+    this.project = project.name;
     this.backend = path.join(this.dir, ".backend");
     mkdirSync(this.backend);
     const yaml: Record<string, unknown> = {
@@ -239,8 +242,28 @@ export class Workspace {
     return (this.state().resources ?? []).filter((r) => r.type === "pulumi-nodejs:dynamic:KvmProxy");
   }
 
-  /** Best-effort cleanup of whatever the stack still holds. */
+  /**
+   * Whether the stack's checkpoint (the file backend's JSON, read without
+   * the CLI) records nothing: no resource and no pending operation. A file
+   * that is missing or cannot be read counts as holding something.
+   */
+  holdsNothing(): boolean {
+    const file = path.join(this.backend, ".pulumi/stacks", this.project, `${this.stack}.json`);
+    try {
+      const latest = (
+        JSON.parse(readFileSync(file, "utf8")) as {
+          checkpoint?: { latest?: { resources?: unknown[]; pending_operations?: unknown[] } };
+        }
+      ).checkpoint?.latest;
+      return (latest?.resources ?? []).length === 0 && (latest?.pending_operations ?? []).length === 0;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Best-effort cleanup of whatever the stack still holds (no CLI run when it holds nothing). */
   cleanup(): void {
+    if (this.holdsNothing()) return;
     try {
       this.run("destroy", "--yes", "--skip-preview");
     } catch {

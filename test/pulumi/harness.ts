@@ -227,19 +227,39 @@ export class Workspace {
     }));
   }
 
-  /** The raw checkpoint text (secrets stay encrypted). */
+  /**
+   * The raw checkpoint text (secrets stay encrypted): the file backend's
+   * file as the engine last wrote it (it writes a new file and renames it
+   * into place), with no CLI run. Before the stack's first update, which
+   * writes it, `pulumi stack export`.
+   */
   stateText(): string {
+    try {
+      const text = readFileSync(this.checkpointFile(), "utf8");
+      if ((JSON.parse(text) as { checkpoint?: { latest?: unknown } }).checkpoint?.latest !== undefined)
+        return text;
+    } catch {
+      // not written yet
+    }
     return this.mustRun("stack", "export").stdout;
   }
 
+  /** The stack's last deployment (the checkpoint's `latest`, as `pulumi stack export` calls `deployment`). */
   state(): { resources: StateResource[] } {
-    return (JSON.parse(this.stateText()) as { deployment: { resources?: StateResource[] } }).deployment as {
-      resources: StateResource[];
+    const parsed = JSON.parse(this.stateText()) as {
+      deployment?: { resources?: StateResource[] };
+      checkpoint?: { latest?: { resources?: StateResource[] } };
     };
+    return { resources: (parsed.checkpoint?.latest ?? parsed.deployment)?.resources ?? [] };
   }
 
   proxies(): StateResource[] {
     return (this.state().resources ?? []).filter((r) => r.type === "pulumi-nodejs:dynamic:KvmProxy");
+  }
+
+  /** The file backend's checkpoint of the stack. */
+  private checkpointFile(): string {
+    return path.join(this.backend, ".pulumi/stacks", this.project, `${this.stack}.json`);
   }
 
   /**
@@ -248,10 +268,9 @@ export class Workspace {
    * that is missing or cannot be read counts as holding something.
    */
   holdsNothing(): boolean {
-    const file = path.join(this.backend, ".pulumi/stacks", this.project, `${this.stack}.json`);
     try {
       const latest = (
-        JSON.parse(readFileSync(file, "utf8")) as {
+        JSON.parse(readFileSync(this.checkpointFile(), "utf8")) as {
           checkpoint?: { latest?: { resources?: unknown[]; pending_operations?: unknown[] } };
         }
       ).checkpoint?.latest;

@@ -14,10 +14,10 @@ import { startFirst } from "./test/support/sequencer";
 const FIRST_GROUP_WORKERS = 3;
 
 // The longest files of the guest group start first, side by side: the stock
-// first boot (four guests, two installing from a mirror) and the egress fleet
-// (a guest, then its rotation onto another, which leave a core free if they
-// run last and alone); then the bake (a stock builder, then two guests at
-// once); the other files follow as workers free.
+// first boot (three guests, two installing from a mirror, and a boot sector)
+// and the egress fleet (a guest, then its replacements one at a time, which
+// leave a core free if they run last and alone); then the bake (a stock
+// builder, then two guests at once); the other files follow as workers free.
 const START_FIRST = [
   "test/guest/first-boot.test.ts",
   "test/guest/egress-fleet.test.ts",

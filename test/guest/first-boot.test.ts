@@ -31,8 +31,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
+import { parseImage } from "../../provider/kvm/config/image";
 import { HostPool } from "../../provider/kvm/host/hosts";
-import { allDomains, poolVolumes, pulumiEnv, removeByHand, Workspace } from "../pulumi/harness";
+import { ImageCache } from "../../provider/kvm/host/image-cache";
+import { Failures } from "../../provider/kvm/validation";
+import { allDomains, poolVolumes, pulumiEnv, removeByHand, virshQuiet, Workspace } from "../pulumi/harness";
 import { bootSectorDisk } from "../support/boot-sector";
 import { startServer, stopServer } from "../support/netns-http";
 import { sha256File } from "../support/sha256-file";
@@ -91,6 +94,8 @@ let failingCli: NetnsCli;
 /** What the two ups did. */
 let up: { seconds: number; output: string } | undefined;
 let failed: { code: number; output: string } | undefined;
+/** The boot sector's kvm:images entry; the provider's cached copy of it goes at the end (its URL is this run's). */
+let silentImage: { url: string; format: "raw"; firmware: "bios"; sha256: string } | undefined;
 
 /**
  * The python3 program that holds dpkg's frontend lock from bootcmd on, and lets it go 30 s after an
@@ -219,12 +224,15 @@ beforeAll(async () => {
   ws.setSecret("pair:proxyPassword", PASSWORD);
   cli = new NetnsCli(env.netns, ws);
 
-  // No agent to ask and no network: a boot sector that prints on the console, then powers the VM off. The
-  // create must fail as soon as the VM stops (not at its deadline), with the console's last lines, masked.
+  // No agent to ask and no network: a boot sector that prints on the console three times, 10 s apart, then
+  // powers the VM off. The create must fail as soon as the VM stops (not at its deadline), with the console's
+  // last lines, masked.
   const silentDisk = bootSectorDisk(
     path.join(dir, "silent.img"),
     "kvmp-console-marker\npassword: console-hunter2\n",
+    3,
   );
+  silentImage = { url: silentDisk, format: "raw", firmware: "bios", sha256: await sha256File(silentDisk) };
   failing = new Workspace("failing", { name: "kvmpt-failing", main: "test/pulumi/programs/pair" });
   failing.setConfig({
     "kvm:hosts": hostsConfig(),
@@ -232,7 +240,7 @@ beforeAll(async () => {
     // same time, empties the plain URL's entry to watch its own upload.
     "kvm:images": {
       guest: { url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 },
-      silent: { url: silentDisk, format: "raw", firmware: "bios", sha256: await sha256File(silentDisk) },
+      silent: silentImage,
     },
     "pair:proxies": {
       failing: {
@@ -272,6 +280,11 @@ afterAll(async () => {
   for (const w of [ws, failing]) w?.cleanup();
   for (const n of [...RELEASES.map((r) => r.name), FAILING, SILENT])
     if (host !== undefined) removeByHand(host, n);
+  const silentCached = silentImage && parseImage(undefined, silentImage, new Failures());
+  if (host !== undefined && silentCached !== undefined) {
+    const volume = ImageCache.volumeName(silentCached);
+    for (const v of [volume, `${volume}.partial`]) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
+  }
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });

@@ -1,14 +1,16 @@
 /**
  * An egress fleet with booted guests, through the real Pulumi CLI
- * run inside the test host's namespace: a ProxyFleet of 1 (rotated, batch
- * 1, after an hour) whose NIC takes its static address from a pool of 5 on
- * the namespace's bridge without DHCP (kvmpbr1), with an egress check
- * against an IP echo in the namespace. This proves with real squids that
- * nothing stops answering while a member is replaced; which members a
- * rotation replaces, in which order and batches over several ups, and
- * retirement by name are the pulumi group's (test/pulumi/fleet.test.ts,
- * test/pulumi/retire.test.ts, without booted guests): every replacement,
- * whatever its reason, is the same create-then-delete.
+ * run inside the test host's namespace: a ProxyFleet of 1 with a rotation
+ * (batch 1, after an hour) that never comes due here, whose NIC takes its
+ * static address from a pool of 5 on the namespace's bridge without DHCP
+ * (kvmpbr1), with an egress check against an IP echo in the namespace. This
+ * proves with real squids that nothing stops answering while a member is
+ * replaced. A pool member's replacement for failing health, retirement, a
+ * blocked address or rotation is the same create-then-delete; which members
+ * a rotation or a retirement replaces, in which order and batches over
+ * several ups, and the pool never handing a blocked address out are the
+ * pulumi group's (test/pulumi/fleet.test.ts, test/pulumi/retire.test.ts,
+ * without booted guests).
  *
  * - Each member's `egressAddress` is the address its pool gave it: the echo
  *   saw the proxy's requests come from there.

@@ -230,8 +230,9 @@ export class Workspace {
   /**
    * The raw checkpoint text (secrets stay encrypted): the file backend's
    * file as the engine last wrote it (it writes a new file and renames it
-   * into place), with no CLI run. Before the stack's first update, which
-   * writes it, `pulumi stack export`.
+   * into place), with no CLI run. Until an update or destroy has written its
+   * `latest` deployment (`stack init` writes the file without it), `pulumi
+   * stack export`.
    */
   stateText(): string {
     try {

@@ -35,7 +35,7 @@ import {
 import { shorthandNic } from "../../provider/kvm/network/nic";
 import { decodeNics } from "../../provider/kvm/network/nic-rules";
 import { Failures } from "../../provider/kvm/validation";
-import { allDomains, poolVolumes, removeByHand, virshQuiet } from "../pulumi/harness";
+import { allDomains, deleteCachedImage, poolVolumes, removeByHand } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
 import { WaitTimeout, watchWhile } from "../support/wait-until";
 import { testImage } from "./images";
@@ -279,9 +279,7 @@ afterAll(async () => {
     }
   }
   // The cached image this file downloaded (one entry: firmware is not part of it).
-  const cached = ImageCache.volumeName(image("uefi"));
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, cached);
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${cached}.partial`);
+  deleteCachedImage(host, ImageCache.volumeName(image("uefi")));
   await pool.closeAll();
 }, 300_000);
 

@@ -35,7 +35,15 @@ import { parseImage } from "../../provider/kvm/config/image";
 import { HostPool } from "../../provider/kvm/host/hosts";
 import { ImageCache } from "../../provider/kvm/host/image-cache";
 import { Failures } from "../../provider/kvm/validation";
-import { allDomains, poolVolumes, pulumiEnv, removeByHand, virshQuiet, Workspace } from "../pulumi/harness";
+import {
+  allDomains,
+  deleteCachedImage,
+  failureText,
+  poolVolumes,
+  pulumiEnv,
+  removeByHand,
+  Workspace,
+} from "../pulumi/harness";
 import { bootSectorDisk } from "../support/boot-sector";
 import { startServer, stopServer } from "../support/netns-http";
 import { sha256File } from "../support/sha256-file";
@@ -281,10 +289,8 @@ afterAll(async () => {
   for (const n of [...RELEASES.map((r) => r.name), FAILING, SILENT])
     if (host !== undefined) removeByHand(host, n);
   const silentCached = silentImage && parseImage(undefined, silentImage, new Failures());
-  if (host !== undefined && silentCached !== undefined) {
-    const volume = ImageCache.volumeName(silentCached);
-    for (const v of [volume, `${volume}.partial`]) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
-  }
+  if (host !== undefined && silentCached !== undefined)
+    deleteCachedImage(host, ImageCache.volumeName(silentCached));
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
@@ -488,7 +494,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
 
   it("the kept VM is replaced by the next up, deleted first, and preview says why", async () => {
     const preview = await failingCli.run("preview");
-    expect(preview.code, preview.output.slice(-4000)).toBe(0);
+    expect(preview.code, failureText(preview)).toBe(0);
     expect(preview.output).toMatch(
       /replace \(delete first\): the VM was kept for inspection after its create failed at \S+ \(keepOnFailure\)/,
     );
@@ -497,7 +503,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
 
   it("pulumi destroy removes the kept VM and its volumes", async () => {
     const r = await failingCli.run("destroy", "--yes", "--skip-preview");
-    expect(r.code, r.output.slice(-4000)).toBe(0);
+    expect(r.code, failureText(r)).toBe(0);
     expect(allDomains(host)).not.toContain(FAILING);
     await refreshPoolByHand(host);
     expect(poolVolumes(host).filter((v) => v.startsWith(`${FAILING}-`))).toEqual([]);

@@ -29,10 +29,10 @@ import { squidPasswordHash } from "../../provider/kvm/proxy/password-hash";
 import { buildProxySetupScript, type ProxySetup } from "../../provider/kvm/proxy/setup";
 import {
   allDomains,
+  deleteCachedImage,
   poolVolumes,
   proxyDiagnostics,
   removeByHand,
-  virshQuiet,
   vmVolumeNames,
   Workspace,
 } from "../pulumi/harness";
@@ -206,8 +206,7 @@ afterAll(async () => {
   execFileSync("ip", ["-n", env.netns, "addr", "del", `${OUTSIDE_CLIENT}/32`, "dev", host.networkBridge], {
     stdio: "ignore",
   });
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, cachedImage());
-  virshQuiet(host, "vol-delete", "--pool", host.poolName, `${cachedImage()}.partial`);
+  deleteCachedImage(host, cachedImage());
   await agentPool.closeAll();
 }, 300_000);
 

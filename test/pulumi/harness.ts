@@ -229,16 +229,14 @@ export class Workspace {
 
   /**
    * The raw checkpoint text (secrets stay encrypted): the file backend's
-   * file as the engine last wrote it (it writes a new file and renames it
-   * into place), with no CLI run. Until an update or destroy has written its
-   * `latest` deployment (`stack init` writes the file without it), `pulumi
-   * stack export`.
+   * file as the engine last wrote it, with no CLI run. Until an update or
+   * destroy has written its `latest` deployment (`stack init` writes the
+   * file without it), `pulumi stack export`.
    */
   stateText(): string {
     try {
-      const text = readFileSync(this.checkpointFile(), "utf8");
-      if ((JSON.parse(text) as { checkpoint?: { latest?: unknown } }).checkpoint?.latest !== undefined)
-        return text;
+      const { text, latest } = this.checkpoint();
+      if (latest !== undefined) return text;
     } catch {
       // not written yet
     }
@@ -258,23 +256,32 @@ export class Workspace {
     return (this.state().resources ?? []).filter((r) => r.type === "pulumi-nodejs:dynamic:KvmProxy");
   }
 
-  /** The file backend's checkpoint of the stack. */
-  private checkpointFile(): string {
-    return path.join(this.backend, ".pulumi/stacks", this.project, `${this.stack}.json`);
+  /**
+   * The file backend's checkpoint of the stack, read without the CLI: its
+   * text and its `latest` deployment (absent until an update or destroy
+   * wrote one). The engine writes a new file and renames it into place, so
+   * a read never sees half a file. Throws when the file cannot be read.
+   */
+  private checkpoint(): {
+    text: string;
+    latest?: { resources?: StateResource[]; pending_operations?: unknown[] };
+  } {
+    const file = path.join(this.backend, ".pulumi/stacks", this.project, `${this.stack}.json`);
+    const text = readFileSync(file, "utf8");
+    const parsed = JSON.parse(text) as {
+      checkpoint?: { latest?: { resources?: StateResource[]; pending_operations?: unknown[] } };
+    };
+    return parsed.checkpoint?.latest === undefined ? { text } : { text, latest: parsed.checkpoint.latest };
   }
 
   /**
-   * Whether the stack's checkpoint (the file backend's JSON, read without
-   * the CLI) records nothing: no resource and no pending operation. A file
-   * that is missing or cannot be read counts as holding something.
+   * Whether the stack's checkpoint records nothing: no resource and no
+   * pending operation. A file that is missing or cannot be read counts as
+   * holding something.
    */
   holdsNothing(): boolean {
     try {
-      const latest = (
-        JSON.parse(readFileSync(this.checkpointFile(), "utf8")) as {
-          checkpoint?: { latest?: { resources?: unknown[]; pending_operations?: unknown[] } };
-        }
-      ).checkpoint?.latest;
+      const { latest } = this.checkpoint();
       return (latest?.resources ?? []).length === 0 && (latest?.pending_operations ?? []).length === 0;
     } catch {
       return false;
@@ -290,6 +297,11 @@ export class Workspace {
       // reported by the test's own assertions
     }
   }
+}
+
+/** Deletes a cached image volume from the test host's pool, and its partial download if one was left. */
+export function deleteCachedImage(host: TestHost, volume: string): void {
+  for (const v of [volume, `${volume}.partial`]) virshQuiet(host, "vol-delete", "--pool", host.poolName, v);
 }
 
 /** Destroys each workspace's stack, then removes by hand what its stack still owns on the host (a failed test's leftovers). */
@@ -460,6 +472,34 @@ export function proxyDiagnostics(
       severity: d.severity ?? "",
       ephemeral: d.ephemeral === true,
     }));
+}
+
+/**
+ * Why a CLI run failed, for an assertion's message: with `--json`, every
+ * error and warning diagnostic the engine printed (the step events around
+ * them hold whole serialized programs and would push them out of a tail);
+ * then stderr, when kept apart, and the output's last lines.
+ */
+export function failureText(r: { code: number | null; stderr?: string; output: string }): string {
+  const diagnostics = r.output
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .flatMap((l) => {
+      try {
+        const d = (JSON.parse(l) as EngineEvent).diagnosticEvent;
+        return d !== undefined && (d.severity === "error" || d.severity === "warning")
+          ? [`${d.severity} ${d.urn ?? ""}: ${(d.message ?? "").trimEnd()}`]
+          : [];
+      } catch {
+        return [];
+      }
+    });
+  return [
+    `exit ${r.code}`,
+    ...diagnostics,
+    ...(r.stderr === undefined ? [] : [`stderr: ${r.stderr.slice(-2000)}`]),
+    `output's end: ${r.output.slice(-2000)}`,
+  ].join("\n");
 }
 
 /** One step the engine began, from `pulumi up --json`: op, URN, and the keys named as forcing a replace. */

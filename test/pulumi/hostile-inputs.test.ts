@@ -105,27 +105,30 @@ function checkOf(group: Row[]): { property: string; reason: string }[] {
 }
 
 /** The rows of `group` that check, given the group's merged inputs, does not name (property and reason). */
-function missedByCheck(group: Row[]): Row[] {
-  const failures = checkOf(group);
+function missedByCheck(group: Row[], failures = checkOf(group)): Row[] {
   return group.filter(
     ([, , property, reason]) => !failures.some((f) => f.property === property && reason.test(f.reason)),
   );
 }
 
 /** Check's failures of `group` as text, and of its rows one at a time; a group that packs cleanly has the same. */
-function failuresTogetherAndAlone(group: Row[]): { together: string[]; alone: string[] } {
+function failuresTogetherAndAlone(
+  group: Row[],
+  failures = checkOf(group),
+): { together: string[]; alone: string[] } {
   const text = (fs: { property: string; reason: string }[]) => fs.map((f) => `${f.property}: ${f.reason}`);
   return {
-    together: [...new Set(text(checkOf(group)))].sort(),
+    together: [...new Set(text(failures))].sort(),
     alone: [...new Set(group.flatMap((row) => text(checkOf([row]))))].sort(),
   };
 }
 
 /** Whether check says of `group` together exactly what it says of its rows alone, every row's failure among it. */
 function packsCleanly(group: Row[]): boolean {
-  const { together, alone } = failuresTogetherAndAlone(group);
+  const failures = checkOf(group);
+  const { together, alone } = failuresTogetherAndAlone(group, failures);
   return (
-    missedByCheck(group).length === 0 &&
+    missedByCheck(group, failures).length === 0 &&
     together.length === alone.length &&
     together.every((f, i) => f === alone[i])
   );

@@ -20,6 +20,7 @@ import type { ProxyStatus } from "../../provider/status/status-report";
 import { type TestHost, testHost } from "../support/test-host";
 import {
   domainsOfStack,
+  failureText,
   hostsConfig,
   packageCli,
   removeByHand,
@@ -84,7 +85,7 @@ function verbose(ws: Workspace, level: number, ...args: string[]) {
   ws.extraEnv = { KVMP_LOG: "2" };
   const r = ws.run(...args, "--debug", `-v=${level}`, "--logtostderr", "--logflow");
   ws.extraEnv = {};
-  expect(r.code, r.output.slice(-4000)).toBe(0);
+  expect(r.code, failureText(r)).toBe(0);
   return r.output;
 }
 

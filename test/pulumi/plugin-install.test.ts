@@ -46,7 +46,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { packageVersion } from "../../provider/plugin/served-schema";
 import { repoRoot } from "../support/test-host";
-import { runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
+import { failureText, runTool, TEST_PROXY_ARGS, Workspace } from "./harness";
 import { KVM_PROXY_TYPE, PLUGIN_EXECUTABLE, pluginArchive, pluginFreeEnv } from "./plugin-workspace";
 
 /** Outside the repository: the installed plugin resolves nothing through the checkout's node_modules. */
@@ -136,12 +136,12 @@ describe("`pulumi plugin install resource kvmproxy <version> --file <archive>`",
     home = freshDir("home");
     env = pluginFreeEnv(home);
     const r = cli(["plugin", "install", "resource", "kvmproxy", VERSION, "--file", archive], ROOT, env);
-    expect(r.code, r.output.slice(-4000)).toBe(0);
+    expect(r.code, failureText(r)).toBe(0);
   });
 
   it("installs the plugin into PULUMI_HOME, where `pulumi plugin ls` lists it as the resource plugin kvmproxy at the package's version", () => {
     const r = cli(["plugin", "ls", "--output", "json"], ROOT, env);
-    expect(r.code, r.output.slice(-4000)).toBe(0);
+    expect(r.code, failureText(r)).toBe(0);
     const plugins = JSON.parse(r.stdout) as { name: string; kind: string; version: string }[];
     expect(plugins.map(({ name, kind, version }) => ({ name, kind, version }))).toEqual([
       { name: "kvmproxy", kind: "resource", version: VERSION },
@@ -189,7 +189,7 @@ describe("`pulumi plugin install resource kvmproxy <version> --file <archive>`",
 
     ws.extraEnv = env;
     const r = ws.run("preview");
-    expect(r.code, r.output.slice(-4000)).toBe(0);
+    expect(r.code, failureText(r)).toBe(0);
     expect(r.stdout).toMatch(/\+\s+kvmproxy:index:KvmProxy\s+proxy\s+create/);
     expect(r.stdout).toMatch(/\+ 2 to create/);
     expect(r.output).not.toContain("from $PATH");
@@ -202,7 +202,7 @@ describe("`pulumi plugin install resource kvmproxy <version> --file <archive>`",
 
   it("lets `pulumi package get-schema kvmproxy` return the schema the installed plugin serves", () => {
     const r = cli(["package", "get-schema", "kvmproxy"], freshDir("get-schema"), env);
-    expect(r.code, r.output.slice(-4000)).toBe(0);
+    expect(r.code, failureText(r)).toBe(0);
     const schema = JSON.parse(r.stdout) as { name: string; version: string };
     expect(schema.name).toBe("kvmproxy");
     expect(schema.version).toBe(VERSION);
@@ -216,7 +216,7 @@ describe("`pulumi plugin install resource kvmproxy <version> --file <archive>`",
     expect(gen.output).toContain("method GeneratePackage not implemented");
 
     const got = cli(["package", "get-schema", "kvmproxy"], dir, env);
-    expect(got.code, got.output.slice(-4000)).toBe(0);
+    expect(got.code, failureText(got)).toBe(0);
     const schemaFile = path.join(dir, "schema.json");
     writeFileSync(schemaFile, got.stdout);
     const sdk = runTool(

@@ -33,6 +33,7 @@ import {
   allDomains,
   cleanUpWorkspaces,
   domainsOfStack,
+  failureText,
   hostsConfig,
   runTool,
   type StateResource,
@@ -107,7 +108,7 @@ const GO_DEBUG_MARKER = "kvmpt-go-debug-line";
  */
 function printedWithDebug(ws: Workspace, shown: RegExp | string = /debug: /): string[] {
   const r = ws.run("preview", "--expect-no-changes", "--debug");
-  expect(r.code, r.output.slice(-4000)).toBe(0);
+  expect(r.code, failureText(r)).toBe(0);
   expect(r.output).toMatch(shown);
   return carryingPassword(r.output);
 }
@@ -120,7 +121,7 @@ function printedWithDebug(ws: Workspace, shown: RegExp | string = /debug: /): st
  */
 function upToDestroy(ws: Workspace, ip: string, between: () => void = () => {}): void {
   const up = ws.run("up", "--yes", "--skip-preview");
-  expect(up.code, up.output.slice(-4000)).toBe(0);
+  expect(up.code, failureText(up)).toBe(0);
   const proxies = ws.state().resources.filter((r) => r.type === KVM_PROXY_TYPE);
   expect(proxies).toHaveLength(2);
   const names = proxies.map((p) => (p.id as string).replace(/^kvm:\/\/local\//, "")).sort();
@@ -267,7 +268,7 @@ describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constr
     ws.setConfig(pluginConfig(host));
     ws.setSecret("kvmpt-yamlfleet:password", PASSWORD);
     const up = ws.run("up", "--yes", "--skip-preview");
-    expect(up.code, up.output.slice(-4000)).toBe(0);
+    expect(up.code, failureText(up)).toBe(0);
     const resources = ws.state().resources as (StateResource & { parent?: string })[];
     const fleet = resources.find((r) => r.type === "kvmproxy:index:ProxyFleet");
     const members = resources.filter((r) => r.type === KVM_PROXY_TYPE);
@@ -289,7 +290,7 @@ describe("a ProxyFleet from a Pulumi YAML program (a component the plugin constr
 
     // Nothing of the secret, nor of the passwords made from it, in a --debug run or the plaintext state.
     const debug = ws.run("preview", "--expect-no-changes", "--debug");
-    expect(debug.code, debug.output.slice(-4000)).toBe(0);
+    expect(debug.code, failureText(debug)).toBe(0);
     for (const secret of [PASSWORD, ...passwords]) {
       expect(debug.output).not.toContain(secret);
       expect(ws.stateText()).not.toContain(secret);
@@ -346,7 +347,7 @@ if cfg.get_bool("exportCredentials") is not False:
       // ...and nothing of it when the program does not export it.
       ws.setConfig({ "kvmpt-python:exportCredentials": false });
       const r = ws.run("preview", "--debug");
-      expect(r.code, r.output.slice(-4000)).toBe(0);
+      expect(r.code, failureText(r)).toBe(0);
       expect(carryingPassword(r.output)).toEqual([]);
       ws.setConfig({ "kvmpt-python:exportCredentials": true });
     });

@@ -24,6 +24,7 @@ import {
   cleanUpWorkspaces,
   domainsOfStack,
   ENGINE_PROPERTY_DUMP,
+  failureText,
   hostsConfig,
   metadataOf,
   packageCli,
@@ -91,7 +92,7 @@ function nodeWorkspace(tag: string, program: string): Workspace {
 function debugRun(ws: Workspace, level: string | undefined, ...args: string[]): string {
   const logs = level === undefined ? [] : [level, "--logtostderr", "--logflow"];
   const r = ws.run(...args, "--debug", ...logs);
-  if (r.code !== 0) throw new Error(`pulumi ${args.join(" ")} exited ${r.code}:\n${r.output.slice(-4000)}`);
+  if (r.code !== 0) throw new Error(`pulumi ${args.join(" ")} exited ${r.code}:\n${failureText(r)}`);
   return r.output;
 }
 

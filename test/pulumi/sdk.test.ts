@@ -30,7 +30,7 @@ import { packageVersion, servedSchema } from "../../provider/plugin/served-schem
 import { exampleFileStem, examplesOf } from "../../tools/schema/examples";
 import { lockedVersions, npmInstallOffline } from "../support/npm-offline";
 import { repoRoot } from "../support/test-host";
-import { runTool, Workspace } from "./harness";
+import { failureText, runTool, Workspace } from "./harness";
 import { GO_SDK_MODULE, goProgramModule, venvWith } from "./plugin-workspace";
 
 const SDK = path.join(repoRoot, "sdk");
@@ -454,7 +454,7 @@ describe("the YAML examples of the descriptions", () => {
       ws.setConfig(CONFIG);
       for (const key of Object.keys(program.config)) ws.setSecret(key, "an-example-secret-0123456789");
       const r = ws.run("preview");
-      expect(r.code, r.output.slice(-4000)).toBe(0);
+      expect(r.code, failureText(r)).toBe(0);
       for (const [name, { type, properties }] of Object.entries(program.resources)) {
         expect(r.stdout).toMatch(new RegExp(`\\+\\s+${type}\\s+${name}\\s+create`));
         // A fleet's members too: the plugin constructs the fleet at preview.

@@ -33,6 +33,7 @@ import { staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import {
   domainsOfStack,
   ENGINE_PROPERTY_DUMP,
+  failureText,
   hostsConfig,
   pulumiEnv,
   removeByHand,
@@ -189,7 +190,7 @@ function secretsWorkspace(tag: string): Workspace {
 }
 
 function mustSucceed(r: { code: number; output: string }): string {
-  expect(r.code, r.output.slice(-4000)).toBe(0);
+  expect(r.code, failureText(r)).toBe(0);
   return r.output;
 }
 

@@ -49,9 +49,32 @@ export class Libvirt {
     return this.rpc.call(Procedures.connectGetLibVersion, undefined, opts);
   }
 
-  /** The host's free memory in bytes (what placement checks a VM's memory against). */
+  /** The host's free memory in bytes (MemFree on Linux: page cache the kernel would give back is not in it). */
   nodeGetFreeMemory(opts?: CallOptions): Promise<number> {
     return this.rpc.call(Procedures.nodeGetFreeMemory, undefined, opts);
+  }
+
+  /**
+   * The host's memory figures in KiB, by libvirt's field name: on Linux
+   * `total`, `free`, `buffers` and `cached` (/proc/meminfo's MemTotal,
+   * MemFree, Buffers and Cached), over all NUMA cells. Two calls: the
+   * first asks how many figures there are, as the daemon requires the
+   * exact count in the second.
+   */
+  async nodeGetMemoryStats(opts?: CallOptions): Promise<Record<string, number>> {
+    const ALL_CELLS = -1;
+    const { nparams } = await this.rpc.call(
+      Procedures.nodeGetMemoryStats,
+      { nparams: 0, cellNum: ALL_CELLS, flags: 0 },
+      opts,
+    );
+    if (nparams === 0) return {};
+    const { params } = await this.rpc.call(
+      Procedures.nodeGetMemoryStats,
+      { nparams, cellNum: ALL_CELLS, flags: 0 },
+      opts,
+    );
+    return Object.fromEntries(params.map((p) => [p.field, p.value]));
   }
 
   connectSupportsFeature(feature: number, opts?: CallOptions): Promise<boolean> {

@@ -211,6 +211,22 @@ export const Procedures = {
     noArgs,
     (r) => r.uhyperNumber(),
   ),
+  nodeGetMemoryStats: remote<
+    { nparams: number; cellNum: number; flags: number },
+    { params: { field: string; value: number }[]; nparams: number }
+  >(
+    "node_get_memory_stats",
+    RemoteProcedure.NODE_GET_MEMORY_STATS,
+    (w, a) => {
+      w.int(a.nparams);
+      w.int(a.cellNum);
+      w.uint(a.flags);
+    },
+    (r) => ({
+      params: r.array(Limits.NODE_MEMORY_STATS_MAX, (x) => ({ field: x.string(), value: x.uhyperNumber() })),
+      nparams: r.int(),
+    }),
+  ),
   connectSupportsFeature: remote<{ feature: number }, boolean>(
     "connect_supports_feature",
     RemoteProcedure.CONNECT_SUPPORTS_FEATURE,

@@ -26,6 +26,7 @@ import { parseDomainXml } from "../domain/domain-xml";
 import { ownerTag } from "../domain/names";
 import { buildCachedImageVolumeXml } from "../domain/volume-xml";
 import {
+  availableMemoryMiB,
   choosePlacement,
   type HostUsage,
   type PlacementRequest,
@@ -153,8 +154,8 @@ export class Placer {
       usage.vcpus += request.vcpus;
       reservedMiB += request.memoryMiB;
     }
-    const free = await freeMemoryBytes(lv);
-    if (free !== undefined) usage.freeMemoryMiB = free / 2 ** 20 - reservedMiB;
+    const available = await availableMemory(lv);
+    if (available !== undefined) usage.availableMemoryMiB = available - reservedMiB;
     return usage;
   }
 
@@ -194,10 +195,20 @@ interface Sized {
   storagePool?: string;
 }
 
-/** The host's free memory in bytes, or undefined when its driver does not report it. */
-async function freeMemoryBytes(lv: Libvirt): Promise<number | undefined> {
+/**
+ * What the host can give a new VM, in MiB ({@link availableMemoryMiB}); its
+ * free memory alone from a driver without memory figures; undefined when it
+ * reports neither.
+ */
+async function availableMemory(lv: Libvirt): Promise<number | undefined> {
   try {
-    return await lv.nodeGetFreeMemory();
+    const available = availableMemoryMiB(await lv.nodeGetMemoryStats());
+    if (available !== undefined) return available;
+  } catch (err) {
+    if (!hasCode(err, ErrorCode.NO_SUPPORT)) throw err;
+  }
+  try {
+    return (await lv.nodeGetFreeMemory()) / 2 ** 20;
   } catch (err) {
     if (hasCode(err, ErrorCode.NO_SUPPORT)) return undefined;
     throw err;

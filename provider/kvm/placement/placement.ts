@@ -1,7 +1,7 @@
 /**
  * Placement: which host of a pool a new VM goes to. Pure: the usage of each
  * host (our managed domains and the reservations of creates in flight, from
- * every stack), its declared capacity and the free memory it reports in; the
+ * every stack), its declared capacity and the memory it can give in; the
  * chosen host (or why none has room) out. Deterministic for a given state of
  * the hosts: the most room left wins (as a fraction of the declared limits),
  * then the fewest proxies (which spreads over hosts that declare no limit),
@@ -23,11 +23,26 @@ export interface HostUsage {
   memoryMiB: number;
   vcpus: number;
   /**
-   * Memory the host reports free (virNodeGetFreeMemory), less what the
-   * reservations of creates in flight will take; undefined when the host
-   * does not say. A VM must fit in it whatever the declared capacity.
+   * Memory the host can give a new VM ({@link availableMemoryMiB}), less
+   * what the reservations of creates in flight will take; undefined when
+   * the host does not say. A VM must fit in it whatever the declared
+   * capacity.
    */
-  freeMemoryMiB?: number;
+  availableMemoryMiB?: number;
+}
+
+/**
+ * What a host can give a new VM, in MiB, from its memory figures in KiB
+ * (virNodeGetMemoryStats): free memory, and the buffers and page cache the
+ * kernel hands back on demand. A hypervisor that has run a while keeps
+ * little memory free (its guests' disk reads fill the page cache), so free
+ * memory alone refuses hosts with gigabytes to spare. The same sum as
+ * OpenStack Nova's libvirt driver. Undefined without a `free` figure.
+ */
+export function availableMemoryMiB(statsKiB: Readonly<Record<string, number>>): number | undefined {
+  const free = statsKiB.free;
+  if (free === undefined) return undefined;
+  return (free + (statsKiB.buffers ?? 0) + (statsKiB.cached ?? 0)) / 1024;
 }
 
 /** The outcome: a host, or why the pool has no room (naming each host's free slots). */
@@ -36,11 +51,11 @@ export type Placement = { host: string } | { full: string };
 /**
  * The room left on `h` for `req`, between 0 (exactly full after it) and 1,
  * as the smallest fraction left over the declared limits; negative when it
- * does not fit (the declared limits, or the free memory the host reports);
+ * does not fit (the declared limits, or the memory the host can give);
  * 1 for a host that declares no limit.
  */
 export function roomLeft(h: HostUsage, req: PlacementRequest): number {
-  if (h.freeMemoryMiB !== undefined && req.memoryMiB > h.freeMemoryMiB) return -1;
+  if (h.availableMemoryMiB !== undefined && req.memoryMiB > h.availableMemoryMiB) return -1;
   const dims: [number | undefined, number][] = [
     [h.capacity.proxies, h.proxies + 1],
     [h.capacity.memoryMiB, h.memoryMiB + req.memoryMiB],
@@ -62,8 +77,8 @@ function freeOf(h: HostUsage): string {
   if (h.capacity.memoryMiB !== undefined)
     parts.push(`${Math.max(0, h.capacity.memoryMiB - h.memoryMiB)} MiB`);
   if (h.capacity.vcpus !== undefined) parts.push(`${Math.max(0, h.capacity.vcpus - h.vcpus)} vCPUs`);
-  if (h.freeMemoryMiB !== undefined)
-    parts.push(`${Math.max(0, Math.floor(h.freeMemoryMiB))} MiB host memory`);
+  if (h.availableMemoryMiB !== undefined)
+    parts.push(`${Math.max(0, Math.floor(h.availableMemoryMiB))} MiB host memory`);
   return `${h.host}: ${parts.length > 0 ? parts.join(", ") : "no limits"} free`;
 }
 

@@ -6,8 +6,11 @@
  *
  * "Two processes" are two KvmOperations on two connections, as for two
  * stacks' `pulumi up` at once.
+ *
+ * The memory a host can give is read from the daemon on this machine, so
+ * /proc/meminfo here is the kernel's own count to hold it to.
  */
-import { chmodSync, mkdirSync, rmSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { parseConfig } from "../../../provider/kvm/config/host-config";
@@ -92,4 +95,34 @@ describe("placement's count on the host", () => {
     });
     await a.ops.delete("local", name, ownedBy(name));
   });
+
+  it("the memory it offers a create is the host's free memory, buffers and page cache (not free memory alone), as the kernel counts them", async () => {
+    // A GiB written here sits in the page cache: the host has that much more to give than it has free.
+    const file = path.join(scratch, "page-cache.bin");
+    const fd = openSync(file, "w");
+    const chunk = Buffer.alloc(8 * 2 ** 20, 1);
+    for (let i = 0; i < 128; i++) writeSync(fd, chunk);
+    closeSync(fd);
+    try {
+      const { ops: o } = ops();
+      const before = meminfoMiB();
+      const usage = await o.placer.usageOf("local");
+      const after = meminfoMiB();
+      const given = usage.availableMemoryMiB as number;
+      const sum = (m: typeof before) => m.MemFree + m.Buffers + m.Cached;
+      // Other files run beside this one: the figure lies within what the kernel said just before and after.
+      expect(given).toBeGreaterThanOrEqual(Math.min(sum(before), sum(after)) - 256);
+      expect(given).toBeLessThanOrEqual(Math.max(sum(before), sum(after)) + 256);
+      expect(given - Math.max(before.MemFree, after.MemFree)).toBeGreaterThanOrEqual(768);
+    } finally {
+      rmSync(file, { force: true });
+    }
+  });
 });
+
+/** /proc/meminfo's MemFree, Buffers and Cached, in MiB. */
+function meminfoMiB(): { MemFree: number; Buffers: number; Cached: number } {
+  const kib = (field: string) =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(readFileSync("/proc/meminfo", "utf8"))?.[1]);
+  return { MemFree: kib("MemFree") / 1024, Buffers: kib("Buffers") / 1024, Cached: kib("Cached") / 1024 };
+}

@@ -69,6 +69,15 @@ describe.each(transports)("test:///default over $name", ({ make }) => {
     }
   });
 
+  it("gives no memory figures (no support, as placement's fallback to free memory expects), but its free memory", async () => {
+    const err = await lv.nodeGetMemoryStats().then(
+      () => undefined,
+      (e: unknown) => e as LibvirtError,
+    );
+    expect(err?.codeName).toBe("VIR_ERR_NO_SUPPORT");
+    expect(await lv.nodeGetFreeMemory()).toBeGreaterThan(0);
+  });
+
   it("reports the test driver's made-up interface address", async () => {
     const dom = await lv.domainLookupByName("test");
     const ifaces = await lv.domainInterfaceAddresses(dom, InterfaceAddressSource.LEASE, 0);

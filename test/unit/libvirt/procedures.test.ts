@@ -154,6 +154,24 @@ describe("argument and reply layouts", () => {
     expect(w.finish().toString("hex")).toBe(`${domHex}${rest}`);
   });
 
+  it("node_get_memory_stats args: nparams, cellNum (-1: all cells), flags; reply: (field, unsigned hyper) pairs, then nparams", () => {
+    const w = new XdrWriter();
+    Procedures.nodeGetMemoryStats.encodeArgs(w, { nparams: 4, cellNum: -1, flags: 0 });
+    expect(w.finish().toString("hex")).toBe("00000004ffffffff00000000");
+    const reply = new XdrWriter();
+    reply.uint(2).string("free").uhyper(102400n).string("cached").uhyper(4194304n).int(2);
+    const r = new XdrReader(reply.finish());
+    expect(Procedures.nodeGetMemoryStats.decodeReply(r)).toEqual({
+      params: [
+        { field: "free", value: 102400 },
+        { field: "cached", value: 4194304 },
+      ],
+      nparams: 2,
+    });
+    r.end();
+    expect(Procedures.nodeGetMemoryStats.call).toBe("virNodeGetMemoryStats");
+  });
+
   it("nwfilter_lookup_by_name reply: name then the 16-byte UUID", () => {
     const w = new XdrWriter();
     w.string("clean-traffic").fixedOpaque(Buffer.alloc(16, 0xab), 16);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { HostCapacity } from "../../../../provider/kvm/placement/capacity";
 import {
+  availableMemoryMiB,
   choosePlacement,
   type HostUsage,
   reservationCapacity,
@@ -73,8 +74,8 @@ describe("choosePlacement", () => {
       "b",
     ],
     [
-      "a host whose free memory is short is skipped",
-      [host("a", {}, { freeMemoryMiB: 256 }), host("b", { proxies: 1 })],
+      "a host that cannot give the memory (free, buffers and page cache) is skipped",
+      [host("a", {}, { availableMemoryMiB: 256 }), host("b", { proxies: 1 })],
       "b",
     ],
   ])("%s", (_what, pool, expected) => {
@@ -136,5 +137,32 @@ describe("reservations", () => {
 
   it.each(["edge-1-root.qcow2", "kvmp-rsv-edge", "kvmp-placement.lock"])("%s is not a reservation", (v) => {
     expect(reservationDomain(v)).toBeUndefined();
+  });
+});
+
+describe("the memory a host can give a new VM (from virNodeGetMemoryStats, KiB)", () => {
+  it.each([
+    [
+      "free, buffers and page cache together",
+      { total: 8388608, free: 102400, buffers: 51200, cached: 4194304 },
+      4246,
+    ],
+    ["free alone when the others are not reported", { total: 8388608, free: 1048576 }, 1024],
+    ["nothing without a free figure", { total: 8388608, cached: 4194304 }, undefined],
+    ["nothing from no figures", {}, undefined],
+  ])("%s", (_what, stats, expected) => {
+    expect(availableMemoryMiB(stats)).toBe(expected);
+  });
+
+  it("a host with little free memory but gigabytes of page cache has room; one without has not", () => {
+    const cached = {
+      ...host("a", {}),
+      availableMemoryMiB: availableMemoryMiB({ free: 102400, cached: 4194304 }),
+    };
+    const bare = { ...host("b", {}), availableMemoryMiB: availableMemoryMiB({ free: 102400 }) };
+    expect(choosePlacement([cached], REQ)).toEqual({ host: "a" });
+    expect(choosePlacement([bare], REQ)).toEqual({
+      full: expect.stringContaining("b: 100 MiB host memory free") as unknown as string,
+    });
   });
 });

@@ -36,7 +36,10 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { allDomains, domainsOfStack, metadataOf, pulumiEnv } from "../pulumi/harness";
+import { parseImage } from "../../provider/kvm/config/image";
+import { ImageCache } from "../../provider/kvm/host/image-cache";
+import { Failures } from "../../provider/kvm/validation";
+import { allDomains, deleteCachedImage, domainsOfStack, metadataOf, pulumiEnv } from "../pulumi/harness";
 import { lockedVersions, NO_REGISTRY_ENV, offlineLock, unpinnedPackages } from "../support/npm-offline";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
@@ -263,11 +266,14 @@ beforeAll(async () => {
     `export KVM_URI=ssh://${host.sshUser}@${host.address}:${host.sshPort}`,
     "export KVM_DOMAIN_TYPE=qemu",
     `export KVM_POOL=${host.poolName} KVM_NETWORK=${host.network}`,
-    `export IMAGE_URL=${env.imageUrlInNetns}`,
+    `export IMAGE_URL=${imageUrl()}`,
     `export CHECK_URL=${env.targetUrl}`,
   ].join("\n");
   domainsBefore = new Set(allDomains(host));
 });
+
+/** The image's URL here: a query of its own keys a cache volume no other file uses (this one deletes it at its end). */
+const imageUrl = () => `${env.imageUrlInNetns}?for=getting-started`;
 
 afterAll(async () => {
   // A run that stopped half-way still has its stack: the guide's clean-up, in the same shell state.
@@ -279,6 +285,9 @@ afterAll(async () => {
       "afterall",
     );
   }
+  // The guide's clean-up leaves the cached image, as a user's would: it goes here.
+  const cached = parseImage(undefined, { url: imageUrl() }, new Failures());
+  if (cached !== undefined) deleteCachedImage(host, ImageCache.volumeName(cached));
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -142,9 +142,12 @@ function proxyOutputs(): Record<string, unknown> {
   return proxies[0]?.outputs ?? {};
 }
 
+/** The image's URL here: a query of its own keys a cache volume no other file uses (this one deletes it at its end). */
+const imageUrl = () => `${env.imageUrlInNetns}?for=pulumi`;
+
 const cachedImage = () =>
   ImageCache.volumeName({
-    url: env.imageUrlInNetns,
+    url: imageUrl(),
     format: "qcow2",
     sha256: imageSha256,
   });
@@ -186,7 +189,7 @@ beforeAll(async () => {
     "kvm:hosts": {
       remote: sshHostEntry(host),
     },
-    "kvm:images": { guest: { url: env.imageUrlInNetns, sha256: imageSha256 } },
+    "kvm:images": { guest: { url: imageUrl(), sha256: imageSha256 } },
     "pair:proxies": { edge: edgeArgs() },
   });
   ws.setSecret("pair:proxyPassword", PROXY_PASSWORD);

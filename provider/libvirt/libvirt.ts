@@ -58,8 +58,8 @@ export class Libvirt {
    * The host's memory figures in KiB, by libvirt's field name: on Linux
    * `total`, `free`, `buffers` and `cached` (/proc/meminfo's MemTotal,
    * MemFree, Buffers and Cached), over all NUMA cells. Two calls: the
-   * first asks how many figures there are, as the daemon requires the
-   * exact count in the second.
+   * first asks how many figures there are (libvirt's Linux driver
+   * refuses any other count in the second).
    */
   async nodeGetMemoryStats(opts?: CallOptions): Promise<Record<string, number>> {
     const ALL_CELLS = -1;

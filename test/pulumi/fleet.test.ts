@@ -18,7 +18,15 @@ import { KvmOperations } from "../../provider/kvm/host/operations";
 import { squidPasswordHash } from "../../provider/kvm/proxy/password-hash";
 import { memberPassword } from "../../provider/program/proxy-auth";
 import { staticBridgeOf, type TestHost, testHost, virshUri } from "../support/test-host";
-import { cacheVolumeOf, TEST_IMAGE, TEST_PROXY_ARGS, virsh, virshQuiet, Workspace } from "./harness";
+import {
+  cacheVolumeOf,
+  failureText,
+  TEST_IMAGE,
+  TEST_PROXY_ARGS,
+  virsh,
+  virshQuiet,
+  Workspace,
+} from "./harness";
 
 const run = promisify(execFile);
 const PID = process.pid;
@@ -331,7 +339,7 @@ describe("rotation", () => {
         preview.output,
       ).toHaveLength(2);
       const { r, fewest } = await upCountingRunning(ws, `${name}-`);
-      expect(r.code, r.output.slice(-3000)).toBe(0);
+      expect(r.code, failureText(r)).toBe(0);
       expect(fewest).toBeGreaterThanOrEqual(4);
       const next = ids();
       rounds.push(next.flatMap((id, i) => (id !== current[i] ? [i] : [])));
@@ -421,7 +429,7 @@ describe("address pools", () => {
     const seen = new Set(Object.values(first));
     for (const round of [0, 1]) {
       const { r, fewest } = await upCountingRunning(ws, `${name}-`);
-      expect(r.code, r.output.slice(-3000)).toBe(0);
+      expect(r.code, failureText(r)).toBe(0);
       expect(fewest).toBeGreaterThanOrEqual(3);
       const now = addressesOf(ws);
       const moved = Object.keys(now).filter((m) => now[m] !== held[m]);

@@ -478,9 +478,14 @@ export function proxyDiagnostics(
  * Why a CLI run failed, for an assertion's message: with `--json`, every
  * error and warning diagnostic the engine printed (the step events around
  * them hold whole serialized programs and would push them out of a tail);
- * then stderr, when kept apart, and the output's last lines.
+ * then stderr's and stdout's last lines (the output's, when not kept apart).
  */
-export function failureText(r: { code: number | null; stderr?: string; output: string }): string {
+export function failureText(r: {
+  code: number | null;
+  stdout?: string;
+  stderr?: string;
+  output: string;
+}): string {
   const diagnostics = r.output
     .split("\n")
     .filter((l) => l.startsWith("{"))
@@ -498,7 +503,9 @@ export function failureText(r: { code: number | null; stderr?: string; output: s
     `exit ${r.code}`,
     ...diagnostics,
     ...(r.stderr === undefined ? [] : [`stderr: ${r.stderr.slice(-2000)}`]),
-    `output's end: ${r.output.slice(-2000)}`,
+    r.stderr === undefined
+      ? `output's end: ${r.output.slice(-2000)}`
+      : `stdout's end: ${(r.stdout ?? "").slice(-2000)}`,
   ].join("\n");
 }
 

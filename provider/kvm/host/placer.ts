@@ -20,6 +20,7 @@
  */
 import { ProviderError } from "../../errors";
 import { ErrorCode } from "../../libvirt/error-codes";
+import { LibvirtError } from "../../libvirt/errors";
 import type { Libvirt } from "../../libvirt/libvirt";
 import type { StoragePool } from "../../libvirt/types";
 import { parseDomainXml } from "../domain/domain-xml";
@@ -197,15 +198,16 @@ interface Sized {
 
 /**
  * What the host can give a new VM, in MiB ({@link availableMemoryMiB}); its
- * free memory alone from a driver without memory figures; undefined when it
- * reports neither.
+ * free memory alone when the daemon gives no memory figures (a driver
+ * without them, or one that cannot read them: any error the daemon itself
+ * answers; a cut connection still fails); undefined when it reports neither.
  */
 async function availableMemory(lv: Libvirt): Promise<number | undefined> {
   try {
     const available = availableMemoryMiB(await lv.nodeGetMemoryStats());
     if (available !== undefined) return available;
   } catch (err) {
-    if (!hasCode(err, ErrorCode.NO_SUPPORT)) throw err;
+    if (!(err instanceof LibvirtError)) throw err;
   }
   try {
     return (await lv.nodeGetFreeMemory()) / 2 ** 20;

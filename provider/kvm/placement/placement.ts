@@ -36,8 +36,8 @@ export interface HostUsage {
  * (virNodeGetMemoryStats): free memory, and the buffers and page cache the
  * kernel hands back on demand. A hypervisor that has run a while keeps
  * little memory free (its guests' disk reads fill the page cache), so free
- * memory alone refuses hosts with gigabytes to spare. The same sum as
- * OpenStack Nova's libvirt driver. Undefined without a `free` figure.
+ * memory alone refuses hosts with gigabytes to spare. The sum OpenStack
+ * Nova's libvirt driver counts as unused. Undefined without a `free` figure.
  */
 export function availableMemoryMiB(statsKiB: Readonly<Record<string, number>>): number | undefined {
   const free = statsKiB.free;

@@ -77,7 +77,7 @@ describe("reading the count squid's access log gave in the guest", () => {
 // MemoryError instead of taking the machine's memory, and under a timeout
 // past its own deadline, so that a read that blocks fails it too. No case here
 // is about the deadline: it is a guard against a hang, far past what reading a
-// gigabyte takes on a loaded machine (12 s seen beside booting guests).
+// gigabyte takes on a loaded machine (12 s seen with two guest files beside).
 const MEMORY_CAP = 256 * 1024 ** 2;
 const DEADLINE_MS = 60_000;
 const workDir = mkdtempSync(path.join(tmpdir(), "squid-requests-test-"));

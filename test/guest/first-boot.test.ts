@@ -31,12 +31,10 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parseConfig } from "../../provider/kvm/config/host-config";
-import { parseImage } from "../../provider/kvm/config/image";
 import { HostPool } from "../../provider/kvm/host/hosts";
-import { ImageCache } from "../../provider/kvm/host/image-cache";
-import { Failures } from "../../provider/kvm/validation";
 import {
   allDomains,
+  cacheVolumeOfImage,
   deleteCachedImage,
   failureText,
   poolVolumes,
@@ -288,9 +286,8 @@ afterAll(async () => {
   for (const w of [ws, failing]) w?.cleanup();
   for (const n of [...RELEASES.map((r) => r.name), FAILING, SILENT])
     if (host !== undefined) removeByHand(host, n);
-  const silentCached = silentImage && parseImage(undefined, silentImage, new Failures());
-  if (host !== undefined && silentCached !== undefined)
-    deleteCachedImage(host, ImageCache.volumeName(silentCached));
+  if (host !== undefined && silentImage !== undefined)
+    deleteCachedImage(host, cacheVolumeOfImage(silentImage));
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });

@@ -36,10 +36,14 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { parseImage } from "../../provider/kvm/config/image";
-import { ImageCache } from "../../provider/kvm/host/image-cache";
-import { Failures } from "../../provider/kvm/validation";
-import { allDomains, deleteCachedImage, domainsOfStack, metadataOf, pulumiEnv } from "../pulumi/harness";
+import {
+  allDomains,
+  cacheVolumeOfImage,
+  deleteCachedImage,
+  domainsOfStack,
+  metadataOf,
+  pulumiEnv,
+} from "../pulumi/harness";
 import { lockedVersions, NO_REGISTRY_ENV, offlineLock, unpinnedPackages } from "../support/npm-offline";
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
@@ -286,8 +290,7 @@ afterAll(async () => {
     );
   }
   // The guide's clean-up leaves the cached image, as a user's would: it goes here.
-  const cached = parseImage(undefined, { url: imageUrl() }, new Failures());
-  if (cached !== undefined) deleteCachedImage(host, ImageCache.volumeName(cached));
+  deleteCachedImage(host, cacheVolumeOfImage({ url: imageUrl() }));
   rmSync(dir, { recursive: true, force: true });
 });
 

@@ -437,17 +437,37 @@ export function hostsConfig(
 /** Arguments every test proxy gets: nothing here boots an OS, so no IP and no health check. */
 export const TEST_PROXY_ARGS = { healthCheck: false, waitForIp: false, memoryMiB: 128, diskGiB: 1 };
 
-/** The image cache's volume for a local image file (bios), as the provider names it from the stack config. */
-export function cacheVolumeOf(file: string): string {
+/** The image cache's volume for an image as the stack config gives it (`kvm:images.<key>`), as the provider names it. */
+export function cacheVolumeOfImage(config: Readonly<Record<string, unknown>>): string {
   const f = new Failures();
-  const img = parseImage(undefined, { url: file, firmware: "bios" }, f);
+  const img = parseImage(undefined, config, f);
   f.throwIfAny();
   return ImageCache.volumeName(img as NonNullable<typeof img>);
 }
 
-/** One engine event of `--event-log` (only what the tests read). */
+/** The image cache's volume for a local image file (bios), as the provider names it from the stack config. */
+export function cacheVolumeOf(file: string): string {
+  return cacheVolumeOfImage({ url: file, firmware: "bios" });
+}
+
+/** One engine event of `--event-log` or `--json` (only what the tests read). */
 interface EngineEvent {
   diagnosticEvent?: { urn?: string; message?: string; severity?: string; ephemeral?: boolean };
+  resourcePreEvent?: { metadata: { op: string; urn: string; keys?: string[] } };
+}
+
+/** The engine events in `text`, one JSON object per line (other lines, such as stderr's in an output, skipped). */
+function engineEvents(text: string): EngineEvent[] {
+  return text
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as EngineEvent];
+      } catch {
+        return [];
+      }
+    });
 }
 
 /**
@@ -458,10 +478,8 @@ interface EngineEvent {
 export function proxyDiagnostics(
   eventLog: string,
 ): { urn: string; message: string; severity: string; ephemeral: boolean }[] {
-  return readFileSync(eventLog, "utf8")
-    .split("\n")
-    .filter((l) => l.trim() !== "")
-    .map((l) => (JSON.parse(l) as EngineEvent).diagnosticEvent)
+  return engineEvents(readFileSync(eventLog, "utf8"))
+    .map((e) => e.diagnosticEvent)
     .filter(
       (d): d is NonNullable<EngineEvent["diagnosticEvent"]> =>
         d?.urn?.includes("::pulumi-nodejs:dynamic:KvmProxy::") === true,
@@ -486,19 +504,11 @@ export function failureText(r: {
   stderr?: string;
   output: string;
 }): string {
-  const diagnostics = r.output
-    .split("\n")
-    .filter((l) => l.startsWith("{"))
-    .flatMap((l) => {
-      try {
-        const d = (JSON.parse(l) as EngineEvent).diagnosticEvent;
-        return d !== undefined && (d.severity === "error" || d.severity === "warning")
-          ? [`${d.severity} ${d.urn ?? ""}: ${(d.message ?? "").trimEnd()}`]
-          : [];
-      } catch {
-        return [];
-      }
-    });
+  const diagnostics = engineEvents(r.output).flatMap(({ diagnosticEvent: d }) =>
+    d !== undefined && (d.severity === "error" || d.severity === "warning")
+      ? [`${d.severity} ${d.urn ?? ""}: ${(d.message ?? "").trimEnd()}`]
+      : [],
+  );
   return [
     `exit ${r.code}`,
     ...diagnostics,
@@ -518,13 +528,7 @@ export interface EngineStep {
 
 /** The steps in `pulumi up --json` output, in the order the engine began them. */
 export function engineSteps(stdout: string): EngineStep[] {
-  return stdout
-    .split("\n")
-    .filter((l) => l.startsWith("{"))
-    .map(
-      (l) =>
-        JSON.parse(l) as { resourcePreEvent?: { metadata: { op: string; urn: string; keys?: string[] } } },
-    )
+  return engineEvents(stdout)
     .flatMap((e) => (e.resourcePreEvent === undefined ? [] : [e.resourcePreEvent.metadata]))
     .map(({ op, urn, keys }) => ({ op, urn, keys: keys ?? [] }));
 }

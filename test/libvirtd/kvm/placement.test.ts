@@ -122,7 +122,7 @@ describe("placement's count on the host", () => {
 
 /** /proc/meminfo's MemFree, Buffers and Cached, in MiB. */
 function meminfoMiB(): { MemFree: number; Buffers: number; Cached: number } {
-  const kib = (field: string) =>
-    Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(readFileSync("/proc/meminfo", "utf8"))?.[1]);
+  const text = readFileSync("/proc/meminfo", "utf8");
+  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(text)?.[1]);
   return { MemFree: kib("MemFree") / 1024, Buffers: kib("Buffers") / 1024, Cached: kib("Cached") / 1024 };
 }

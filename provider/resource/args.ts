@@ -48,7 +48,7 @@ export interface ImageConfigInput extends InlineImage {
 
 /** What a baked image is made with, beside squid, the guest agent and Dante. */
 export interface BakeInput {
-  /** Distribution package names installed beside them: names only, no versions, options or patterns. */
+  /** Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns. */
   packages?: string[];
   /** The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvm:stateKey`). */
   userData?: string;

@@ -22,7 +22,7 @@ import { allDomains, metadataOf, poolVolumes, removeByHand, Workspace } from "..
 import { startServer, stopServer } from "../support/netns-http";
 import { sha256File } from "../support/sha256-file";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
-import { buildMirror, buildStock, mirrorUserData } from "./images";
+import { buildMirror, buildStock, mirrorUserData, UNFETCHED_RECOMMENDS } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
@@ -206,7 +206,7 @@ describe("two proxies at once from a stock image with a bake recipe (the Pulumi 
     expect(upOutput).toMatch(/baking image on local: (booting the builder|installing packages)/);
   });
 
-  it("each package came from the mirror once, for the builder; the proxies' first boots installed nothing", async () => {
+  it("each package came from the mirror once, for the builder, none of the Recommends; the proxies' first boots installed nothing", async () => {
     const fetched = readFileSync(mirrorLog, "utf8")
       .split("\n")
       .filter((l) => l.startsWith("200 ") && l.endsWith(".deb"));
@@ -215,6 +215,7 @@ describe("two proxies at once from a stock image with a bake recipe (the Pulumi 
     const counts = new Map<string, number>();
     for (const l of fetched) counts.set(l, (counts.get(l) ?? 0) + 1);
     expect([...counts].filter(([, n]) => n > 1)).toEqual([]);
+    expect(fetched.join("\n")).not.toMatch(UNFETCHED_RECOMMENDS);
     const agents = hostPool();
     try {
       for (const name of PROXIES) {

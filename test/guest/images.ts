@@ -89,6 +89,14 @@ function build(env: Record<string, string>): string {
   return image;
 }
 
+/**
+ * A mirror access log's lines for the Recommends it holds (scripts/guest-mirror fetches them) that
+ * the provider's installs leave out: GLib's (the MIME database, its libxml2 and ICU, translations,
+ * xdg-user-dirs), which the agent's GLib would otherwise bring.
+ */
+export const UNFETCHED_RECOMMENDS =
+  /^200 \/(\.\/)?(libglib2\.0-data|shared-mime-info|xdg-user-dirs|libxml2|libicu[0-9]+)_[^ ]+\.deb$/m;
+
 /** The folder of the package mirror for `suite`'s stock image (making it when missing). */
 export function buildMirror(suite: string, image: string): string {
   return execFileSync(path.join(repoRoot, "scripts/guest-mirror"), ["build", suite, `${image}.dpkg-status`], {

@@ -93,10 +93,15 @@ const APT_INSTALL_FUNCTION = `apt_install() {
 		printf '%s\\n' "$known" | grep -qxF -- "$p" ||
 			fail "apt has no package named $p (bake.packages must name real packages exactly: no virtual package, no pattern)"
 	done
-	apt-get -o DPkg::Lock::Timeout=300 -o APT::Cmd::Pattern-Only=true -q -y --no-upgrade install ${BAKED_PACKAGES.join(" ")} $EXTRA || return 1
+	# The proxy's own packages without their Recommends (a proxy uses none of them); the recipe's as
+	# apt-get installs them by default, Recommends included.
+	apt-get -o DPkg::Lock::Timeout=300 -q -y --no-upgrade install --no-install-recommends ${BAKED_PACKAGES.join(" ")} || return 1
+	if [ -n "$EXTRA" ]; then
+		apt-get -o DPkg::Lock::Timeout=300 -o APT::Cmd::Pattern-Only=true -q -y --no-upgrade install $EXTRA || return 1
+	fi
 	# Dante where the release packages it; only a proxy with SOCKS enables it.
 	if apt-cache show dante-server >/dev/null 2>&1; then
-		apt-get -o DPkg::Lock::Timeout=300 -q -y install dante-server || return 1
+		apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends dante-server || return 1
 		systemctl disable --now danted >/dev/null 2>&1
 	fi
 	return 0

@@ -49,7 +49,7 @@ export function guestAgentScript(alsoApt: readonly string[] = []): string {
       : `	# The proxy setup's packages in the same transaction (one dpkg run, one round of triggers);
 	# the agent alone if that fails, and the proxy setup installs its own. A failure that left
 	# the agent installed (another package's maintainer script) is no failure of this script.
-	apt-get -o DPkg::Lock::Timeout=300 -q -y install qemu-guest-agent ${also} && return 0
+	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent ${also} && return 0
 	agent_present && { log "installing ${also} beside the agent failed; the agent is there"; return 0; }
 	log "installing ${also} beside the agent failed; installing the agent alone"
 `;

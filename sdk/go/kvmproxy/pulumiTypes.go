@@ -15,7 +15,7 @@ var _ = internal.GetEnvOrDefault
 
 // What a baked image is made with, beside squid, the guest agent and Dante.
 type Bake struct {
-	// Distribution package names installed beside them: names only, no versions, options or patterns.
+	// Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
 	Packages []string `pulumi:"packages"`
 	// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
 	UserData *string `pulumi:"userData"`
@@ -34,7 +34,7 @@ type BakeInput interface {
 
 // What a baked image is made with, beside squid, the guest agent and Dante.
 type BakeArgs struct {
-	// Distribution package names installed beside them: names only, no versions, options or patterns.
+	// Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
 	Packages pulumi.StringArrayInput `pulumi:"packages"`
 	// The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
 	UserData pulumi.StringPtrInput `pulumi:"userData"`
@@ -118,7 +118,7 @@ func (o BakeOutput) ToBakePtrOutputWithContext(ctx context.Context) BakePtrOutpu
 	}).(BakePtrOutput)
 }
 
-// Distribution package names installed beside them: names only, no versions, options or patterns.
+// Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
 func (o BakeOutput) Packages() pulumi.StringArrayOutput {
 	return o.ApplyT(func(v Bake) []string { return v.Packages }).(pulumi.StringArrayOutput)
 }
@@ -152,7 +152,7 @@ func (o BakePtrOutput) Elem() BakeOutput {
 	}).(BakeOutput)
 }
 
-// Distribution package names installed beside them: names only, no versions, options or patterns.
+// Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
 func (o BakePtrOutput) Packages() pulumi.StringArrayOutput {
 	return o.ApplyT(func(v *Bake) []string {
 		if v == nil {

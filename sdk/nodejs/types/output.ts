@@ -12,7 +12,7 @@ import * as utilities from "../utilities";
  */
 export interface Bake {
     /**
-     * Distribution package names installed beside them: names only, no versions, options or patterns.
+     * Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
      */
     packages?: string[];
     /**

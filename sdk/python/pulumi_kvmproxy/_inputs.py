@@ -75,7 +75,7 @@ class BakeArgsDict(TypedDict):
     """
     packages: NotRequired[pulumi.Input[Optional[Sequence[pulumi.Input[_builtins.str]]]]]
     """
-    Distribution package names installed beside them: names only, no versions, options or patterns.
+    Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
     """
     user_data: NotRequired[pulumi.Input[Optional[_builtins.str]]]
     """
@@ -90,7 +90,7 @@ class BakeArgs:
         """
         What a baked image is made with, beside squid, the guest agent and Dante.
 
-        :param pulumi.Input[Sequence[pulumi.Input[_builtins.str]]] packages: Distribution package names installed beside them: names only, no versions, options or patterns.
+        :param pulumi.Input[Sequence[pulumi.Input[_builtins.str]]] packages: Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
         :param pulumi.Input[_builtins.str] user_data: The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
         """
         if packages is not None:
@@ -102,7 +102,7 @@ class BakeArgs:
     @pulumi.getter
     def packages(self) -> pulumi.Input[Optional[Sequence[pulumi.Input[_builtins.str]]]]:
         """
-        Distribution package names installed beside them: names only, no versions, options or patterns.
+        Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
         """
         return pulumi.get(self, "packages")
 

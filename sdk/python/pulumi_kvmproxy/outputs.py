@@ -53,7 +53,7 @@ class Bake(dict):
         """
         What a baked image is made with, beside squid, the guest agent and Dante.
 
-        :param Sequence[_builtins.str] packages: Distribution package names installed beside them: names only, no versions, options or patterns.
+        :param Sequence[_builtins.str] packages: Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
         :param _builtins.str user_data: The builder's user-data (a mirror, say), kept secret: the state and the VMs name it by a keyed digest (needs `kvmproxy:stateKey`).
         """
         if packages is not None:
@@ -65,7 +65,7 @@ class Bake(dict):
     @pulumi.getter
     def packages(self) -> Optional[Sequence[_builtins.str]]:
         """
-        Distribution package names installed beside them: names only, no versions, options or patterns.
+        Distribution package names installed beside them (with their Recommends, as apt-get installs them; the proxy's own are installed without): names only, no versions, options or patterns.
         """
         return pulumi.get(self, "packages")
 

@@ -412,7 +412,7 @@ describe("bake package names: Debian policy's, never an apt action, option or pa
 
   // What apt makes of a policy name no package has (a regular expression, an
   // action on another name) only the apt sources in the image can tell: the
-  // builder's script refuses those (test/libvirtd/bake/apt-names.test.ts).
+  // builder's script refuses those (test/libvirtd/guest/apt-installs.test.ts).
   it.each<[string, string]>([
     ["a plain name", "htop"],
     ["a trailing '+' that is the package's own", "g++"],

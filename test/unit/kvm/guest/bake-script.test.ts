@@ -42,22 +42,26 @@ describe("the builder's script", () => {
     execFileSync("sh", ["-n"], { input: finish });
   });
 
-  it("installs squid, the agent and the recipe's packages, and Dante only where the release has it, left off", () => {
+  it("installs squid and the agent without their Recommends, the recipe's packages with theirs, and Dante only where the release has it, left off", () => {
     const script = buildBakeScript({ packages: ["htop", "jq"] });
     expect(script).toContain('EXTRA="htop jq"');
-    expect(script).toMatch(/--no-upgrade install squid qemu-guest-agent \$EXTRA/);
+    expect(script).toMatch(
+      /--no-upgrade install --no-install-recommends squid qemu-guest-agent \|\| return 1\n/,
+    );
+    expect(script).toMatch(
+      /if \[ -n "\$EXTRA" \]; then\n\t\tapt-get [^\n]* --no-upgrade install \$EXTRA \|\| return 1/,
+    );
+    expect(script).toMatch(/install --no-install-recommends dante-server/);
     expect(script).toMatch(/apt-cache show dante-server[\s\S]*systemctl disable --now danted/);
   });
 
-  // Run by the real apt-get and sh in test/libvirtd/bake/apt-names.test.ts.
+  // Run by the real apt-get and sh in test/libvirtd/guest/apt-installs.test.ts.
   it("has apt-get install only names apt has a package by exactly, and never read one as a regular expression", () => {
     const script = buildBakeScript({ packages: ["htop"] });
     expect(script).toMatch(
       /-q update \|\| return 1\n\tknown=\$\(apt-cache pkgnames\) \|\| return 1\n\tfor p in \$EXTRA; do\n\t\tprintf '%s\\n' "\$known" \| grep -qxF -- "\$p" \|\|\n\t\t\tfail "apt has no package named \$p /,
     );
-    expect(script).toMatch(
-      /-o APT::Cmd::Pattern-Only=true -q -y --no-upgrade install squid qemu-guest-agent \$EXTRA/,
-    );
+    expect(script).toMatch(/-o APT::Cmd::Pattern-Only=true -q -y --no-upgrade install \$EXTRA \|\| return 1/);
   });
 
   it("cleans the instance state before it powers off, and prints the result last", () => {

@@ -399,7 +399,7 @@ describe("GUEST_AGENT_SCRIPT: behaviour", () => {
     expect(r.status).toBe(0);
     expect(r.calls.filter((c) => c.startsWith("apt-get"))).toEqual([
       "apt-get -o DPkg::Lock::Timeout=300 -q update",
-      "apt-get -o DPkg::Lock::Timeout=300 -q -y install qemu-guest-agent squid",
+      "apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent squid",
     ]);
     expect(started(r.calls)).toBe(true);
   });

@@ -184,7 +184,7 @@ describe("the setup script", () => {
     const script = buildProxySetupScript(AUTH);
     for (const pm of [
       "retry apt_install",
-      "apt-get -o DPkg::Lock::Timeout=300 -q -y install squid",
+      "apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends squid",
       "retry dnf -y install squid",
       "retry apk add --wait 300 --no-cache squid",
       "ZYPP_LOCK_TIMEOUT=300",
@@ -208,7 +208,7 @@ describe("the setup script", () => {
       script.lastIndexOf("\t\tsocks_setup\n"),
     );
     for (const part of [
-      "apt-get -o DPkg::Lock::Timeout=300 -q -y install dante-server",
+      "apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends dante-server",
       "retry socks_install",
       `useradd --system --no-create-home --home-dir /nonexistent --shell "$nologin"`,
       `usermod --expiredate 1970-01-02 "$socks_user"`,

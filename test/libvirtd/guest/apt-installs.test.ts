@@ -1,9 +1,12 @@
 /**
- * The bake's extra package names as this machine's real apt-get 2.6 reads
- * them. A package archive of our own (a flat `file:` repository) holds a few
- * packages named as Debian's are, among them a mail server, a virtual name
- * with one provider, `wmweather` beside `wmweather+`, and an installed
- * `openssh-server`. apt reads it through APT_CONFIG (its own lists, status
+ * The guest scripts' apt-get installs as this machine's real apt-get 2.6
+ * reads them: the bake's, with the recipe's extra package names, and a stock
+ * image's first boot (the guest-agent script's, alone and with squid, and
+ * the proxy setup's). A package archive of our own (a flat `file:`
+ * repository) holds a few packages named as Debian's are, among them a mail
+ * server, a virtual name with one provider, `wmweather` beside `wmweather+`,
+ * an installed `openssh-server`, and Debian 12's Recommends of squid and of
+ * the agent's GLib (the MIME database and more, which a proxy never uses). apt reads it through APT_CONFIG (its own lists, status
  * and cache in a temporary folder; nothing of the machine's apt is read or
  * written) in simulation (APT::Get::Simulate): nothing is installed, the
  * network is not used, and the `Inst`/`Remv` lines say what apt would do.
@@ -22,12 +25,24 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildBakeScript } from "../../../provider/kvm/guest/bake-script";
+import { GUEST_AGENT_SCRIPT, guestAgentScript } from "../../../provider/kvm/guest/vendor-data";
+import {
+  buildProxySetupScript,
+  PROXY_APT_PACKAGES,
+  type ProxySetup,
+} from "../../../provider/kvm/proxy/setup";
 
 /** The archive: name → its extra stanza lines. */
 const ARCHIVE: Record<string, string> = {
-  squid: "",
-  "qemu-guest-agent": "",
-  curl: "",
+  squid: "Recommends: libcap2-bin, ca-certificates\n",
+  "qemu-guest-agent": "Depends: libglib2.0-0\n",
+  "libglib2.0-0": "Recommends: libglib2.0-data, shared-mime-info, xdg-user-dirs\n",
+  "libglib2.0-data": "",
+  "shared-mime-info": "",
+  "xdg-user-dirs": "",
+  "libcap2-bin": "",
+  "ca-certificates": "",
+  curl: "Recommends: ca-certificates\n",
   "g++": "",
   wmweather: "",
   "wmweather+": "",
@@ -36,6 +51,16 @@ const ARCHIVE: Record<string, string> = {
   "openssh-server": "",
 };
 const INSTALLED = ["openssh-server"];
+/** What installing the proxy's packages does: squid and the agent, the agent's GLib, no Recommends. */
+const PROXY_INSTALL = ["Inst libglib2.0-0", "Inst qemu-guest-agent", "Inst squid"];
+/** A proxy setup: what it installs does not depend on its settings. */
+const SETUP: ProxySetup = {
+  port: 3128,
+  allowedClients: ["203.0.113.0/24"],
+  allowedDestinations: [],
+  ownAddresses: [],
+  onLink: [],
+};
 
 let dir: string;
 let env: NodeJS.ProcessEnv;
@@ -110,7 +135,11 @@ function aptGet(args: string[]): { status: number | null; out: string } {
 describe("apt-get's reading of names the check takes", () => {
   it.each<[string, string, string[]]>([
     ["a name no package has: a regular expression", "exim4-daemon-l.ght", ["Inst exim4-daemon-light"]],
-    ["another package's name with a trailing '+': install that one", "curl+", ["Inst curl"]],
+    [
+      "another package's name with a trailing '+': install that one",
+      "curl+",
+      ["Inst ca-certificates", "Inst curl"],
+    ],
     ["a virtual name: its provider", "libz-dev", ["Inst zlib1g-dev"]],
     ["the name of a package ending in '+': that package, not an action", "wmweather+", ["Inst wmweather+"]],
     ["a name with a trailing '-' (refused at check): remove", "openssh-server-", ["Remv openssh-server"]],
@@ -126,7 +155,7 @@ describe("apt-get's reading of names the check takes", () => {
     expect(regex.status).toBe(100);
     expect(regex.out).toContain("E: Unable to locate package exim4-daemon-l.ght");
     expect(actions(regex.out)).toEqual([]);
-    expect(actions(aptGet([...only, "curl+"]).out)).toEqual(["Inst curl"]);
+    expect(actions(aptGet([...only, "curl+"]).out)).toEqual(["Inst ca-certificates", "Inst curl"]);
     expect(actions(aptGet([...only, "libz-dev"]).out)).toEqual(["Inst zlib1g-dev"]);
   });
 });
@@ -168,14 +197,47 @@ describe("the builder's apt branch", () => {
 
   it.each<[string, string[], string[]]>([
     ["no extra package", [], []],
-    ["a plain name", ["curl"], ["Inst curl"]],
+    [
+      "a plain name (with its Recommends, as apt-get installs it)",
+      ["curl"],
+      ["Inst ca-certificates", "Inst curl"],
+    ],
     ["g++", ["g++"], ["Inst g++"]],
     ["a package ending in '+' beside the one without", ["wmweather+"], ["Inst wmweather+"]],
-    ["several", ["wmweather", "g++", "curl"], ["Inst curl", "Inst g++", "Inst wmweather"]],
-  ])("installs %s exactly, with squid and the agent", (_, packages, extra) => {
+    [
+      "several",
+      ["wmweather", "g++", "curl"],
+      ["Inst ca-certificates", "Inst curl", "Inst g++", "Inst wmweather"],
+    ],
+  ])("installs %s exactly, with squid and the agent without their Recommends", (_, packages, extra) => {
     const r = bake(packages);
     expect(r.status, r.out).toBe(0);
     expect(r.out).not.toContain("failed");
-    expect(actions(r.out)).toEqual(["Inst qemu-guest-agent", "Inst squid", ...extra].sort());
+    expect(actions(r.out)).toEqual([...PROXY_INSTALL, ...extra].sort());
+  });
+});
+
+describe("a stock image's first boot", () => {
+  /** Runs `apt_install` cut from `script` under sh, with stand-ins for the helpers it calls. */
+  function install(script: string): { status: number | null; out: string } {
+    const fn = /^apt_install\(\) \{\n[\s\S]*?\n\}$/m.exec(script)?.[0];
+    expect(fn).toBeDefined();
+    const program = `log() { echo "log: $*"; }\nagent_present() { return 1; }\n${fn}\napt_install\n`;
+    const r = spawnSync("sh", ["-c", program], { env, encoding: "utf8" });
+    return { status: r.status, out: `${r.stdout}${r.stderr}` };
+  }
+
+  it.each<[string, string, string[]]>([
+    [
+      "the guest-agent script, with the proxy setup's squid",
+      guestAgentScript(PROXY_APT_PACKAGES),
+      PROXY_INSTALL,
+    ],
+    ["the guest-agent script alone", GUEST_AGENT_SCRIPT, ["Inst libglib2.0-0", "Inst qemu-guest-agent"]],
+    ["the proxy setup", buildProxySetupScript(SETUP), ["Inst squid"]],
+  ])("%s installs its packages and their dependencies, none of their Recommends", (_, script, done) => {
+    const r = install(script);
+    expect(r.status, r.out).toBe(0);
+    expect(actions(r.out)).toEqual(done);
   });
 });

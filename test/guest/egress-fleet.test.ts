@@ -50,6 +50,8 @@ import { HostPool } from "../../provider/kvm/host/hosts";
 import { KvmOperations } from "../../provider/kvm/host/operations";
 import {
   allDomains,
+  cacheVolumeOfImage,
+  deleteCachedImage,
   failureText,
   MAKE_BEFORE_BREAK,
   pulumiEnv,
@@ -74,6 +76,8 @@ import {
 
 const run = promisify(execFile);
 const env = inject("guest");
+/** A cache entry of its own (the server ignores the query), deleted at the end. */
+const IMAGE_URL = `${env.imageUrlInNetns}?for=egress-fleet`;
 const FLEET = `egf${process.pid}`;
 /** The fleet's size: what every second of a replacement must keep answering. */
 const SIZE = 1;
@@ -214,8 +218,7 @@ beforeAll(async () => {
   ws = new Workspace("guest-fleet", { name: "kvmpt-guest-fleet", main: "test/pulumi/programs/fleet" });
   ws.setConfig({
     "kvm:hosts": hostsConfig(),
-    // A cache entry of its own (the server ignores the query).
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=egress-fleet`, sha256: imageSha256 } },
+    "kvm:images": { guest: { url: IMAGE_URL, sha256: imageSha256 } },
     "fleet:fleets": {
       [FLEET]: {
         size: SIZE,
@@ -244,6 +247,7 @@ afterAll(async () => {
   await libvirt?.close();
   if (allDomains(host).some((d) => d.startsWith(`${FLEET}-`))) ws.cleanup();
   for (const d of allDomains(host).filter((n) => n.startsWith(`${FLEET}-`))) removeByHand(host, d);
+  if (host !== undefined) deleteCachedImage(host, cacheVolumeOfImage({ url: IMAGE_URL }));
 }, 300_000);
 
 describe(`an egress fleet of ${SIZE} on an address pool of ${POOL.length}, booted`, () => {

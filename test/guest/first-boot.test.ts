@@ -53,7 +53,14 @@ import {
   type TestHost,
   testHost,
 } from "../support/test-host";
-import { buildMirror, buildStock, mirrorUserData, STOCK_SUITES, testImage } from "./images";
+import {
+  buildMirror,
+  buildStock,
+  mirrorUserData,
+  STOCK_SUITES,
+  testImage,
+  UNFETCHED_RECOMMENDS,
+} from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
@@ -100,8 +107,13 @@ let failingCli: NetnsCli;
 /** What the two ups did. */
 let up: { seconds: number; output: string } | undefined;
 let failed: { code: number; output: string } | undefined;
-/** The boot sector's kvm:images entry; the provider's cached copy of it goes at the end (its URL is this run's). */
-let silentImage: { url: string; format: "raw"; firmware: "bios"; sha256: string } | undefined;
+/** A kvm:images entry, kept in `images` for the clean-up. */
+const kept = <T extends Record<string, unknown>>(image: T): T => {
+  images.push(image);
+  return image;
+};
+/** The kvm:images entries of both workspaces: the provider's cached copies go at the end (their URLs are this run's). */
+const images: Record<string, unknown>[] = [];
 
 /**
  * The python3 program that holds dpkg's frontend lock from bootcmd on, and lets it go 30 s after an
@@ -219,10 +231,10 @@ beforeAll(async () => {
     "kvm:images": Object.fromEntries(
       RELEASES.map((r) => [
         r.key,
-        {
+        kept({
           url: `http://127.0.0.1:${imagePort}/${path.basename(stock[r.key]?.image as string)}`,
           sha256: stock[r.key]?.sha256,
-        },
+        }),
       ]),
     ),
     "pair:proxies": Object.fromEntries(RELEASES.map((r) => [r.key, proxyArgs(r)])),
@@ -238,15 +250,19 @@ beforeAll(async () => {
     "kvmp-console-marker\npassword: console-hunter2\n",
     3,
   );
-  silentImage = { url: silentDisk, format: "raw", firmware: "bios", sha256: await sha256File(silentDisk) };
   failing = new Workspace("failing", { name: "kvmpt-failing", main: "test/pulumi/programs/pair" });
   failing.setConfig({
     "kvm:hosts": hostsConfig(),
     // A cache entry of its own (the server ignores the query): pulumi.test.ts, which may run at the
     // same time, empties the plain URL's entry to watch its own upload.
     "kvm:images": {
-      guest: { url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 },
-      silent: silentImage,
+      guest: kept({ url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 }),
+      silent: kept({
+        url: silentDisk,
+        format: "raw",
+        firmware: "bios",
+        sha256: await sha256File(silentDisk),
+      }),
     },
     "pair:proxies": {
       failing: {
@@ -286,8 +302,7 @@ afterAll(async () => {
   for (const w of [ws, failing]) w?.cleanup();
   for (const n of [...RELEASES.map((r) => r.name), FAILING, SILENT])
     if (host !== undefined) removeByHand(host, n);
-  if (host !== undefined && silentImage !== undefined)
-    deleteCachedImage(host, cacheVolumeOfImage(silentImage));
+  if (host !== undefined) for (const image of images) deleteCachedImage(host, cacheVolumeOfImage(image));
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
@@ -385,7 +400,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
   });
 
   it.each(RELEASES.map((r) => [r.suite, r] as const))(
-    "%s's stock image got squid and the agent from the namespace's mirror, and answers 407 without and 204 with the credentials",
+    "%s's stock image got squid and the agent from the namespace's mirror, none of their Recommends, and answers 407 without and 204 with the credentials",
     async (_suite, r) => {
       const agent = await agentFor(agents.libvirt("local"), r.name);
       for (const p of ["squid", "qemu-guest-agent"]) {
@@ -395,6 +410,7 @@ describe("the first boot of stock images, and of user-data that fails", () => {
       // apt asks a flat repository for ./<file>.
       expect(fetched).toMatch(/^200 \/(\.\/)?squid_[^ ]+\.deb$/m);
       expect(fetched).toMatch(/^200 \/(\.\/)?qemu-guest-agent_[^ ]+\.deb$/m);
+      expect(fetched).not.toMatch(UNFETCHED_RECOMMENDS);
       const via = (credentials?: string) => through(`http://192.0.2.${r.n}:3128`, credentials);
       expect(await via()).toBe("407");
       expect(await via(CREDENTIALS)).toBe("204");

@@ -31,7 +31,16 @@ import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { parseConfig } from "../../provider/kvm/config/host-config";
 import { HostPool } from "../../provider/kvm/host/hosts";
-import { allDomains, engineSteps, removeByHand, virsh, vmVolumeNames, Workspace } from "../pulumi/harness";
+import {
+  allDomains,
+  cacheVolumeOfImage,
+  deleteCachedImage,
+  engineSteps,
+  removeByHand,
+  virsh,
+  vmVolumeNames,
+  Workspace,
+} from "../pulumi/harness";
 import { startServer, stopServer } from "../support/netns-http";
 import {
   type MacvtapFixture,
@@ -57,6 +66,11 @@ import {
 } from "./support";
 
 const env = inject("guest");
+/**
+ * A cache entry of its own (the server ignores the query), deleted at the end: guest pulumi.test.ts,
+ * which may run at the same time, empties the plain URL's entry to watch its own upload.
+ */
+const IMAGE_URL = `${env.imageUrlInNetns}?for=networking`;
 const A = `kvmpt-neta-${process.pid}`;
 const B = `kvmpt-netb-${process.pid}`;
 /** A's name after its replacement (a rename: what stays is its static addresses). */
@@ -245,9 +259,7 @@ beforeAll(async () => {
         network: host.network,
       },
     },
-    // A cache entry of its own (the server ignores the query): pulumi.test.ts, which may run at the
-    // same time, empties the plain URL's entry to watch its own upload.
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=networking`, sha256: imageSha256 } },
+    "kvm:images": { guest: { url: IMAGE_URL, sha256: imageSha256 } },
     "pair:proxies": proxies(ONE_MIB_KBPS),
   });
   cli = new NetnsCli(env.netns, ws);
@@ -257,6 +269,7 @@ afterAll(async () => {
   await cli?.stopAll();
   if (allDomains(host).some((d) => d === A || d === A2 || d === B)) ws.cleanup();
   for (const n of [A, A2, B]) removeByHand(host, n);
+  if (host !== undefined) deleteCachedImage(host, cacheVolumeOfImage({ url: IMAGE_URL }));
   await Promise.all(servers.map((s) => stopServer(s)));
   await agents?.closeAll();
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });

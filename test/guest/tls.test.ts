@@ -18,7 +18,13 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { hostsConfig, removeByHand, Workspace } from "../pulumi/harness";
+import {
+  cacheVolumeOfImage,
+  deleteCachedImage,
+  hostsConfig,
+  removeByHand,
+  Workspace,
+} from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { done, pending, waitUntil } from "../support/wait-until";
 import { testImage } from "./images";
@@ -33,6 +39,8 @@ import {
 } from "./support";
 
 const env = inject("guest");
+/** A cache entry of its own (the server ignores the query), deleted at the end. */
+const IMAGE_URL = `${env.imageUrlInNetns}?for=tls`;
 const NAME = `kvmpt-tls-${process.pid}`;
 const USER = "crawler";
 /** Characters URLs encode, so that every form of it is searched for. */
@@ -150,7 +158,7 @@ beforeAll(async () => {
   ws = new Workspace("guest-tls", { name: "kvmpt-guest-tls", main: "test/pulumi/programs/pair" });
   ws.setConfig({
     "kvm:hosts": hostsConfig(host, ["local"])["kvm:hosts"],
-    "kvm:images": { guest: { url: `${env.imageUrlInNetns}?for=tls`, sha256 } },
+    "kvm:images": { guest: { url: IMAGE_URL, sha256 } },
     "pair:exportUrlsWithCredentials": false,
     "pair:proxies": {
       edge: {
@@ -190,6 +198,7 @@ afterAll(async () => {
   await cli?.stopAll();
   ws?.cleanup();
   if (host !== undefined) removeByHand(host, NAME);
+  if (host !== undefined) deleteCachedImage(host, cacheVolumeOfImage({ url: IMAGE_URL }));
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
 }, 300_000);
 

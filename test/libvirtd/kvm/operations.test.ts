@@ -744,7 +744,7 @@ describe("delete", () => {
   it("twice succeeds; the second finds nothing to do", async () => {
     const o = ops();
     const name = track(uniqueName("del2"));
-    await o.create(baseSpec("local", name, sharedImage));
+    await o.create(baseSpec("local", name, { ...sharedImage, firmware: "uefi" }));
     const first = await o.delete("local", name, ownedBy(name));
     expect(first.domainRemoved).toBe(true);
     expect(first.volumesRemoved.sort()).toEqual(vmVolumes(name).both);

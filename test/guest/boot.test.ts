@@ -1,19 +1,17 @@
 /**
- * Real guests (the Debian image of scripts/guest-image) booted by
- * KvmOperations on the test host under TCG, in parallel in beforeAll; the
- * tests then read what each guest did through the guest agent and probe its
- * squid from inside the test host's network namespace.
+ * A real guest (the Debian image of scripts/guest-image) booted by
+ * KvmOperations on the test host under TCG in beforeAll; the tests then read
+ * what it did through the guest agent and probe its squid from inside the
+ * test host's network namespace.
  *
  * - cloud-config (UEFI): the history's bug. The user's cloud-config has its
  *   own `packages:` and `runcmd:`, and a vendorData part (write_files, a key
  *   the user-data does not use) is configured: the guest-agent vendor script
  *   and the vendorData must both still be applied.
- * - shell script (BIOS firmware): a `#!` user-data; the guest-agent script
- *   travels alone as vendor-data.
  *
- * The third user-data format, a MIME multipart, boots in pulumi.test.ts
- * (through the Pulumi CLI, at the same time as these two): one guest fewer
- * on two cores.
+ * The other user-data formats boot through the Pulumi CLI on guests other
+ * files boot anyway: a shell script under BIOS firmware in tls.test.ts, a
+ * MIME multipart in pulumi.test.ts.
  *
  * The image is downloaded by the provider over HTTP from a server inside the
  * namespace (on its veth address), pinned by SHA-256.
@@ -44,7 +42,6 @@ import {
   assertGuestAddress,
   type CloudInitOutcome,
   CreateProgress,
-  expectVendorScriptRan,
   GUEST_CEILING_MS,
   GUEST_STALL_MS,
   GUEST_TEST_TIMEOUT_MS,
@@ -75,7 +72,7 @@ let pool: HostPool;
 let ops: KvmOperations;
 
 // ---------------------------------------------------------------------------
-// The three guests
+// The guest
 // ---------------------------------------------------------------------------
 
 const tag = `${process.pid}`;
@@ -102,15 +99,6 @@ write_files:
     content: ${JSON.stringify(VENDOR_MARKER_CONTENT)}
 `;
 
-/** A shell-script user-data (no trailing newline, tabs and CRs kept as they are). */
-const SCRIPT_USER_DATA = `#!/bin/sh
-# kvmp guest test ${tag}: a shell-script user-data\t(tab)
-set -e
-printf 'http_access allow localnet\\n' > /etc/squid/conf.d/kvmp-guest-test.conf
-systemctl reload squid || systemctl restart squid
-echo user-script > /var/lib/kvmp-guest-test-script
-exit 0`;
-
 interface Guest {
   name: string;
   firmware: "uefi" | "bios";
@@ -125,7 +113,6 @@ const guests = {
     userData: CLOUD_CONFIG_USER_DATA,
     vendorData: VENDOR_DATA,
   },
-  script: { name: `kvmpt-guest-sh-${tag}`, firmware: "bios", userData: SCRIPT_USER_DATA },
 } satisfies Record<string, Guest>;
 type GuestKey = keyof typeof guests;
 
@@ -251,7 +238,7 @@ beforeAll(async () => {
     p.catch(() => {}); // reported by the tests that await it
     boots.set(key, p);
   }
-  // Both boot at once; the tests below read the results.
+  // The tests below read the result.
   await Promise.allSettled(boots.values());
 }, GUEST_TEST_TIMEOUT_MS);
 
@@ -331,35 +318,6 @@ describe("a cloud-config with its own packages: and runcmd: (UEFI), plus vendorD
   it("booted under UEFI", async () => {
     const b = await booted("cloudConfig");
     await expectFirmware(guests.cloudConfig.name, b, "uefi");
-  });
-});
-
-describe("a shell-script user-data (BIOS firmware)", () => {
-  it("reaches the guest byte for byte, and ran", async () => {
-    const b = await booted("script");
-    const got = await b.agent.readFile("/var/lib/cloud/instance/user-data.txt");
-    expect(got.equals(Buffer.from(SCRIPT_USER_DATA, "utf8"))).toBe(true);
-    expect((await b.agent.readFile("/var/lib/kvmp-guest-test-script")).toString()).toBe("user-script\n");
-  });
-
-  it("gets the guest-agent script as vendor-data, and cloud-init finishes without errors", async () => {
-    const b = await booted("script");
-    await expectVendorScriptRan(b.agent, b.cloudInit);
-  });
-
-  it("reports its IP through the agent, and waitForIp returns it", async () => {
-    const b = await booted("script");
-    await expectAgentIp("script", b);
-  });
-
-  it("proxies through squid: 204", async () => {
-    const b = await booted("script");
-    expect(b.proxy).toBe("204");
-  });
-
-  it("booted under BIOS (no EFI in the guest, no NVRAM on the host)", async () => {
-    const b = await booted("script");
-    await expectFirmware(guests.script.name, b, "bios");
   });
 });
 

@@ -2,7 +2,10 @@
  * TLS to the proxy with a booted guest, through the real Pulumi CLI run
  * inside the test host's namespace: one proxy with auth and `proxy.tls: {}`
  * on the namespace's bridge (a static address), its certificate issued at
- * create by the CA made for it. Its health check (squid's own answer over
+ * create by the CA made for it. The same guest boots with BIOS firmware from
+ * a shell-script user-data, which reaches it byte for byte and runs beside
+ * the provider's vendor scripts (boot.test.ts boots UEFI from a
+ * cloud-config: one guest fewer than a boot of each there). Its health check (squid's own answer over
  * TLS from here, then the URL inside the guest) and its egress check pass
  * at create. From the namespace, while a capture runs on the bridge: curl
  * with `--proxy https://` and the CA output gets 407 without credentials
@@ -30,12 +33,16 @@ import { done, pending, waitUntil } from "../support/wait-until";
 import { testImage } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
+  agentFor,
   CREATE_TIMEOUT,
+  expectVendorScriptRan,
   GUEST_CEILING_MS,
   GUEST_STALL_MS,
   GUEST_TEST_TIMEOUT_MS,
   GuestProgress,
+  nvramFiles,
   testHostLibvirt,
+  waitCloudInitDone,
 } from "./support";
 
 const env = inject("guest");
@@ -49,6 +56,12 @@ const PASSWORD = "kvmpt-tls-pw:@#%/Zq81";
 const CONTROL = "control:capture-sees-plain-text";
 /** The proxy's address on the namespace's bridge (not .224-.254, which other files use). */
 const ADDRESS = "192.0.2.13";
+/** A shell-script user-data (a tab, no trailing newline), kept byte for byte; it leaves squid alone. */
+const SCRIPT_USER_DATA = `#!/bin/sh
+# kvmp TLS guest ${process.pid}: a shell-script user-data\t(tab)
+set -e
+echo user-script > /var/lib/kvmp-guest-test-script
+exit 0`;
 
 let host: TestHost;
 let bridge: StaticBridge;
@@ -158,7 +171,7 @@ beforeAll(async () => {
   ws = new Workspace("guest-tls", { name: "kvmpt-guest-tls", main: "test/pulumi/programs/pair" });
   ws.setConfig({
     "kvm:hosts": hostsConfig(host, ["local"])["kvm:hosts"],
-    "kvm:images": { guest: { url: IMAGE_URL, sha256 } },
+    "kvm:images": { guest: { url: IMAGE_URL, sha256, firmware: "bios" } },
     "pair:exportUrlsWithCredentials": false,
     "pair:proxies": {
       edge: {
@@ -167,6 +180,7 @@ beforeAll(async () => {
         name: NAME,
         memoryMiB: 768,
         diskGiB: 4,
+        userData: SCRIPT_USER_DATA,
         timeouts: { create: CREATE_TIMEOUT },
         nics: [
           {
@@ -318,6 +332,31 @@ describe("a proxy with proxy.tls on a booted guest", () => {
       },
     );
     expect(out.trim()).toBe("204");
+  });
+
+  it("booted under BIOS from a shell-script user-data: it reached the guest byte for byte and ran, and so did the provider's vendor scripts; no EFI in the guest, no NVRAM file on the host", async () => {
+    const libvirt = testHostLibvirt(host);
+    try {
+      const agent = await agentFor(libvirt.lv, NAME);
+      // The create waited for cloud-init already: this wait is a formality, failing on a stall of the guest.
+      const progress = new GuestProgress(libvirt.lv, NAME, { agent: true });
+      const cloudInit = await waitCloudInitDone(
+        agent,
+        progress.bounds({ stallMs: GUEST_STALL_MS, ceilingMs: 10 * 60_000 }),
+      );
+      const userData = await agent.readFile("/var/lib/cloud/instance/user-data.txt");
+      expect(userData.equals(Buffer.from(SCRIPT_USER_DATA, "utf8"))).toBe(true);
+      expect((await agent.readFile("/var/lib/kvmp-guest-test-script")).toString()).toBe("user-script\n");
+      await expectVendorScriptRan(
+        agent,
+        cloudInit,
+        /^#!\/bin\/sh\n# pulumi-kvm-proxy: squid as the VM's forward proxy/,
+      );
+      expect(await agent.exists("/sys/firmware/efi")).toBe(false);
+      expect(nvramFiles(host, NAME)).toEqual([]);
+    } finally {
+      await libvirt.close();
+    }
   });
 
   it("the CA's key is in no output and in the state only encrypted; the next preview shows no change", async () => {

@@ -5,6 +5,14 @@
  * function. Pure.
  */
 
+/**
+ * How the scripts install the provider's own packages with apt-get: waiting
+ * up to 5 minutes for dpkg's lock (apt-daily, unattended-upgrades), and
+ * without their Recommends, which on Debian bring over 50 MB a proxy never
+ * uses (the agent's GLib's: the MIME database, libxml2, ICU, translations).
+ */
+export const APT_INSTALL = "apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends";
+
 /** `retry CMD...`: runs CMD up to three times, 10 and 20 s apart (a mirror that stumbles), saying so. */
 export const RETRY_FUNCTION = `retry() {
 	n=1

@@ -28,7 +28,7 @@
  */
 import { createHash } from "node:crypto";
 import type { BakeRecipe } from "../config/image";
-import { RETRY_FUNCTION } from "../vendor-shell";
+import { APT_INSTALL, RETRY_FUNCTION } from "../vendor-shell";
 
 /** What starts the result line on the console. */
 export const BAKE_RESULT_PREFIX = "kvmp-bake-result: ";
@@ -101,7 +101,7 @@ const APT_INSTALL_FUNCTION = `apt_install() {
 	fi
 	# Dante where the release packages it; only a proxy with SOCKS enables it.
 	if apt-cache show dante-server >/dev/null 2>&1; then
-		apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends dante-server || return 1
+		${APT_INSTALL} dante-server || return 1
 		systemctl disable --now danted >/dev/null 2>&1
 	fi
 	return 0

@@ -22,7 +22,7 @@ import { gunzipSync } from "node:zlib";
 import { ProviderError } from "../../errors";
 import { isPackageName, packageNameProblem } from "../config/image";
 import { PROXY_APT_PACKAGES, PROXY_SETUP_SCRIPT_FILENAME } from "../proxy/setup";
-import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
+import { APT_INSTALL, ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
 
 /**
  * {@link GUEST_AGENT_SCRIPT}, with `alsoApt` installed in the same apt-get
@@ -49,7 +49,7 @@ export function guestAgentScript(alsoApt: readonly string[] = []): string {
       : `	# The proxy setup's packages in the same transaction (one dpkg run, one round of triggers);
 	# the agent alone if that fails, and the proxy setup installs its own. A failure that left
 	# the agent installed (another package's maintainer script) is no failure of this script.
-	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent ${also} && return 0
+	${APT_INSTALL} qemu-guest-agent ${also} && return 0
 	agent_present && { log "installing ${also} beside the agent failed; the agent is there"; return 0; }
 	log "installing ${also} beside the agent failed; installing the agent alone"
 `;
@@ -90,7 +90,7 @@ ${ENABLE_FUNCTION}
 apt_install() {
 	apt-get -o DPkg::Lock::Timeout=300 -q update ||
 		log "apt-get update failed; trying the install with the current lists"
-${together}	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends qemu-guest-agent${also === "" ? "" : " || agent_present"}
+${together}	${APT_INSTALL} qemu-guest-agent${also === "" ? "" : " || agent_present"}
 }
 
 install_agent() {

@@ -24,6 +24,8 @@
  *   would (every interface listed); with `none` the first external address of
  *   the target's family is taken: the outgoing address, listed first.
  */
+
+import { APT_INSTALL } from "../vendor-shell";
 import {
   type AccessRules,
   INWARD_DESTINATIONS,
@@ -186,8 +188,8 @@ fi
 # SOCKS5 on port ${s.port} (Dante), the same clients, credentials and destinations as squid.
 socks_install() {
 	if command -v apt-get >/dev/null 2>&1; then
-		apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends dante-server ||
-			{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends dante-server; }
+		${APT_INSTALL} dante-server ||
+			{ apt-get -o DPkg::Lock::Timeout=300 -q update && ${APT_INSTALL} dante-server; }
 	elif command -v dnf >/dev/null 2>&1; then
 		dnf -y install dante-server
 	elif command -v yum >/dev/null 2>&1; then

@@ -21,7 +21,7 @@
  */
 import { createHash } from "node:crypto";
 import { issuedAtCreate, type ProxyTls } from "../tls/proxy-tls";
-import { ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
+import { APT_INSTALL, ENABLE_FUNCTION, RETRY_FUNCTION } from "../vendor-shell";
 import { type AccessRules, ONLINK_ACL_FILE, OWN_ACL_FILE, squidAccess } from "./access";
 import { buildSocksSetup } from "./dante";
 
@@ -210,8 +210,8 @@ fail() { log "$*"; exit 1; }
 ${RETRY_FUNCTION}
 ${ENABLE_FUNCTION}
 apt_install() {
-	apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends ${PROXY_APT_PACKAGES.join(" ")} ||
-		{ apt-get -o DPkg::Lock::Timeout=300 -q update && apt-get -o DPkg::Lock::Timeout=300 -q -y install --no-install-recommends ${PROXY_APT_PACKAGES.join(" ")}; }
+	${APT_INSTALL} ${PROXY_APT_PACKAGES.join(" ")} ||
+		{ apt-get -o DPkg::Lock::Timeout=300 -q update && ${APT_INSTALL} ${PROXY_APT_PACKAGES.join(" ")}; }
 }
 if ! command -v squid >/dev/null 2>&1; then
 	log "installing squid"

@@ -62,7 +62,7 @@ import {
 } from "../pulumi/harness";
 import { repoRoot, type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { waitUntil } from "../support/wait-until";
-import { testImage } from "./images";
+import { testImage, testImageUrlFor } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
   CREATE_TIMEOUT,
@@ -76,8 +76,7 @@ import {
 
 const run = promisify(execFile);
 const env = inject("guest");
-/** A cache entry of its own (the server ignores the query), deleted at the end. */
-const IMAGE_URL = `${env.imageUrlInNetns}?for=egress-fleet`;
+const IMAGE_URL = testImageUrlFor(env, "egress-fleet");
 const FLEET = `egf${process.pid}`;
 /** The fleet's size: what every second of a replacement must keep answering. */
 const SIZE = 1;

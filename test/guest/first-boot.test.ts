@@ -59,6 +59,7 @@ import {
   mirrorUserData,
   STOCK_SUITES,
   testImage,
+  testImageUrlFor,
   UNFETCHED_RECOMMENDS,
 } from "./images";
 import { NetnsCli } from "./netns-cli";
@@ -253,10 +254,8 @@ beforeAll(async () => {
   failing = new Workspace("failing", { name: "kvmpt-failing", main: "test/pulumi/programs/pair" });
   failing.setConfig({
     "kvm:hosts": hostsConfig(),
-    // A cache entry of its own (the server ignores the query): pulumi.test.ts, which may run at the
-    // same time, empties the plain URL's entry to watch its own upload.
     "kvm:images": {
-      guest: kept({ url: `${env.imageUrlInNetns}?for=first-boot`, sha256: imageSha256 }),
+      guest: kept({ url: testImageUrlFor(env, "first-boot"), sha256: imageSha256 }),
       silent: kept({
         url: silentDisk,
         format: "raw",

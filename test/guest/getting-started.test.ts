@@ -48,7 +48,7 @@ import { lockedVersions, NO_REGISTRY_ENV, offlineLock, unpinnedPackages } from "
 import { pack } from "../support/pack";
 import { repoRoot, type TestHost, testHost } from "../support/test-host";
 import { watchWhile } from "../support/wait-until";
-import { testImage } from "./images";
+import { testImage, testImageUrlFor } from "./images";
 import {
   GUEST_CEILING_MS,
   GUEST_STALL_MS,
@@ -276,8 +276,7 @@ beforeAll(async () => {
   domainsBefore = new Set(allDomains(host));
 });
 
-/** The image's URL here: a query of its own keys a cache volume no other file uses (this one deletes it at its end). */
-const imageUrl = () => `${env.imageUrlInNetns}?for=getting-started`;
+const imageUrl = () => testImageUrlFor(env, "getting-started");
 
 afterAll(async () => {
   // A run that stopped half-way still has its stack: the guide's clean-up, in the same shell state.

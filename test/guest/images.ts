@@ -33,6 +33,15 @@ export function testImagePath(): string {
 }
 
 /**
+ * The test image's URL inside the namespace for one test file: the image server ignores the query,
+ * so each file's URL keys a cache volume of its own on the host, which no other file (running at
+ * the same time) uploads or deletes, and which the file deletes at its end.
+ */
+export function testImageUrlFor(env: GuestEnv, file: string): string {
+  return `${env.imageUrlInNetns}?for=${file}`;
+}
+
+/**
  * The test image, built (waiting for the build in flight), and its SHA-256;
  * it must be downloadable from the root namespace (a loud failure now rather
  * than a mysterious boot later).

@@ -50,7 +50,7 @@ import {
   type TestHost,
   testHost,
 } from "../support/test-host";
-import { testImage } from "./images";
+import { testImage, testImageUrlFor } from "./images";
 import { answerers, NeighbourWatch } from "./neighbours";
 import { NetnsCli } from "./netns-cli";
 import {
@@ -66,11 +66,7 @@ import {
 } from "./support";
 
 const env = inject("guest");
-/**
- * A cache entry of its own (the server ignores the query), deleted at the end: guest pulumi.test.ts,
- * which may run at the same time, empties the plain URL's entry to watch its own upload.
- */
-const IMAGE_URL = `${env.imageUrlInNetns}?for=networking`;
+const IMAGE_URL = testImageUrlFor(env, "networking");
 const A = `kvmpt-neta-${process.pid}`;
 const B = `kvmpt-netb-${process.pid}`;
 /** A's name after its replacement (a rename: what stays is its static addresses). */

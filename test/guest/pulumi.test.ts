@@ -37,7 +37,7 @@ import {
   Workspace,
 } from "../pulumi/harness";
 import { refreshPoolByHand, type TestHost, testHost } from "../support/test-host";
-import { testImage } from "./images";
+import { testImage, testImageUrlFor } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
@@ -142,8 +142,7 @@ function proxyOutputs(): Record<string, unknown> {
   return proxies[0]?.outputs ?? {};
 }
 
-/** The image's URL here: a query of its own keys a cache volume no other file uses (this one deletes it at its end). */
-const imageUrl = () => `${env.imageUrlInNetns}?for=pulumi`;
+const imageUrl = () => testImageUrlFor(env, "pulumi");
 
 const cachedImage = () =>
   ImageCache.volumeName({

@@ -30,7 +30,7 @@ import {
 } from "../pulumi/harness";
 import { type StaticBridge, staticBridgeOf, type TestHost, testHost } from "../support/test-host";
 import { done, pending, waitUntil } from "../support/wait-until";
-import { testImage } from "./images";
+import { testImage, testImageUrlFor } from "./images";
 import { NetnsCli } from "./netns-cli";
 import {
   agentFor,
@@ -46,8 +46,7 @@ import {
 } from "./support";
 
 const env = inject("guest");
-/** A cache entry of its own (the server ignores the query), deleted at the end. */
-const IMAGE_URL = `${env.imageUrlInNetns}?for=tls`;
+const IMAGE_URL = testImageUrlFor(env, "tls");
 const NAME = `kvmpt-tls-${process.pid}`;
 const USER = "crawler";
 /** Characters URLs encode, so that every form of it is searched for. */
